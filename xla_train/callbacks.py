@@ -1,0 +1,51 @@
+"""What a run tells its user: where it writes, and per epoch, its metrics and throughput.
+
+Throughput waits for the device once per epoch, so samples/s measures the
+device and not how far ahead the host has queued work.
+"""
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as pl
+
+from xla_train.metrics_log import publish
+from xla_train.runtime import wait_for_device
+
+
+class RunReport(pl.Callback):
+    def __init__(self, hardware: str) -> None:
+        self.hardware = hardware
+        self._t0 = 0.0
+        self._samples = 0
+        self._train_s: float | None = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            print(f"run folder: {trainer.log_dir}  (accelerator {self.hardware}, "
+                  f"{trainer.num_devices} device(s))", flush=True)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._t0, self._samples, self._train_s = time.perf_counter(), 0, None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._samples += int(batch[0].shape[0])  # shapes are known on the host: no device sync
+        if batch_idx + 1 >= trainer.num_training_batches:
+            self._stop_clock(pl_module)
+
+    def _stop_clock(self, pl_module) -> None:
+        if self._train_s is None:
+            wait_for_device(pl_module.device)
+            self._train_s = time.perf_counter() - self._t0
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._stop_clock(pl_module)
+        world = trainer.world_size
+        rate = self._samples * world / self._train_s if self._train_s else 0.0
+        publish(trainer, {"samples_per_s": rate})
+        m = pl_module.epoch_metrics
+        if trainer.is_global_zero:
+            parts = [f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}",
+                     f"train {self._train_s:.1f} s", f"{rate:,.0f} samples/s"]
+            parts += [f"{k} {m[k]:.4f}" for k in ("train_loss", "train_acc", "val_loss", "val_acc") if k in m]
+            print("  ".join(parts), flush=True)

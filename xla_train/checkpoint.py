@@ -1,0 +1,101 @@
+"""The checkpoint file: written atomically, read without running code, and self-sufficient for inference.
+
+A Lightning checkpoint plus one block, "xla_train", that names the net by its
+architecture key (never an import path), its constructor arguments, and the
+preprocessing and labels that raw inputs need. Only torch is imported here, so
+serving a checkpoint needs neither Lightning nor torch_xla.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+
+from xla_train.errors import CheckpointError
+
+FORMAT = 1
+
+
+def inference_block(net: torch.nn.Module, info: dict) -> dict:
+    return {"format": FORMAT, "arch": net.arch, "config": dict(net.config), **info}
+
+
+def to_cpu(obj):
+    """Plain CPU tensors all the way down, whatever device they were on."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return obj.__class__((k, to_cpu(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return obj
+
+
+def atomic_save(obj, path: str | os.PathLike) -> None:
+    """Serialise fully in memory, write a temp file beside the target, fsync, then rename over it.
+
+    A crash or a full disk at any point leaves the previous file untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save(to_cpu(obj), buf)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; "
+                              f"the previous checkpoint, if any, is intact") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def safe_load(path: str | os.PathLike) -> dict:
+    """torch.load with weights_only=True; every failure is one line naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"checkpoint {path} was refused: it holds objects that would run code when "
+                              f"loaded ({first}); only weight files are accepted") from None
+    except (RuntimeError, zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} is a torch file but not an xla_train checkpoint (no state_dict)")
+    return ckpt
+
+
+def read_inference_block(ckpt: dict, path) -> dict:
+    block = ckpt.get("xla_train")
+    if not isinstance(block, dict) or "arch" not in block:
+        raise CheckpointError(f"{path} is a Lightning checkpoint but not from xla_train (no 'xla_train' block)")
+    if block.get("format") != FORMAT:
+        raise CheckpointError(f"{path} has checkpoint format {block.get('format')!r}; this xla_train reads format {FORMAT}")
+    return block
+
+
+def net_state_dict(ckpt: dict) -> dict[str, torch.Tensor]:
+    """The net's own weights: the LightningModule's `net.` prefix removed."""
+    return {k[len("net."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}

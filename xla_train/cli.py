@@ -1,0 +1,124 @@
+"""python -m xla_train [fit|validate|test|predict|devices] recipe=NAME key=value ... [--lightning.flags]
+
+key=value pairs become LightningCLI flags, so every Trainer option is reachable
+and jsonargparse checks every type. Before that, each key is checked against
+the recipe's classes so that a typo gets the nearest valid keys, not a usage
+dump. `predict` and `devices` never import Lightning: predict is plain torch
+on the CPU, devices asks the PJRT runtime.
+"""
+from __future__ import annotations
+
+import sys
+
+from xla_train.errors import ConfigError, UserError
+
+LIGHTNING_COMMANDS = ("fit", "validate", "test")
+COMMANDS = LIGHTNING_COMMANDS + ("predict", "devices")
+USAGE = ("usage: python -m xla_train [fit|validate|test|predict|devices] recipe=NAME key=value ... "
+         "[--lightning.flag=value]")
+
+
+def split_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str]]:
+    """(command, key=value pairs in order, native --flags)."""
+    argv = list(argv)
+    command = argv.pop(0) if argv and argv[0] in COMMANDS else "fit"
+    pairs: dict[str, str] = {}
+    flags: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok.startswith("-"):
+            flags.append(tok)
+            if "=" not in tok and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
+                flags.append(argv[i + 1])
+                i += 1
+        elif "=" in tok and not tok.startswith("="):
+            key, value = tok.split("=", 1)
+            pairs[key.strip()] = value
+        elif tok in COMMANDS:
+            raise ConfigError(f"the command {tok!r} must come first; {USAGE}")
+        else:
+            raise ConfigError(f"unexpected argument {tok!r}; give settings as key=value. {USAGE}")
+        i += 1
+    return command, pairs, flags
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        print("commands: fit (default), validate, test, predict, devices; "
+              "recipe=NAME picks recipes/NAME.yaml; `fit --help` lists every Lightning option")
+        return 0
+    try:
+        command, pairs, flags = split_argv(argv)
+        if command == "predict":
+            from xla_train.predict import predict_command
+
+            return predict_command(pairs, flags)
+        if command == "devices":
+            return devices_command(pairs)
+        return lightning_command(command, pairs, flags)
+    except UserError as e:
+        print(f"xla_train: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("xla_train: interrupted", file=sys.stderr)
+        return 130
+
+
+def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
+    from jsonargparse import ArgumentError
+
+    from xla_train.recipes import lightning_args
+
+    args = lightning_args(command, pairs, flags)
+    from xla_train.lightning_cli import XlaTrainCLI
+
+    saved_argv, sys.argv = sys.argv, sys.argv[:1]  # the args are given explicitly; keep Lightning from re-reading argv
+    try:
+        XlaTrainCLI(args)
+    except ArgumentError as e:
+        raise ConfigError(one_line(str(e))) from None
+    except SystemExit as e:  # --help / --print_config end here, as Lightning intends
+        return int(e.code or 0)
+    finally:
+        sys.argv = saved_argv
+    return 0
+
+
+def one_line(message: str) -> str:
+    """jsonargparse explains type errors over many lines; keep the line that names key and expectation."""
+    lines = [ln.strip(" -") for ln in message.strip().splitlines() if ln.strip(" -")]
+    for ln in lines:
+        if "Expected" in ln or "expected" in ln or "Unrecognized" in ln or "not a valid" in ln:
+            key = next((l for l in lines if l.startswith("Parser key")), "")
+            return f"{key.rstrip(':')}: {ln}" if key and key != ln else ln
+    return lines[0] if lines else "invalid arguments"
+
+
+def devices_command(pairs: dict[str, str]) -> int:
+    """What a user checks first on a new machine: which XLA devices the runtime sees."""
+    import os
+
+    from xla_train.runtime.accelerators import configure_pjrt, device_kind, runtime_device_count
+
+    unknown = set(pairs) - {"accelerator"}
+    if unknown:
+        raise ConfigError(f"devices takes only accelerator=tpu|xla, not {', '.join(sorted(unknown))}")
+    kind = pairs.get("accelerator", "xla")
+    if kind not in ("tpu", "xla"):
+        raise ConfigError(f"devices lists XLA devices: use accelerator=tpu or accelerator=xla, not {kind!r}")
+    configure_pjrt(kind)
+    import torch
+    import torch_xla
+
+    n = runtime_device_count()
+    hw = device_kind()
+    print(f"{n} {hw} device{'s' if n != 1 else ''} (PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, "
+          f"torch_xla {torch_xla.__version__})")
+    for i in range(n):
+        print(f"  xla:{i}  {hw}")
+    if torch.cuda.is_available():
+        print(f"CUDA GPUs (accelerator=gpu): {torch.cuda.device_count()}")
+    return 0

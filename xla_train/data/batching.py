@@ -1,0 +1,68 @@
+"""Fixed-shape batches: every step of a run sees one input shape, so XLA compiles once.
+
+Training drops the remainder of each epoch. Evaluation pads the last batch with
+label -1 rows, which the task masks out, so every sample counts exactly once
+and no batch has an odd shape. Sharding across processes happens here too, so
+that every replica gets the same shape on every step.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+PAD_LABEL = -1
+
+
+class BatchSampler(Sampler[np.ndarray]):
+    """Yields index arrays of one process's share of each global batch; -1 marks padding."""
+
+    def __init__(self, n: int, batch_size: int, *, train: bool, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):
+        if n <= 0:
+            raise ValueError("cannot batch an empty data set")
+        self.n, self.batch_size, self.train = n, batch_size, train
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.epoch = 0
+        self.global_batch = batch_size * world_size
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.train:
+            return self.n // self.global_batch
+        return math.ceil(self.n / self.global_batch)
+
+    def __iter__(self):
+        if self.train:
+            g = np.random.default_rng((self.seed, self.epoch))
+            order = g.permutation(self.n)[: len(self) * self.global_batch]
+        else:
+            order = np.full(len(self) * self.global_batch, PAD_LABEL, dtype=np.int64)
+            order[: self.n] = np.arange(self.n)
+        for b in order.reshape(len(self), self.world_size, self.batch_size)[:, self.rank]:
+            yield b
+
+
+class ArrayDataset(Dataset):
+    """Serves whole batches by one gather from in-memory arrays (no per-sample collation)."""
+
+    def __init__(self, inputs: np.ndarray, labels: np.ndarray, transform=None):
+        if len(inputs) != len(labels):
+            raise ValueError(f"{len(inputs)} inputs but {len(labels)} labels")
+        self.inputs, self.labels, self.transform = inputs, np.asarray(labels, dtype=np.int64), transform
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __getitem__(self, idx: np.ndarray):
+        idx = np.asarray(idx)
+        pad = idx < 0
+        safe = np.where(pad, 0, idx)
+        x = self.inputs[safe]
+        y = np.where(pad, PAD_LABEL, self.labels[safe])
+        x = self.transform(x) if self.transform is not None else torch.as_tensor(x)
+        return x, torch.as_tensor(y)

@@ -1,0 +1,96 @@
+"""CIFAR-10 from torchvision's real on-disk layout (pickled batches plus batches.meta), with its checksums.
+
+The download is staged: the archive is fetched and checked against its MD5,
+extracted into a temporary folder beside the target, and only then renamed into
+place, so a failed or interrupted download never leaves a folder that a later
+run would take for a good one. Validation uses the test split, as the Keras
+tutorial does.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from xla_train.data.images import ImageDataModule
+from xla_train.errors import DataError
+from xla_train.preprocess import CIFAR10_MEAN, CIFAR10_STD
+
+DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".cache", "xla_train", "cifar10")
+
+
+def _cifar_class():
+    from torchvision.datasets import CIFAR10
+
+    return CIFAR10
+
+
+def download_cifar10(root: str) -> None:
+    """Fetch and verify cifar-10-python.tar.gz, then move the extracted folder into `root` atomically."""
+    from torchvision.datasets.utils import download_url, extract_archive
+
+    cls = _cifar_class()
+    Path(root).mkdir(parents=True, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".download-", dir=root)
+    try:
+        try:
+            download_url(cls.url, stage, cls.filename, cls.tgz_md5)
+        except Exception as e:  # network errors come in many types; all mean the same to the user
+            raise DataError(f"could not download CIFAR-10 from {cls.url} into {root} ({type(e).__name__}: {e}); "
+                            f"fetch {cls.filename} by hand and extract it there") from None
+        archive = os.path.join(stage, cls.filename)
+        if not os.path.isfile(archive):
+            raise DataError(f"downloaded {cls.filename} failed its MD5 check ({cls.tgz_md5}); try again")
+        try:
+            extract_archive(archive, stage)
+        except Exception as e:
+            raise DataError(f"{cls.filename} is corrupt or truncated ({type(e).__name__}: {e}); delete it and retry") from None
+        target = os.path.join(root, cls.base_folder)
+        if os.path.exists(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(stage, cls.base_folder), target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def load_cifar10(root: str, download: bool) -> dict:
+    cls = _cifar_class()
+    folder = os.path.join(root, cls.base_folder)
+    probe = cls.__new__(cls)
+    probe.root = root
+    if not probe._check_integrity():
+        if download:
+            download_cifar10(root)
+        if not probe._check_integrity():
+            what = "is incomplete or fails its checksums" if os.path.isdir(folder) else "is missing"
+            raise DataError(f"CIFAR-10 at {folder} {what}; download {cls.url} ({cls.filename}) and extract it "
+                            f"into {root}, or run with download=true on a machine with network")
+    try:
+        train = cls(root, train=True, download=False)
+        test = cls(root, train=False, download=False)
+    except Exception as e:
+        raise DataError(f"CIFAR-10 at {folder} cannot be read ({type(e).__name__}: {e})") from None
+    return {"train": (train.data, train.targets), "test": (test.data, test.targets), "classes": train.classes}
+
+
+class CIFAR10DataModule(ImageDataModule):
+    mean = CIFAR10_MEAN
+    std = CIFAR10_STD
+
+    def __init__(self, data_dir: str | None = None, download: bool = True, batch_size: int = 128,
+                 augment: bool = False, num_workers: int = 0, seed: int | None = None):
+        super().__init__(batch_size=batch_size, augment=augment, num_workers=num_workers, seed=seed)
+        self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
+        self.download = download
+        self._classes: list[str] | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        self.setup()
+        return self._classes
+
+    def load_arrays(self):
+        d = load_cifar10(self.data_dir, self.download)
+        self._classes = list(d["classes"])
+        return {"train": d["train"], "val": d["test"], "test": d["test"]}

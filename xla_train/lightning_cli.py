@@ -1,0 +1,94 @@
+"""The LightningCLI behind fit/validate/test: recipes in, a versioned run folder out.
+
+Hardware comes from runtime.plan_hardware, so accelerator=tpu|xla|gpu|cpu is
+one switch. Each run gets its own version folder (never overwritten) holding
+the resolved config, the checkpoints and the metrics log.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from xla_train.callbacks import RunReport
+from xla_train.data.base import ArrayDataModule
+from xla_train.runtime import plan_hardware
+from xla_train.tasks import Classifier
+
+
+class _DropMisleading(logging.Filter):
+    """Lightning's device banner says "TPU cores" for any XLA device, and adverts for its cloud;
+    RunReport states the real hardware instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (msg.startswith("TPU available:") or msg.startswith("\N{ELECTRIC LIGHT BULB} Tip"))
+
+
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMisleading())
+
+
+class XlaTrainCLI(LightningCLI):
+    def __init__(self, args: list[str]):
+        super().__init__(
+            Classifier, ArrayDataModule, subclass_mode_data=True, args=args,
+            auto_configure_optimizers=False, seed_everything_default=0,
+            trainer_defaults={"use_distributed_sampler": False, "enable_progress_bar": False},
+            parser_kwargs={"exit_on_error": False, "parser_mode": "yaml"},
+            save_config_kwargs={"overwrite": False},
+        )
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--recipe_name", type=str, default="run", help="names the run folder")
+        parser.add_argument("--runs_dir", type=str, default="runs", help="where run folders go")
+        parser.add_argument("--logger_kind", type=Literal["csv", "tensorboard"], default="csv")
+        parser.add_argument("--test_after_fit", type=bool, default=False,
+                            help="after fit, test the best checkpoint on the held-out split")
+        parser.add_argument("--predict_samples", type=int, default=0,
+                            help="after fit, predict this many held-out inputs on the CPU from the checkpoint")
+
+    def _cfg(self, key: str):
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        return cfg.get(key)
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        t = self._get(self.config_init, "trainer", default={})
+        plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
+                             t.get("strategy", "auto"), t.get("precision"))
+        kwargs.update(plan.trainer_kwargs)
+        name = self._cfg("recipe_name")
+        if t.get("logger") in (None, True):
+            if self._cfg("logger_kind") == "tensorboard":
+                kwargs["logger"] = TensorBoardLogger(self._cfg("runs_dir"), name=name)
+            else:
+                kwargs["logger"] = CSVLogger(self._cfg("runs_dir"), name=name)
+        callbacks = list(t.get("callbacks") or [])
+        if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+            callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", save_last=True,
+                                             filename="best-{epoch}"))
+        callbacks += plan.callbacks + [RunReport(plan.kind)]
+        kwargs["callbacks"] = callbacks
+        return super().instantiate_trainer(**kwargs)
+
+    def after_fit(self) -> None:
+        best = self.trainer.checkpoint_callback.best_model_path or self.trainer.checkpoint_callback.last_model_path
+        if self._cfg("test_after_fit") and best:
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
+            acc = self.model.epoch_metrics.get("test_acc")
+            if acc is not None and self.trainer.is_global_zero:
+                print(f"held-out test accuracy: {acc:.4f} (best checkpoint {best})", flush=True)
+        n = self._cfg("predict_samples")
+        if n and best and self.trainer.is_global_zero:
+            from xla_train.inference import load_for_inference
+
+            predictor = load_for_inference(best)  # the plain nn.Module, on the CPU
+            images, labels = self.datamodule.arrays("test")
+            print(f"CPU predictions from {best}:")
+            for (label, p), truth in zip(predictor.predict(images[:n]), labels[:n]):
+                print(f"  true {predictor.labels[int(truth)]}  predicted {label}  p={p:.3f}")
+        if self.trainer.is_global_zero:
+            print(f"run folder: {self.trainer.log_dir}", flush=True)

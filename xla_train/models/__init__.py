@@ -1,0 +1,17 @@
+"""The nets, by architecture name.
+
+A checkpoint names its net by this key, never by an import path, so loading a
+file can only ever build one of these classes.
+"""
+from xla_train.models.cnn import CifarCNN
+
+NETS = {cls.arch: cls for cls in (CifarCNN,)}
+
+
+def build_net(arch: str, config: dict):
+    if arch not in NETS:
+        raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(sorted(NETS))}")
+    return NETS[arch](**config)
+
+
+__all__ = ["CifarCNN", "NETS", "build_net"]

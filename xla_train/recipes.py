@@ -1,0 +1,135 @@
+"""Recipes (recipes/NAME.yaml) and key=value overrides, turned into LightningCLI arguments.
+
+Keys are checked here, against the signatures of the classes the recipe
+names, so that a typo gets a one-line error with the nearest valid keys.
+Short aliases cover the settings people change most; a key that is the unique
+tail of a longer one (model.dropout -> model.net.dropout) is taken as that key.
+jsonargparse then parses and type-checks every value.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+from pathlib import Path
+
+import yaml
+
+from xla_train.errors import ConfigError
+
+ALIASES = {
+    "accelerator": "trainer.accelerator",
+    "devices": "trainer.devices",
+    "precision": "trainer.precision",
+    "strategy": "trainer.strategy",
+    "epochs": "trainer.max_epochs",
+    "batch_size": "data.batch_size",
+    "lr": "model.lr",
+    "data_dir": "data.data_dir",
+    "seed": "seed_everything",
+    "ckpt": "ckpt_path",
+    "logger": "logger_kind",
+}
+TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples")
+
+
+def recipes_dir() -> Path:
+    return Path(os.environ.get("XLA_TRAIN_RECIPES", Path(__file__).resolve().parents[1] / "recipes"))
+
+
+def available_recipes() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+
+
+def recipe_path(name: str) -> Path:
+    p = Path(name).expanduser()
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return p
+    p = recipes_dir() / f"{name}.yaml"
+    if not p.is_file():
+        raise ConfigError(f"unknown recipe {name!r}; the recipes are: {', '.join(available_recipes()) or '(none)'} "
+                          f"(in {recipes_dir()})")
+    return p
+
+
+def load_recipe(path: Path) -> dict:
+    try:
+        recipe = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"recipe {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(recipe, dict):
+        raise ConfigError(f"recipe {path} must be a mapping of model/data/trainer settings")
+    return recipe
+
+
+def _params(fn) -> list[str]:
+    return [n for n, p in inspect.signature(fn).parameters.items()
+            if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _import(class_path: str):
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        raise ConfigError(f"class {class_path!r} cannot be imported") from None
+
+
+def valid_keys(recipe: dict, pairs: dict[str, str]) -> dict[str, str]:
+    """User-facing dotted key -> the LightningCLI flag that sets it."""
+    from lightning.pytorch import Trainer
+
+    from xla_train.tasks import Classifier
+
+    keys = {f"trainer.{n}": f"--trainer.{n}" for n in _params(Trainer.__init__)}
+    keys.update({f"model.{n}": f"--model.{n}" for n in _params(Classifier.__init__) if n != "net"})
+    net_path = pairs.get("model.net.class_path") or (recipe.get("model", {}).get("net") or {}).get("class_path")
+    keys["model.net.class_path"] = "--model.net.class_path"
+    if net_path:
+        keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in _params(_import(net_path).__init__)})
+    data_path = pairs.get("data.class_path") or (recipe.get("data") or {}).get("class_path")
+    keys["data.class_path"] = "--data.class_path"
+    if data_path:
+        keys.update({f"data.{n}": f"--data.init_args.{n}" for n in _params(_import(data_path).__init__)})
+    keys.update({k: f"--{k}" for k in TOP_LEVEL})
+    return keys
+
+
+def resolve_key(key: str, keys: dict[str, str]) -> str:
+    key = ALIASES.get(key, key)
+    if key in keys:
+        return key
+    tail = "." + key.rsplit(".", 1)[-1]
+    root = key.split(".", 1)[0] + "." if "." in key else ""
+    matches = [k for k in keys if k.startswith(root) and k.endswith(tail)]
+    if len(matches) == 1:
+        return matches[0]
+    near = difflib.get_close_matches(key, list(keys) + list(ALIASES), n=3, cutoff=0.6) or matches[:3]
+    hint = f"; did you mean {' or '.join(near)}?" if near else "; see `python -m xla_train fit --help`"
+    raise ConfigError(f"unknown key {key!r}{hint}")
+
+
+def latest_checkpoint(runs_dir: str, name: str) -> str:
+    found = sorted(Path(runs_dir, name).glob("version_*/checkpoints/last.ckpt"),
+                   key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise ConfigError(f"ckpt=last but no run of {name!r} under {runs_dir}/{name} has a last.ckpt")
+    return str(found[-1])
+
+
+def lightning_args(command: str, pairs: dict[str, str], flags: list[str]) -> list[str]:
+    pairs = dict(pairs)
+    name = pairs.pop("recipe", None)
+    if name is None:
+        raise ConfigError(f"which recipe? add recipe=NAME; the recipes are: {', '.join(available_recipes())}")
+    path = recipe_path(name)
+    recipe = load_recipe(path)
+    keys = valid_keys(recipe, pairs)
+    args = [command, "--config", str(path), "--recipe_name", path.stem]
+    resolved = {resolve_key(k, keys): v for k, v in pairs.items()}
+    if resolved.get("ckpt_path") == "last":
+        resolved["ckpt_path"] = latest_checkpoint(resolved.get("runs_dir", "runs"), path.stem)
+    for key, value in resolved.items():
+        args.append(f"{keys[key]}={value}")
+    return args + flags

@@ -1,0 +1,111 @@
+"""XLA accelerators that ask the PJRT runtime how many devices there are.
+
+Lightning's stock XLAAccelerator counts TPU chips on the PCI bus and so sees
+nothing under PJRT_DEVICE=CPU. Here `tpu` checks the PCI bus only to fail fast
+on a machine without TPUs (no metadata server is contacted), then, like `xla`,
+takes the device count from the runtime, which is right on every PJRT backend.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+from lightning.pytorch.accelerators import XLAAccelerator
+
+from xla_train.errors import HardwareError
+
+
+def tpu_chips_on_pci_bus() -> int:
+    """TPU chips attached to this host; reads /sys only, never the network."""
+    # torch_xla picks a PJRT_DEVICE on import unless told not to; configure_pjrt picks it instead.
+    os.environ.setdefault("PJRT_SELECT_DEFAULT_DEVICE", "0")
+    from torch_xla._internal import tpu
+
+    return tpu.num_available_chips()
+
+
+def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
+    """Set PJRT_DEVICE (and CPU_NUM_DEVICES) before the runtime starts. Safe to call twice."""
+    if kind == "tpu":
+        if os.environ.get("PJRT_DEVICE", "TPU").upper() != "TPU":
+            raise HardwareError(f"accelerator=tpu but PJRT_DEVICE={os.environ['PJRT_DEVICE']}; "
+                                f"unset PJRT_DEVICE or use accelerator=xla")
+        if tpu_chips_on_pci_bus() == 0:
+            raise HardwareError("accelerator=tpu but this machine has no TPU; use accelerator=xla "
+                                "(XLA on the CPU, PJRT_DEVICE=CPU) or accelerator=cpu")
+        os.environ["PJRT_DEVICE"] = "TPU"
+        return
+    if "PJRT_DEVICE" not in os.environ:
+        os.environ["PJRT_DEVICE"] = "TPU" if tpu_chips_on_pci_bus() else "CPU"
+    if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
+        if isinstance(devices, int) and devices > 0:
+            os.environ["CPU_NUM_DEVICES"] = str(devices)
+
+
+@functools.lru_cache(maxsize=1)
+def runtime_device_count() -> int:
+    """Devices addressable by this process, from the PJRT runtime."""
+    import torch_xla.runtime as xr
+
+    return xr.addressable_runtime_device_count()
+
+
+def device_kind() -> str:
+    import torch_xla.runtime as xr
+
+    return xr.device_type() or "unknown"
+
+
+class PJRTAccelerator(XLAAccelerator):
+    """The `xla` accelerator: whatever PJRT device is configured (the CPU here, a TPU on a TPU VM)."""
+
+    kind = "xla"
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return runtime_device_count()
+
+    @staticmethod
+    def is_available() -> bool:
+        try:
+            return runtime_device_count() > 0
+        except Exception:
+            return False
+
+    @staticmethod
+    def parse_devices(devices):
+        return parse_device_count(devices, runtime_device_count())
+
+    @staticmethod
+    def get_parallel_devices(devices) -> list[torch.device]:
+        n = parse_device_count(devices, runtime_device_count())
+        return [torch.device("xla", i) for i in range(n)]
+
+    @staticmethod
+    def name() -> str:
+        return "xla"
+
+
+class TPUAccelerator(PJRTAccelerator):
+    """The `tpu` accelerator: refuses at once on a machine without TPUs."""
+
+    kind = "tpu"
+
+    @staticmethod
+    def name() -> str:
+        return "tpu"
+
+
+def parse_device_count(devices, available: int) -> int:
+    if devices in ("auto", -1, "-1", None):
+        return available
+    try:
+        n = int(devices)
+    except (TypeError, ValueError):
+        raise HardwareError(f"devices={devices!r} is not a device count; use a whole number from 1 to "
+                            f"{available}, or auto") from None
+    if not 1 <= n <= available:
+        raise HardwareError(f"devices={n} but this machine has {available} XLA device(s); use 1 to "
+                            f"{available}, or auto")
+    return n

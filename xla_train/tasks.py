@@ -1,0 +1,113 @@
+"""The LightningModule that wraps any net: loss, exact epoch metrics, optimizer, and what a checkpoint carries.
+
+Metrics are sums kept on the device (loss, correct, count) and read once per
+epoch, so a step never waits on the host. Padded evaluation rows carry label -1
+and are masked out of both loss and accuracy, so every sample counts once.
+A net with one output is a binary classifier (BCE on a logit); more outputs
+mean softmax cross-entropy.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xla_train.checkpoint import inference_block
+from xla_train.metrics_log import publish
+
+STAGES = ("train", "val", "test")
+
+
+def masked_stats(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean loss over real rows, tensor[loss_sum, correct, count]); rows with y < 0 are padding."""
+    mask = (y >= 0).to(logits.dtype)
+    target = y.clamp(min=0)
+    if logits.ndim == 1 or logits.shape[-1] == 1:
+        logits = logits.reshape(-1)
+        losses = F.binary_cross_entropy_with_logits(logits, target.to(logits.dtype), reduction="none")
+        pred = (logits > 0).long()
+    else:
+        losses = F.cross_entropy(logits, target, reduction="none")
+        pred = logits.argmax(-1)
+    count = mask.sum()
+    loss_sum = (losses * mask).sum()
+    correct = ((pred == target).to(logits.dtype) * mask).sum()
+    return loss_sum / count.clamp(min=1), torch.stack([loss_sum, correct, count]).float()
+
+
+class Classifier(pl.LightningModule):
+    def __init__(self, net: nn.Module, lr: float = 1e-3, optimizer: Literal["adam", "sgd"] = "adam",
+                 momentum: float = 0.9, weight_decay: float = 0.0,
+                 schedule: Literal["constant", "cosine"] = "constant"):
+        super().__init__()
+        self.save_hyperparameters(ignore=["net"])
+        self.net = net
+        self._totals: dict[str, torch.Tensor] = {}
+        self.epoch_metrics: dict[str, float] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def _step(self, batch, stage: str) -> torch.Tensor:
+        x, y = batch
+        loss, stats = masked_stats(self.net(x), y)
+        if stage not in self._totals:
+            # Made on the host and moved, so it enters the graph as data: every step compiles alike.
+            self._totals[stage] = torch.zeros(3).to(stats.device)
+        self._totals[stage] = self._totals[stage] + stats.detach()
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def _log_epoch(self, stage: str) -> None:
+        totals = self._totals.pop(stage, None)
+        if totals is None:
+            return
+        loss_sum, correct, count = totals.cpu().tolist()  # the one host read of the epoch
+        if count == 0:
+            return
+        metrics = {f"{stage}_loss": loss_sum / count, f"{stage}_acc": correct / count}
+        self.epoch_metrics.update(metrics)
+        publish(self._trainer, metrics)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        if batch_idx + 1 >= self.trainer.num_training_batches:  # train metrics are final before validation
+            self._log_epoch("train")
+
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("train")  # only if the epoch ended early
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_epoch("test")
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        if hp.optimizer == "sgd":
+            opt = torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum,
+                                  weight_decay=hp.weight_decay, nesterov=hp.momentum > 0)
+        else:
+            opt = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        if hp.schedule == "cosine":
+            total = max(1, self.trainer.estimated_stepping_batches)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return opt
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        info = dm.inference_info() if dm is not None else {}
+        checkpoint["xla_train"] = inference_block(self.net, info)
