@@ -8,6 +8,7 @@ on the CPU, devices asks the PJRT runtime.
 """
 from __future__ import annotations
 
+import re
 import sys
 
 from xla_train.errors import ConfigError, UserError
@@ -59,12 +60,26 @@ def main(argv: list[str] | None = None) -> int:
         if command == "devices":
             return devices_command(pairs)
         return lightning_command(command, pairs, flags)
-    except UserError as e:
-        print(f"xla_train: error: {e}", file=sys.stderr)
-        return e.exit_code
+    except Exception as e:
+        user_error = find_user_error(e)
+        if user_error is None:
+            raise
+        print(f"xla_train: error: {user_error}", file=sys.stderr)
+        return user_error.exit_code
     except KeyboardInterrupt:
         print("xla_train: interrupted", file=sys.stderr)
         return 130
+
+
+def find_user_error(exc: BaseException | None) -> UserError | None:
+    """Our own error, even when jsonargparse or Lightning re-raised it wrapped in theirs."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UserError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
@@ -88,12 +103,16 @@ def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> 
 
 
 def one_line(message: str) -> str:
-    """jsonargparse explains type errors over many lines; keep the line that names key and expectation."""
+    """jsonargparse explains a type error over many lines; keep the key, what it expected and what it got."""
+    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
     lines = [ln.strip(" -") for ln in message.strip().splitlines() if ln.strip(" -")]
-    for ln in lines:
-        if "Expected" in ln or "expected" in ln or "Unrecognized" in ln or "not a valid" in ln:
-            key = next((l for l in lines if l.startswith("Parser key")), "")
-            return f"{key.rstrip(':')}: {ln}" if key and key != ln else ln
+    key = ".".join(re.findall(r'Parser key "([^"]+)"', message))
+    expected = next((ln for ln in lines if ln.startswith("Expected")), None)
+    if key and expected:
+        expected, _, got = expected.partition(". Got value: ")
+        got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
+        expected = re.sub(r"^Expected (a )?", "expected ", expected)
+        return f"{key}: {expected}" + (f", got {got!r}" if got else "")
     return lines[0] if lines else "invalid arguments"
 
 

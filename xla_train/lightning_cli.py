@@ -74,6 +74,21 @@ class XlaTrainCLI(LightningCLI):
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        self.datamodule.setup()  # a missing or corrupt data set fails here, before any run folder exists
+        super()._run_subcommand(subcommand)
+
+    def _report(self, stage: str) -> None:
+        m = self.model.epoch_metrics
+        if self.trainer.is_global_zero:
+            print(f"{stage}: " + "  ".join(f"{k} {v:.4f}" for k, v in m.items() if k.startswith(stage)), flush=True)
+
+    def after_validate(self) -> None:
+        self._report("val")
+
+    def after_test(self) -> None:
+        self._report("test")
+
     def after_fit(self) -> None:
         best = self.trainer.checkpoint_callback.best_model_path or self.trainer.checkpoint_callback.last_model_path
         if self._cfg("test_after_fit") and best:

@@ -1,0 +1,83 @@
+"""Shared fixtures: a tiny CIFAR-10 in torchvision's real on-disk format, and a CLI runner.
+
+CLI runs happen in subprocesses, because the XLA runtime's device count and
+SPMD mode are fixed for the life of a process.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def write_cifar10(root: Path, per_batch: int = 40, test: int = 80, seed: int = 0) -> Path:
+    """cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}, pickled as the real files are.
+
+    Each class gets a distinct mean colour, so a model can learn something in an epoch.
+    """
+    rng = np.random.default_rng(seed)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def batch(n: int, name: str) -> dict:
+        labels = rng.integers(0, 10, n)
+        base = (labels[:, None] * 25).astype(np.int64)
+        data = np.clip(base + rng.integers(0, 40, (n, 3072)), 0, 255).astype(np.uint8)
+        return {"batch_label": name, "labels": labels.tolist(), "data": data,
+                "filenames": [f"{i}.png" for i in range(n)]}
+
+    for i in range(1, 6):
+        with open(folder / f"data_batch_{i}", "wb") as f:
+            pickle.dump(batch(per_batch, f"training batch {i} of 5"), f)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump(batch(test, "testing batch 1 of 1"), f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": CLASSES, "num_cases_per_batch": per_batch, "num_vis": 3072}, f)
+    return root
+
+
+@pytest.fixture(scope="session")
+def cifar_root(tmp_path_factory) -> Path:
+    return write_cifar10(tmp_path_factory.mktemp("cifar10"))
+
+
+@pytest.fixture
+def relaxed_cifar_checks(monkeypatch):
+    """In-process equivalent of fixture_cli.py's patch."""
+    import torchvision.datasets.cifar as cifar
+
+    monkeypatch.setattr(cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
+
+
+def cli_env(devices: int = 1, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
+    env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: dict | None = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(TESTS / "fixture_cli.py"), *args], cwd=cwd,
+                          env=env or cli_env(devices), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"CLI failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
+                             f"STDERR:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def cpu_run(cifar_root, tmp_path_factory) -> Path:
+    """One short CPU fit of the CNN on the fixture; its run folder."""
+    work = tmp_path_factory.mktemp("cpu_run")
+    run_cli("fit", "recipe=cifar10", "accelerator=cpu", "devices=1", "epochs=1", "batch_size=32",
+            f"data_dir={cifar_root}", "download=false", "test_after_fit=false", cwd=work)
+    return work / "runs" / "cifar10" / "version_0"

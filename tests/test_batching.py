@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import torch
+
+from xla_train.data.base import check_batch_size
+from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchSampler
+from xla_train.errors import ConfigError
+from xla_train.tasks import masked_stats
+
+
+def test_train_batches_are_full_and_drop_the_remainder():
+    s = BatchSampler(100, 16, train=True, seed=1)
+    batches = list(s)
+    assert len(batches) == len(s) == 6
+    assert all(b.shape == (16,) for b in batches)
+    flat = np.concatenate(batches)
+    assert len(set(flat.tolist())) == 96 and flat.min() >= 0
+
+
+def test_train_order_changes_with_epoch_and_repeats_with_seed():
+    a, b = BatchSampler(50, 8, train=True, seed=3), BatchSampler(50, 8, train=True, seed=3)
+    first = np.concatenate(list(a))
+    a.set_epoch(1)
+    assert not np.array_equal(first, np.concatenate(list(a)))
+    assert np.array_equal(first, np.concatenate(list(b)))
+
+
+@pytest.mark.parametrize("n,batch,world", [(100, 16, 1), (100, 8, 4), (7, 8, 2), (64, 8, 8)])
+def test_eval_counts_every_sample_once_with_static_shapes(n, batch, world):
+    shards = [list(BatchSampler(n, batch, train=False, rank=r, world_size=world)) for r in range(world)]
+    assert len({len(s) for s in shards}) == 1
+    flat = np.concatenate([b for s in shards for b in s])
+    assert all(b.shape == (batch,) for s in shards for b in s)
+    real = flat[flat >= 0]
+    assert sorted(real.tolist()) == list(range(n))
+    assert (flat == PAD_LABEL).sum() == len(flat) - n
+
+
+def test_process_shares_of_a_training_batch_are_disjoint_and_cover_it():
+    world, batch = 4, 8
+    shards = [list(BatchSampler(200, batch, train=True, seed=0, rank=r, world_size=world)) for r in range(world)]
+    for step in range(len(shards[0])):
+        parts = [set(s[step].tolist()) for s in shards]
+        assert sum(len(p) for p in parts) == len(set().union(*parts)) == world * batch
+
+
+def test_dataset_marks_padding_rows_with_the_pad_label():
+    ds = ArrayDataset(np.arange(10)[:, None], np.arange(10) % 3)
+    x, y = ds[np.array([9, 0, -1, -1])]
+    assert y.tolist() == [0, 0, PAD_LABEL, PAD_LABEL]
+    assert x.shape == (4, 1)
+
+
+@pytest.mark.parametrize("bad", [0, 12, 100, -8])
+def test_batch_size_must_be_a_multiple_of_8(bad):
+    with pytest.raises(ConfigError, match="multiple of 8"):
+        check_batch_size(bad)
+
+
+def test_padding_rows_change_neither_loss_nor_accuracy():
+    torch.manual_seed(0)
+    logits, y = torch.randn(5, 10), torch.tensor([1, 2, 3, 4, 5])
+    loss, stats = masked_stats(logits, y)
+    padded_logits = torch.cat([logits, torch.randn(3, 10) * 100])
+    loss_p, stats_p = masked_stats(padded_logits, torch.cat([y, torch.full((3,), PAD_LABEL)]))
+    torch.testing.assert_close(loss, loss_p)
+    torch.testing.assert_close(stats, stats_p)
+    assert stats[2] == 5
+    assert torch.isclose(loss, torch.nn.functional.cross_entropy(logits, y))
+
+
+def test_binary_logits_use_bce_and_threshold_at_zero():
+    logits, y = torch.tensor([[2.0], [-1.0], [0.5]]), torch.tensor([1, 1, PAD_LABEL])
+    loss, stats = masked_stats(logits, y)
+    assert stats.tolist()[1:] == [1.0, 2.0]
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor([2.0, -1.0]), torch.tensor([1.0, 1.0]))
+    assert torch.isclose(loss, expected)

@@ -1,0 +1,68 @@
+"""Every bad input ends in one line on stderr, a non-zero exit, and nothing written."""
+import pytest
+
+from conftest import run_cli
+from xla_train.cli import main, split_argv
+from xla_train.errors import ConfigError
+from xla_train.recipes import ALIASES, available_recipes, lightning_args
+
+
+def test_key_values_aliases_and_native_flags_become_lightning_args():
+    args = lightning_args("fit", {"recipe": "cifar10", "epochs": "3", "batch_size": "64", "lr": "0.01",
+                                  "model.dropout": "0.3", "trainer.log_every_n_steps": "5"},
+                          ["--trainer.max_time=00:00:10:00"])
+    assert args[:2] == ["fit", "--config"] and args[2].endswith("recipes/cifar10.yaml")
+    for expected in ("--trainer.max_epochs=3", "--data.init_args.batch_size=64", "--model.lr=0.01",
+                     "--model.net.init_args.dropout=0.3", "--trainer.log_every_n_steps=5",
+                     "--trainer.max_time=00:00:10:00"):
+        assert expected in args
+
+
+def test_every_documented_alias_resolves():
+    args = lightning_args("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a != "ckpt"}}, [])
+    assert len(args) == 5 + len(ALIASES) - 1
+
+
+def test_command_comes_first_and_defaults_to_fit():
+    assert split_argv(["recipe=x", "a.b=1"])[0] == "fit"
+    assert split_argv(["test", "recipe=x"])[:2] == ("test", {"recipe": "x"})
+    assert split_argv(["--trainer.max_epochs", "3", "recipe=x"])[2] == ["--trainer.max_epochs", "3"]
+    with pytest.raises(ConfigError, match="unexpected argument"):
+        split_argv(["recipe=x", "stray"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["recipe=nope"], "unknown recipe 'nope'; the recipes are: cifar10"),
+    (["recipe=cifar10", "epochz=3"], "unknown key 'epochz'; did you mean epochs"),
+    (["recipe=cifar10", "trainer.max_epoch=3"], "did you mean trainer.max_epochs"),
+    (["recipe=cifar10", "trainer.max_epochs=abc"], "trainer.max_epochs: expected int, got 'abc'"),
+    (["recipe=cifar10", "model.dropout=abc"], "model.net.dropout: expected float, got 'abc'"),
+    (["recipe=cifar10", "model.optimizer=rmsprop"], "model.optimizer: expected"),
+    (["recipe=cifar10", "batch_size=12", "accelerator=cpu"], "batch_size=12 is not a positive multiple of 8"),
+    (["recipe=cifar10", "accelerator=quantum"], "accelerator='quantum' is not known"),
+    (["recipe=cifar10", "accelerator=tpu"], "accelerator=tpu but"),
+    (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
+    (["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"], "strategy='ddp_spawn' cannot run on accelerator=xla"),
+    (["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"], "missing/cifar-10-batches-py is missing"),
+    (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
+    (["fit"], "which recipe? add recipe=NAME"),
+])
+def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("xla_train: error: ") and message in last, err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
+    proc = run_cli("recipe=cifar10", "epochz=3", cwd=tmp_path, check=False, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["xla_train: error: unknown key 'epochz'; did you mean epochs?"]
+
+
+def test_recipes_dir_lists_every_recipe():
+    assert {"quickstart", "cifar10"} <= set(available_recipes())

@@ -1,0 +1,79 @@
+import numpy as np
+import pytest
+
+from conftest import CLASSES
+from xla_train.data.cifar10 import CIFAR10DataModule
+from xla_train.data.digits import DigitsDataModule, load_digits_rgb32
+from xla_train.errors import DataError
+
+
+def test_cifar10_reads_the_real_file_layout(cifar_root, relaxed_cifar_checks):
+    dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False, batch_size=16)
+    x, y = dm.arrays("train")
+    assert x.shape == (200, 32, 32, 3) and x.dtype == np.uint8
+    assert dm.arrays("test")[0].shape == (80, 32, 32, 3)
+    assert dm.labels == CLASSES
+    xb, yb = next(iter(dm.train_dataloader()))
+    assert xb.shape == (16, 3, 32, 32) and yb.shape == (16,)
+    info = dm.inference_info()
+    assert info["labels"] == CLASSES and info["image_size"] == 32 and len(info["mean"]) == 3
+
+
+def test_cifar10_eval_loader_pads_the_last_batch(cifar_root, relaxed_cifar_checks):
+    dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False, batch_size=24)
+    batches = list(dm.val_dataloader())
+    assert {tuple(b[0].shape) for b in batches} == {(24, 3, 32, 32)}
+    labels = np.concatenate([b[1].numpy() for b in batches])
+    assert (labels >= 0).sum() == 80 and len(labels) == 96
+
+
+def test_missing_cifar10_names_the_path_and_the_archive(tmp_path):
+    dm = CIFAR10DataModule(data_dir=str(tmp_path / "nowhere"), download=False)
+    with pytest.raises(DataError, match=r"nowhere.*cifar-10-python\.tar\.gz"):
+        dm.setup()
+
+
+def test_cifar10_failing_its_checksums_is_refused(cifar_root):
+    # the fixture's files are not the real ones, so the real MD5 check must reject them
+    dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False)
+    with pytest.raises(DataError, match="fails its checksums"):
+        dm.setup()
+
+
+def test_corrupt_cifar10_file_is_a_clear_error(tmp_path, relaxed_cifar_checks):
+    from conftest import write_cifar10
+
+    root = write_cifar10(tmp_path)
+    (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(DataError, match="cannot be read"):
+        CIFAR10DataModule(data_dir=str(root), download=False).setup()
+
+
+def test_failed_download_leaves_no_partial_folder(tmp_path, monkeypatch):
+    import torchvision.datasets.utils as tv_utils
+
+    def fail(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(tv_utils, "download_url", fail)
+    dm = CIFAR10DataModule(data_dir=str(tmp_path), download=True)
+    with pytest.raises(DataError, match="could not download"):
+        dm.setup()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_digits_are_real_32x32_rgb_images():
+    x, y = load_digits_rgb32()
+    assert x.shape == (1797, 32, 32, 3) and x.dtype == np.uint8
+    assert set(np.unique(y)) == set(range(10))
+    assert x.max() > 200 and (x[..., 0] == x[..., 2]).all()
+
+
+def test_digits_splits_are_disjoint_and_stratified():
+    dm = DigitsDataModule()
+    sizes = {s: len(dm.arrays(s)[0]) for s in ("train", "val", "test")}
+    assert sizes == {"train": 1293, "val": 144, "test": 360}
+    for split in sizes:  # stratified: every class keeps its share (about 10%) in every split
+        counts = np.bincount(dm.arrays(split)[1], minlength=10) / sizes[split]
+        assert counts.min() > 0.08 and counts.max() < 0.12
+    assert set(np.unique(dm.arrays("test")[1])) == set(range(10))

@@ -1,0 +1,89 @@
+"""fit through the real CLI, on the XLA path (XLA:CPU here) and on eager CPU."""
+import csv
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import run_cli
+
+
+def metrics_rows(run):
+    with open(run / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def epoch_value(rows, key):
+    return {int(r["epoch"]): float(r[key]) for r in rows if r.get(key)}
+
+
+@pytest.fixture(scope="module")
+def xla_run(cifar_root, tmp_path_factory):
+    work = tmp_path_factory.mktemp("xla_run")
+    proc = run_cli("fit", "recipe=cifar10", "accelerator=xla", "devices=1", "epochs=2", "batch_size=32",
+                   f"data_dir={cifar_root}", "download=false", cwd=work)
+    return work / "runs" / "cifar10" / "version_0", proc
+
+
+def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
+    run, proc = xla_run
+    compiles = epoch_value(metrics_rows(run), "xla_compiles")
+    assert compiles[0] >= 1, compiles
+    assert compiles[1] == 0, f"epoch 2 recompiled: {compiles}"
+    assert "epoch 2 " in proc.stdout and "(compile 0.0 s, 0 graphs)" in proc.stdout
+
+
+def test_xla_fit_writes_a_complete_run_folder(xla_run):
+    run, proc = xla_run
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["trainer"]["max_epochs"] == 2 and config["seed_everything"] == 0
+    assert config["data"]["init_args"]["batch_size"] == 32
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    rows = metrics_rows(run)
+    for key in ("train_loss", "train_acc", "val_loss", "val_acc", "samples_per_s"):
+        assert len(epoch_value(rows, key)) == 2, key
+    assert proc.stdout.count(f"run folder: {run.relative_to(run.parents[2])}") == 2
+    assert "held-out test accuracy:" in proc.stdout
+
+
+def test_xla_checkpoint_loads_where_torch_xla_is_never_imported(xla_run):
+    run, _ = xla_run
+    code = f"""
+import sys, torch
+ckpt = torch.load({str(run / 'checkpoints' / 'last.ckpt')!r}, weights_only=True)  # no map_location
+devices = {{t.device.type for t in ckpt["state_dict"].values()}}
+assert devices == {{"cpu"}}, devices
+from xla_train import load_for_inference
+p = load_for_inference({str(run / 'checkpoints' / 'last.ckpt')!r})
+import numpy as np
+print(p.predict(np.zeros((2, 32, 32, 3), np.uint8)))
+assert "torch_xla" not in sys.modules and "lightning" not in sys.modules
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cpu_fit_trains_and_logs(cpu_run):
+    rows = metrics_rows(cpu_run)
+    assert epoch_value(rows, "train_acc")[0] > 0
+    assert "xla_compiles" not in rows[0]
+    assert (cpu_run / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_new_run_never_overwrites_an_old_one(cpu_run, cifar_root):
+    work = cpu_run.parents[2]
+    before = (cpu_run / "checkpoints" / "last.ckpt").read_bytes()
+    run_cli("fit", "recipe=cifar10", "accelerator=cpu", "epochs=1", "batch_size=32", "trainer.limit_train_batches=1",
+            f"data_dir={cifar_root}", "download=false", "test_after_fit=false", cwd=work)
+    assert (work / "runs" / "cifar10" / "version_1" / "config.yaml").is_file()
+    assert (cpu_run / "checkpoints" / "last.ckpt").read_bytes() == before
+
+
+def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
+    ckpt = cpu_run / "checkpoints" / "last.ckpt"
+    work = cpu_run.parents[2]
+    for command, key in (("validate", "val_acc"), ("test", "test_acc")):
+        proc = run_cli(command, "recipe=cifar10", "accelerator=cpu", "batch_size=32", f"ckpt={ckpt}",
+                       f"data_dir={cifar_root}", "download=false", cwd=work)
+        assert key in proc.stdout
