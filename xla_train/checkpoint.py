@@ -11,7 +11,7 @@ import io
 import os
 import pickle
 import tempfile
-import zipfile
+import warnings
 from pathlib import Path
 
 import torch
@@ -74,14 +74,19 @@ def safe_load(path: str | os.PathLike) -> dict:
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} is empty (0 bytes)")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"checkpoint {path} was refused: it holds objects that would run code when "
-                              f"loaded ({first}); only weight files are accepted") from None
-    except (RuntimeError, zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or not a torch file: "
-                              f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})") from None
+        with warnings.catch_warnings():  # torch warns about odd pickle protocols before refusing them
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a corrupt file can fail anywhere inside the unpickler
+        text = str(e).strip()
+        if isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in text:
+            why = next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln), "non-tensor objects")
+            why = why.replace("WeightsUnpickler error: ", "").split(" was not an allowed global")[0]
+            raise CheckpointError(f"checkpoint {path} was refused: it holds objects outside torch's weights-only "
+                                  f"allow-list ({why.rstrip('.')}), and loading them would run code from the "
+                                  f"file; only weight files are accepted") from None
+        first = text.splitlines()[0] if text else type(e).__name__
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated, or not a torch file: {first})") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is a torch file but not an xla_train checkpoint (no state_dict)")
     return ckpt
