@@ -84,8 +84,10 @@ def find_user_error(exc: BaseException | None) -> UserError | None:
 
 def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
     from jsonargparse import ArgumentError
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from xla_train.recipes import lightning_args
+    from xla_train.resume import PREEMPTED_EXIT_CODE
 
     args = lightning_args(command, pairs, flags)
     from xla_train.lightning_cli import XlaTrainCLI
@@ -95,6 +97,8 @@ def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> 
         XlaTrainCLI(args)
     except ArgumentError as e:
         raise ConfigError(one_line(str(e))) from None
+    except SIGTERMException:  # the Preemption callback has written last.ckpt and said where
+        return PREEMPTED_EXIT_CODE
     except SystemExit as e:  # --help / --print_config end here, as Lightning intends
         return int(e.code or 0)
     finally:

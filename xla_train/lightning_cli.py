@@ -16,6 +16,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from xla_train.callbacks import RunReport
 from xla_train.data.base import ArrayDataModule
+from xla_train.resume import Preemption, RngState
 from xla_train.runtime import plan_hardware
 from xla_train.tasks import Classifier
 
@@ -50,6 +51,8 @@ class XlaTrainCLI(LightningCLI):
                             help="after fit, test the best checkpoint on the held-out split")
         parser.add_argument("--predict_samples", type=int, default=0,
                             help="after fit, predict this many held-out inputs on the CPU from the checkpoint")
+        parser.add_argument("--checkpoint_every", type=int, default=0,
+                            help="also write last.ckpt every N training steps (0: at epoch ends only)")
 
     def _cfg(self, key: str):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -70,7 +73,11 @@ class XlaTrainCLI(LightningCLI):
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", save_last=True,
                                              filename="best-{epoch}"))
-        callbacks += plan.callbacks + [RunReport(plan.kind)]
+            if self._cfg("checkpoint_every"):
+                callbacks.append(ModelCheckpoint(every_n_train_steps=self._cfg("checkpoint_every"),
+                                                 save_top_k=0, save_last=True))
+        self.preemption = Preemption()
+        callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.preemption]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 

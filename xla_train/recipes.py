@@ -31,7 +31,8 @@ ALIASES = {
     "ckpt": "ckpt_path",
     "logger": "logger_kind",
 }
-TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples")
+TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples",
+             "checkpoint_every")
 
 
 def recipes_dir() -> Path:

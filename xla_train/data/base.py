@@ -34,6 +34,7 @@ class ArrayDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+        self._resume: dict | None = None
 
     # --- what a subclass provides -------------------------------------------
     def load_arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -74,9 +75,22 @@ class ArrayDataModule(pl.LightningDataModule):
             raise ConfigError(
                 f"the {split} split has {len(inputs)} samples, fewer than one global batch of "
                 f"{sampler.global_batch}; lower batch_size or use fewer devices")
+        if train and self._resume is not None:
+            sampler.resume_at(self._resume["epoch"], self._resume["batches_done"])
         return DataLoader(ArrayDataset(inputs, labels, self.transform(train)), batch_size=None,
                           sampler=sampler, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)
+
+    def state_dict(self) -> dict:
+        """Where training is in the data order, so that a resumed run neither skips nor repeats a batch."""
+        t = self.trainer
+        if t is None or not t.training:
+            return {}
+        # "processed": a checkpoint written in on_train_batch_end already counts its batch as done, as Lightning does
+        return {"epoch": t.current_epoch, "batches_done": t.fit_loop.epoch_loop.batch_progress.current.processed}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._resume = dict(state) if state else None
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

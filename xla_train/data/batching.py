@@ -27,9 +27,14 @@ class BatchSampler(Sampler[np.ndarray]):
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.epoch = 0
         self.global_batch = batch_size * world_size
+        self._skip: tuple[int, int] | None = None  # (epoch, batches already trained in it)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def resume_at(self, epoch: int, batches_done: int) -> None:
+        """The next pass over `epoch` starts after its first `batches_done` batches, in the same order."""
+        self._skip = (epoch, batches_done)
 
     def __len__(self) -> int:
         if self.train:
@@ -43,7 +48,10 @@ class BatchSampler(Sampler[np.ndarray]):
         else:
             order = np.full(len(self) * self.global_batch, PAD_LABEL, dtype=np.int64)
             order[: self.n] = np.arange(self.n)
-        for b in order.reshape(len(self), self.world_size, self.batch_size)[:, self.rank]:
+        start = 0
+        if self._skip is not None and self._skip[0] == self.epoch:
+            start, self._skip = self._skip[1], None
+        for b in order.reshape(len(self), self.world_size, self.batch_size)[start:, self.rank]:
             yield b
 
 

@@ -14,4 +14,33 @@ def wait_for_device(device) -> None:
         torch.cuda.synchronize(device)
 
 
-__all__ = ["ACCELERATORS", "HardwarePlan", "plan_hardware", "wait_for_device"]
+
+
+def device_rng_state(device):
+    """The device's own RNG state where it has one apart from torch's (XLA keeps a seed per device)."""
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        return int(xm.get_rng_state(device))
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_rng_state(device)
+    return None
+
+
+def set_device_rng_state(device, state) -> None:
+    if state is None:
+        return
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        xm.set_rng_state(int(state), device)
+    elif device.type == "cuda":
+        import torch
+
+        torch.cuda.set_rng_state(state, device)
+
+
+__all__ = ["ACCELERATORS", "HardwarePlan", "plan_hardware", "wait_for_device", "device_rng_state",
+           "set_device_rng_state"]

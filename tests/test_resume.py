@@ -1,0 +1,70 @@
+"""Nothing lost: a run killed mid-epoch (SIGKILL) or preempted (SIGTERM) resumes to the same weights."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_cli
+from xla_train.data.batching import BatchSampler
+from xla_train.resume import PREEMPTED_EXIT_CODE
+
+# 200 fixture images at batch 32: 6 steps an epoch, 2 epochs = 12 steps; last.ckpt every 2 steps,
+# so a kill at step 9 (the 4th batch of epoch 2) finds the step-8 checkpoint, 2 batches into the epoch.
+COMMON = ("recipe=cifar10", "epochs=2", "batch_size=32", "download=false", "test_after_fit=false",
+          "checkpoint_every=2")
+
+
+def final_weights(work):
+    ckpts = sorted(work.glob("runs/cifar10/version_*/checkpoints/last.ckpt"))
+    ckpt = torch.load(ckpts[-1], weights_only=True)
+    return ckpt["global_step"], ckpt["state_dict"]
+
+
+def assert_same_weights(a, b, tol):
+    assert a[0] == b[0], f"global_step {a[0]} != {b[0]}"
+    for k in a[1]:
+        torch.testing.assert_close(a[1][k], b[1][k], atol=tol, rtol=0, msg=k)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_cpu(cifar_root, tmp_path_factory):
+    work = tmp_path_factory.mktemp("uninterrupted")
+    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=work)
+    return final_weights(work)
+
+
+def test_resumed_sampler_neither_skips_nor_repeats():
+    full = BatchSampler(100, 8, train=True, seed=5)
+    full.set_epoch(2)
+    order = list(full)
+    resumed = BatchSampler(100, 8, train=True, seed=5)
+    resumed.resume_at(2, 5)
+    resumed.set_epoch(2)
+    assert np.array_equal(np.concatenate(order[:5] + list(resumed)), np.concatenate(order))
+    resumed.set_epoch(3)
+    assert len(list(resumed)) == len(resumed)  # the skip applies to the interrupted epoch only
+
+
+def test_same_seed_same_weights_on_cpu(uninterrupted_cpu, cifar_root, tmp_path):
+    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=0)
+
+
+def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu, cifar_root, tmp_path):
+    killed = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}",
+                     "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9",
+                     cwd=tmp_path, check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert final_weights(tmp_path)[0] == 8  # the step-8 checkpoint, mid epoch 2, survived the kill
+    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
+
+
+def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(uninterrupted_cpu, cifar_root, tmp_path):
+    stopped = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}",
+                      "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9",
+                      "--trainer.callbacks.init_args.sig=SIGTERM", cwd=tmp_path, check=False)
+    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
+    assert "stopped by signal after step 9" in stopped.stderr and "ckpt=last" in stopped.stderr
+    assert final_weights(tmp_path)[0] == 9
+    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)

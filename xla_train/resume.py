@@ -1,0 +1,98 @@
+"""Surviving preemption: random-number state in every checkpoint, and a clean stop on SIGTERM or SIGINT.
+
+Preemptible TPU VMs get SIGTERM before they go. Lightning notices it after the
+current training step; this module then writes `last.ckpt` (atomically, like
+every checkpoint) and the CLI exits with PREEMPTED_EXIT_CODE. Ctrl-C is made to
+behave the same way instead of interrupting a step halfway. With the RNG
+states (host and device) and the data module's position in the data order in
+the checkpoint, `ckpt=last` continues exactly where the run stopped.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from xla_train.runtime import device_rng_state, set_device_rng_state
+
+PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
+
+
+def _numpy_state() -> dict:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+            "has_gauss": int(has_gauss), "gauss": float(gauss)}
+
+
+def _set_numpy_state(s: dict) -> None:
+    np.random.set_state((s["name"], s["keys"].numpy().astype(np.uint32), s["pos"], s["has_gauss"], s["gauss"]))
+
+
+class RngState(pl.Callback):
+    """Saves and restores torch, numpy, Python and device RNG states (plain types: weights_only-safe)."""
+
+    def __init__(self) -> None:
+        self._device = None
+        self._pending: dict | None = None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._device = trainer.strategy.root_device
+
+    def state_dict(self) -> dict:
+        return {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": list(random.getstate()),
+                "device": device_rng_state(self._device) if self._device is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._pending = state
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        s, self._pending = self._pending, None
+        if not s:
+            return
+        torch.set_rng_state(s["torch"])
+        _set_numpy_state(s["numpy"])
+        version, internal, gauss = s["python"]
+        random.setstate((version, tuple(internal), gauss))
+        set_device_rng_state(self._device, s["device"])
+
+
+class Preemption(pl.Callback):
+    """On SIGTERM or SIGINT: finish the step, write last.ckpt, and let the CLI exit with a distinct code."""
+
+    def __init__(self) -> None:
+        self.saved_to: str | None = None
+        self._old_sigint = None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        def stop_after_this_step(signum, frame):
+            trainer._signal_connector.received_sigterm = True
+
+        if os.name == "posix":
+            self._old_sigint = signal.signal(signal.SIGINT, stop_after_this_step)
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self._restore()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._restore()
+        if not isinstance(exception, SIGTERMException):
+            return
+        ckpt = trainer.checkpoint_callback
+        folder = getattr(ckpt, "dirpath", None) or os.path.join(trainer.log_dir or ".", "checkpoints")
+        path = os.path.join(folder, "last.ckpt")
+        trainer.save_checkpoint(path)
+        self.saved_to = path
+        if trainer.is_global_zero:
+            print(f"xla_train: stopped by signal after step {trainer.global_step}; saved {path}. "
+                  f"Resume with ckpt=last (or ckpt={path})", file=sys.stderr, flush=True)
+
+    def _restore(self) -> None:
+        if self._old_sigint is not None:
+            signal.signal(signal.SIGINT, self._old_sigint)
+            self._old_sigint = None
