@@ -75,3 +75,16 @@ def test_binary_logits_use_bce_and_threshold_at_zero():
     assert stats.tolist()[1:] == [1.0, 2.0]
     expected = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor([2.0, -1.0]), torch.tensor([1.0, 1.0]))
     assert torch.isclose(loss, expected)
+
+
+def test_the_xla_device_loader_lets_lightning_reshuffle_each_epoch():
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+    from torch.utils.data import DataLoader
+
+    from xla_train.runtime.strategies import device_loader
+
+    sampler = BatchSampler(64, 8, train=True, seed=0)
+    loader = device_loader(DataLoader(ArrayDataset(np.zeros((64, 1)), np.zeros(64)), batch_size=None,
+                                      sampler=sampler), "cpu")
+    _set_sampler_epoch(loader, 3)  # what Lightning's fit loop calls on the processed loader
+    assert sampler.epoch == 3

@@ -34,8 +34,23 @@ class XLASingleDeviceStrategy(SingleDeviceXLAStrategy):
         self._checkpoint_io = io
 
     def process_dataloader(self, dataloader):
-        from torch_xla.distributed.parallel_loader import MpDeviceLoader
+        return device_loader(dataloader, self.root_device)
 
-        if isinstance(dataloader, MpDeviceLoader):
-            return dataloader
-        return MpDeviceLoader(dataloader, self.root_device)
+
+def device_loader(dataloader, device, **kwargs):
+    """torch_xla's MpDeviceLoader, showing Lightning the wrapped loader's sampler.
+
+    Lightning reshuffles each epoch by calling set_epoch on `loader.sampler`; a
+    bare MpDeviceLoader has no such attribute, so every epoch would replay the
+    first epoch's order and a resumed run could not find its place in it.
+    """
+    from torch_xla.distributed.parallel_loader import MpDeviceLoader
+
+    if isinstance(dataloader, MpDeviceLoader):
+        return dataloader
+
+    class DeviceLoader(MpDeviceLoader):
+        sampler = property(lambda self: getattr(self._loader, "sampler", None))
+        batch_sampler = property(lambda self: getattr(self._loader, "batch_sampler", None))
+
+    return DeviceLoader(dataloader, device, **kwargs)
