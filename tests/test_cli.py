@@ -66,3 +66,22 @@ def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
 
 def test_recipes_dir_lists_every_recipe():
     assert {"quickstart", "cifar10"} <= set(available_recipes())
+
+
+def test_resuming_from_another_recipes_checkpoint_is_refused(cpu_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    ckpt = cpu_run / "checkpoints" / "last.ckpt"
+    assert main(["fit", "recipe=quickstart", "accelerator=cpu", f"ckpt={ckpt}", "model.net.dense_dropout=0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "holds a cnn net" in err and "recipe quickstart builds a cnn net" in err and "dense_dropout" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("content,message", [(b"", "is empty"), (b"garbage", "not a readable checkpoint")])
+def test_resuming_from_a_broken_checkpoint_is_one_line(tmp_path, monkeypatch, capsys, content, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.ckpt").write_bytes(content)
+    assert main(["fit", "recipe=quickstart", "accelerator=cpu", f"ckpt={tmp_path / 'x.ckpt'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([ln for ln in err if ln.startswith("xla_train: error:")]) == 1 and message in err[-1]
+    assert [p.name for p in tmp_path.iterdir()] == ["x.ckpt"]

@@ -85,7 +85,8 @@ def _bad_files(tmp_path, ckpt):
     other = torch.load(ckpt, weights_only=True)
     other["xla_train"]["config"]["num_classes"] = 3
     atomic_save(other, tmp_path / "other_model.ckpt")
-    with open(tmp_path / "evil.ckpt", "wb") as f:
+    torch.save({"state_dict": {}, "payload": _RunsCode(tmp_path / "pwned")}, tmp_path / "evil.ckpt")
+    with open(tmp_path / "evil_raw.ckpt", "wb") as f:  # a bare pickle, not torch's zip format
         pickle.dump({"state_dict": {}, "payload": _RunsCode(tmp_path / "pwned")}, f)
 
 
@@ -97,7 +98,8 @@ def _bad_files(tmp_path, ckpt):
     ("foreign.ckpt", "not an xla_train checkpoint"),
     ("lightning_only.ckpt", "not from xla_train"),
     ("other_model.ckpt", "do not fit the cnn net"),
-    ("evil.ckpt", "would run code from the file"),
+    ("evil.ckpt", "(Unsupported global: GLOBAL io.open), and loading them would run code from the file"),
+    ("evil_raw.ckpt", "is not a readable checkpoint"),
 ])
 def test_bad_checkpoints_are_refused_in_one_line(ckpt, tmp_path, capsys, name, message):
     _bad_files(tmp_path, ckpt)
@@ -110,8 +112,9 @@ def test_bad_checkpoints_are_refused_in_one_line(ckpt, tmp_path, capsys, name, m
 
 def test_safe_load_never_runs_code_from_the_file(tmp_path, ckpt):
     _bad_files(tmp_path, ckpt)
-    with pytest.raises(CheckpointError):
-        safe_load(tmp_path / "evil.ckpt")
+    for name in ("evil.ckpt", "evil_raw.ckpt"):
+        with pytest.raises(CheckpointError):
+            safe_load(tmp_path / name)
     assert not (tmp_path / "pwned").exists()
 
 

@@ -79,9 +79,9 @@ def safe_load(path: str | os.PathLike) -> dict:
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a corrupt file can fail anywhere inside the unpickler
         text = str(e).strip()
-        if isinstance(e, pickle.UnpicklingError) and "Weights only load failed" in text:
-            why = next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln), "non-tensor objects")
-            why = why.replace("WeightsUnpickler error: ", "").split(" was not an allowed global")[0]
+        unsafe = next((ln.strip() for ln in text.splitlines() if "Unsupported global" in ln), None)
+        if isinstance(e, pickle.UnpicklingError) and unsafe:
+            why = unsafe.replace("WeightsUnpickler error: ", "").split(" was not an allowed global")[0]
             raise CheckpointError(f"checkpoint {path} was refused: it holds objects outside torch's weights-only "
                                   f"allow-list ({why.rstrip('.')}), and loading them would run code from the "
                                   f"file; only weight files are accepted") from None

@@ -15,10 +15,15 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from xla_train.callbacks import RunReport
+from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.data.base import ArrayDataModule
+from xla_train.errors import CheckpointError
 from xla_train.resume import Preemption, RngState
 from xla_train.runtime import plan_hardware
 from xla_train.tasks import Classifier
+
+
+LIGHTNING_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
 class _DropMisleading(logging.Filter):
@@ -81,7 +86,29 @@ class XlaTrainCLI(LightningCLI):
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
+    def _parse_ckpt_path(self) -> None:
+        # Lightning reads the file's hyperparameters here; read it safely first, so that a truncated,
+        # foreign or malicious file is a one-line error rather than a traceback.
+        self._ckpt_block = None
+        sub = self.config.get("subcommand")
+        path = self.config[sub].get("ckpt_path") if sub else None
+        if path and path not in LIGHTNING_CKPT_KEYWORDS:
+            self._ckpt_block = read_inference_block(safe_load(path), path)
+            self._ckpt_path = path
+        super()._parse_ckpt_path()
+
+    def _check_ckpt_matches_recipe(self) -> None:
+        block, net = self._ckpt_block, self.model.net
+        if block is None:
+            return
+        theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
+        if theirs != ours:
+            raise CheckpointError(f"{self._ckpt_path} holds a {theirs[0]} net {theirs[1]}, but recipe "
+                                  f"{self._cfg('recipe_name')} builds a {ours[0]} net {ours[1]}; "
+                                  f"use a checkpoint written by this recipe")
+
     def _run_subcommand(self, subcommand: str) -> None:
+        self._check_ckpt_matches_recipe()
         self.datamodule.setup()  # a missing or corrupt data set fails here, before any run folder exists
         super()._run_subcommand(subcommand)
 
