@@ -77,3 +77,34 @@ def test_digits_splits_are_disjoint_and_stratified():
         counts = np.bincount(dm.arrays(split)[1], minlength=10) / sizes[split]
         assert counts.min() > 0.08 and counts.max() < 0.12
     assert set(np.unique(dm.arrays("test")[1])) == set(range(10))
+
+
+def test_truncated_archive_is_refused_and_leaves_no_partial_folder(tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    import torchvision.datasets.utils as tv_utils
+
+    def truncated_download(url, root, filename, md5=None):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            data = b"x" * 100_000
+            info = tarfile.TarInfo("cifar-10-batches-py/data_batch_1")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        with open(f"{root}/{filename}", "wb") as f:
+            f.write(buf.getvalue()[:200])
+
+    monkeypatch.setattr(tv_utils, "download_url", truncated_download)
+    with pytest.raises(DataError, match="corrupt or truncated"):
+        CIFAR10DataModule(data_dir=str(tmp_path), download=True).setup()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_missing_the_test_split_is_named(tmp_path, relaxed_cifar_checks):
+    from conftest import write_cifar10
+
+    root = write_cifar10(tmp_path)
+    (root / "cifar-10-batches-py" / "test_batch").unlink()
+    with pytest.raises(DataError, match="cifar-10-batches-py is incomplete"):
+        CIFAR10DataModule(data_dir=str(root), download=False).setup()
