@@ -1,5 +1,6 @@
 """fit through the real CLI, on the XLA path (XLA:CPU here) and on eager CPU."""
 import csv
+import re
 import subprocess
 import sys
 
@@ -31,7 +32,20 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
     compiles = epoch_value(metrics_rows(run), "xla_compiles")
     assert compiles[0] >= 1, compiles
     assert compiles[1] == 0, f"epoch 2 recompiled: {compiles}"
-    assert "epoch 2 " in proc.stdout and "(compile 0.0 s, 0 graphs)" in proc.stdout
+    assert "epoch 2  " in proc.stdout and "compile 0.0 s (0 graphs)" in proc.stdout
+
+
+def test_keras_style_lines_agree_with_the_logged_metrics(xla_run):
+    run, proc = xla_run
+    rows = metrics_rows(run)
+    lines = [ln for ln in proc.stdout.splitlines() if re.match(r"\d+/\d+ - \d+m?s \d+ms/step - loss: ", ln)]
+    assert len(lines) == 2, proc.stdout
+    for epoch, line in enumerate(lines):
+        shown = dict(re.findall(r"(\w+): ([\d.]+)", line))
+        for name, key in (("loss", "train_loss"), ("acc", "train_acc"), ("val_loss", "val_loss"), ("val_acc", "val_acc")):
+            assert float(shown[name]) == pytest.approx(epoch_value(rows, key)[epoch], abs=1e-4), (name, line)
+    summary = next(ln for ln in proc.stdout.splitlines() if ln.startswith("epoch 1  "))
+    assert re.fullmatch(r"epoch 1  [\d.]+ s \(compile [\d.]+ s\)  \|  epoch 2  [\d.]+ s \(compile 0\.0 s\)", summary)
 
 
 def test_xla_fit_writes_a_complete_run_folder(xla_run):

@@ -1,4 +1,4 @@
-"""What a run tells its user: where it writes, and per epoch, its metrics and throughput.
+"""What a run tells its user: where it writes, and per epoch, its throughput.
 
 Throughput waits for the device once per epoch, so samples/s measures the
 device and not how far ahead the host has queued work.
@@ -42,10 +42,8 @@ class RunReport(pl.Callback):
         self._stop_clock(pl_module)
         world = trainer.world_size
         rate = self._samples * world / self._train_s if self._train_s else 0.0
-        publish(trainer, {"samples_per_s": rate})
-        m = pl_module.epoch_metrics
+        publish(trainer, {"samples_per_s": rate, "train_seconds": self._train_s})
+
+    def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
-            parts = [f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}",
-                     f"train {self._train_s:.1f} s", f"{rate:,.0f} samples/s"]
-            parts += [f"{k} {m[k]:.4f}" for k in ("train_loss", "train_acc", "val_loss", "val_acc") if k in m]
-            print("  ".join(parts), flush=True)
+            print(f"run folder: {trainer.log_dir}", flush=True)

@@ -18,8 +18,10 @@ from xla_train.callbacks import RunReport
 from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError
+from xla_train.progress import KerasProgress
 from xla_train.resume import Preemption, RngState
 from xla_train.runtime import plan_hardware
+from xla_train.runtime.compile_guard import CompileAccounting
 from xla_train.tasks import Classifier
 
 
@@ -56,6 +58,10 @@ class XlaTrainCLI(LightningCLI):
                             help="after fit, test the best checkpoint on the held-out split")
         parser.add_argument("--predict_samples", type=int, default=0,
                             help="after fit, predict this many held-out inputs on the CPU from the checkpoint")
+        parser.add_argument("--xla_guard", type=Literal["warn", "strict", "off"], default="warn",
+                            help="after warm-up, a new XLA compilation warns, stops the run, or is ignored")
+        parser.add_argument("--progress_every", type=int, default=50,
+                            help="on a terminal, refresh the live bar every N steps (each refresh is a host sync)")
         parser.add_argument("--checkpoint_every", type=int, default=0,
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
 
@@ -81,8 +87,12 @@ class XlaTrainCLI(LightningCLI):
             if self._cfg("checkpoint_every"):
                 callbacks.append(ModelCheckpoint(every_n_train_steps=self._cfg("checkpoint_every"),
                                                  save_top_k=0, save_last=True))
+        for c in plan.callbacks:
+            if isinstance(c, CompileAccounting):
+                c.mode = self._cfg("xla_guard")
         self.preemption = Preemption()
-        callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.preemption]
+        callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.preemption,
+                                       KerasProgress(self._cfg("progress_every"))]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
@@ -139,5 +149,3 @@ class XlaTrainCLI(LightningCLI):
             print(f"CPU predictions from {best}:")
             for (label, p), truth in zip(predictor.predict(images[:n]), labels[:n]):
                 print(f"  true {predictor.labels[int(truth)]}  predicted {label}  p={p:.3f}")
-        if self.trainer.is_global_zero:
-            print(f"run folder: {self.trainer.log_dir}", flush=True)

@@ -32,7 +32,7 @@ ALIASES = {
     "logger": "logger_kind",
 }
 TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples",
-             "checkpoint_every")
+             "checkpoint_every", "xla_guard", "progress_every")
 
 
 def recipes_dir() -> Path:

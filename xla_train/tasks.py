@@ -90,6 +90,14 @@ class Classifier(pl.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_epoch("val")
+    def running_metrics(self, stage: str) -> dict[str, float]:
+        """The epoch so far, read from the device: a host sync, so progress bars call it sparingly."""
+        totals = self._totals.get(stage)
+        if totals is None:
+            return {}
+        loss_sum, correct, count = totals.cpu().tolist()
+        return {"loss": loss_sum / count, "acc": correct / count} if count else {}
+
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")

@@ -1,44 +1,158 @@
-"""Compile accounting: how many XLA graphs each epoch compiled, and how long that took.
+"""Compile accounting and the recompilation guard.
 
-A run with static shapes compiles its graphs in the first steps and never
-again; this callback makes that visible per epoch and logs it beside the
-metrics, so a recompiling run shows up in the log rather than as a slow epoch.
+A run with static shapes compiles its graphs in the first steps of each phase
+and never again. This callback reads torch_xla's own counters (host-side, so
+reading them costs no device sync) and makes that visible: per phase (train,
+validate, test, predict) how many graphs were compiled and how long that took,
+per epoch how the wall time splits into compile and run, and how many
+device-to-host transfers the training steps made. After a phase's first epoch
+(its warm-up), any new compilation is reported as a warning (`xla_guard=warn`,
+the default) or stops the run (`strict`), naming the phase and the batch shapes
+that changed.
 """
 from __future__ import annotations
 
 import time
+import warnings
 
 import lightning.pytorch as pl
 
+from xla_train.errors import UserError
 from xla_train.metrics_log import publish
 
+GUARD_MODES = ("warn", "strict", "off")
+PHASES = ("train", "validate", "test", "predict")
 
-def compile_counters() -> tuple[int, float]:
-    """(graphs compiled so far, seconds spent compiling) in this process."""
+
+class RecompilationError(UserError):
+    exit_code = 3
+
+
+class RecompilationWarning(UserWarning):
+    pass
+
+
+def xla_counters() -> tuple[int, float, int]:
+    """(graphs compiled, seconds compiling, device-to-host transfers) so far in this process."""
     from torch_xla.debug import metrics as met
 
-    count = met.counter_value("UncachedCompile") or 0
-    data = met.metric_data("CompileTime")
-    return int(count), (data[1] / 1e9 if data else 0.0)
+    compile_time = met.metric_data("CompileTime")
+    transfers = met.metric_data("TransferFromDeviceTime")
+    return (int(met.counter_value("UncachedCompile") or 0), compile_time[1] / 1e9 if compile_time else 0.0,
+            int(transfers[0]) if transfers else 0)
+
+
+def batch_shapes(batch) -> tuple:
+    if hasattr(batch, "shape"):
+        return (tuple(batch.shape),)
+    if isinstance(batch, (list, tuple)):
+        return tuple(s for b in batch for s in batch_shapes(b))
+    if isinstance(batch, dict):
+        return tuple(s for k in sorted(batch) for s in batch_shapes(batch[k]))
+    return ()
 
 
 class CompileAccounting(pl.Callback):
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "warn") -> None:
+        if mode not in GUARD_MODES:
+            raise ValueError(f"xla_guard={mode!r}; use one of {', '.join(GUARD_MODES)}")
+        self.mode = mode
         self.per_epoch: list[dict] = []
-        self._start: tuple[int, float, float] | None = None
+        self.per_phase = {p: {"graphs": 0, "compile_s": 0.0} for p in PHASES}
+        self._warm: set[str] = set()
+        self._shapes: dict[str, set] = {p: set() for p in PHASES}
+        self._phase_start: dict[str, tuple[int, float, int]] = {}
+        self._last = (0, 0.0, 0)
+        self._epoch_start: tuple | None = None
+        self.train_transfers: list[int] = []
 
+    # --- phases -----------------------------------------------------------------
+    def _start(self, phase: str) -> None:
+        self._phase_start[phase] = self._last = xla_counters()
+
+    def _end(self, phase: str, warm_up_done: bool = True) -> None:
+        start = self._phase_start.pop(phase, None)
+        if start is None:
+            return
+        now = xla_counters()
+        self.per_phase[phase]["graphs"] += now[0] - start[0]
+        self.per_phase[phase]["compile_s"] += now[1] - start[1]
+        if warm_up_done:
+            self._warm.add(phase)
+
+    def _check(self, phase: str, batch) -> None:
+        shapes = batch_shapes(batch)
+        now = xla_counters()
+        new = now[0] - self._last[0]
+        self._last = now
+        seen = self._shapes[phase]
+        if new and phase in self._warm and self.mode != "off":
+            changed = "" if not seen or shapes in seen else (
+                f"; input shapes {shapes} are new (seen before: {sorted(seen)})")
+            message = (f"XLA compiled {new} new graph(s) during {phase} after warm-up{changed}. Every new shape "
+                       f"or graph costs a compile; run with PT_XLA_DEBUG_LEVEL=2 to see torch_xla's compile cause")
+            if self.mode == "strict":
+                raise RecompilationError(message + " (xla_guard=strict stops here; xla_guard=warn only warns)")
+            warnings.warn(message, RecompilationWarning, stacklevel=2)
+        seen.add(shapes)
+
+    # train
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start = (*compile_counters(), time.perf_counter())
+        self._start("train")
+        self._epoch_start = (*xla_counters(), time.perf_counter())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._check("train", batch)
+        if batch_idx + 1 >= trainer.num_training_batches and self._epoch_start is not None:
+            self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
+            self._end("train")  # validation, which runs before on_train_epoch_end, is its own phase
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if self._start is None:
+        if self._epoch_start is None:
             return
-        n0, s0, t0 = self._start
-        n1, s1 = compile_counters()
+        n0, s0, _, t0 = self._epoch_start
+        n1, s1, _ = xla_counters()
+        self._end("train")
         row = {"epoch": trainer.current_epoch, "compiles": n1 - n0, "compile_s": s1 - s0,
-               "wall_s": time.perf_counter() - t0}
+               "wall_s": time.perf_counter() - t0,
+               "host_syncs": self.train_transfers[-1] if self.train_transfers else 0}
         self.per_epoch.append(row)
-        publish(trainer, {"xla_compiles": row["compiles"], "xla_compile_s": row["compile_s"]})
-        if trainer.is_global_zero:
-            print(f"epoch {row['epoch'] + 1}  {row['wall_s']:.1f} s (compile {row['compile_s']:.1f} s, "
-                  f"{row['compiles']} graph{'s' if row['compiles'] != 1 else ''})", flush=True)
+        publish(trainer, {"xla_compiles": row["compiles"], "xla_compile_s": row["compile_s"],
+                          "xla_host_syncs": row["host_syncs"]})
+        self._epoch_start = None
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and self.per_epoch:
+            print("  |  ".join(f"epoch {r['epoch'] + 1}  {r['wall_s']:.1f} s (compile {r['compile_s']:.1f} s)"
+                               for r in self.per_epoch), flush=True)
+            print("compiled graphs by phase: " + ", ".join(
+                f"{p} {v['graphs']} ({v['compile_s']:.1f} s)" for p, v in self.per_phase.items() if v["graphs"]),
+                flush=True)
+
+    # evaluation phases: the sanity check warms validation up too
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self._start("validate")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._check("validate", batch)
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self._end("validate")
+
+    def on_test_epoch_start(self, trainer, pl_module) -> None:
+        self._start("test")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._check("test", batch)
+
+    def on_test_epoch_end(self, trainer, pl_module) -> None:
+        self._end("test")
+
+    def on_predict_epoch_start(self, trainer, pl_module) -> None:
+        self._start("predict")
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._check("predict", batch)
+
+    def on_predict_epoch_end(self, trainer, pl_module) -> None:
+        self._end("predict")

@@ -1,0 +1,46 @@
+"""After warm-up, a new XLA compilation is seen: a warning by default, an error in strict mode."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env
+
+PROBE = Path(__file__).with_name("guard_probe.py")
+
+
+def probe(mode, change, progress_every=0):
+    return subprocess.run([sys.executable, str(PROBE), mode, "change" if change else "steady", str(progress_every)],
+                          env=cli_env(1), capture_output=True, text=True, timeout=600)
+
+
+def test_steady_shapes_compile_in_epoch_one_only_and_sync_only_for_the_progress_bar():
+    proc = probe("strict", change=False, progress_every=2)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    compiles = eval(proc.stdout.split("per-epoch compiles: ")[1].splitlines()[0])
+    assert compiles[0] > 0 and compiles[1:] == [0, 0], compiles
+    # 3 steps an epoch, a live bar every 2 steps: one read of the running sums per epoch, and nothing else
+    assert "live bar refreshes: 3" in proc.stdout
+    assert "host syncs in training steps: [1, 1, 1]" in proc.stdout
+    assert "WARNED" not in proc.stdout
+
+
+def test_a_new_shape_after_warm_up_warns_with_the_shapes():
+    proc = probe("warn", change=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warned = [ln for ln in proc.stdout.splitlines() if ln.startswith("WARNED")]
+    assert warned and "during train after warm-up" in warned[0]
+    assert "(16, 3, 32, 32)" in warned[0] and "(8, 3, 32, 32)" in warned[0]
+
+
+def test_a_new_shape_after_warm_up_stops_a_strict_run():
+    proc = probe("strict", change=True)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "STOPPED: XLA compiled" in proc.stdout and "xla_guard=strict" in proc.stdout
+
+
+def test_without_a_live_bar_training_steps_never_sync():
+    proc = probe("off", change=True)
+    assert proc.returncode == 0 and "WARNED" not in proc.stdout  # off: not even a warning
+    assert "host syncs in training steps: [0, 0, 0]" in proc.stdout
