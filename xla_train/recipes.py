@@ -26,6 +26,7 @@ ALIASES = {
     "epochs": "trainer.max_epochs",
     "batch_size": "data.batch_size",
     "lr": "model.lr",
+    "lr_scaling": "model.lr_scaling",
     "data_dir": "data.data_dir",
     "seed": "seed_everything",
     "ckpt": "ckpt_path",

@@ -4,7 +4,9 @@ Metrics are sums kept on the device (loss, correct, count) and read once per
 epoch, so a step never waits on the host. Padded evaluation rows carry label -1
 and are masked out of both loss and accuracy, so every sample counts once.
 A net with one output is a binary classifier (BCE on a logit); more outputs
-mean softmax cross-entropy.
+mean softmax cross-entropy. With lr_scaling=linear the learning rate grows with
+the global batch (Goyal et al., 2017): lr is the rate for one device's batch,
+and k devices train at k x lr, reached by a linear warm-up from lr.
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ def masked_stats(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, t
 class Classifier(pl.LightningModule):
     def __init__(self, net: nn.Module, lr: float = 1e-3, optimizer: Literal["adam", "sgd"] = "adam",
                  momentum: float = 0.9, weight_decay: float = 0.0,
-                 schedule: Literal["constant", "cosine"] = "constant"):
+                 schedule: Literal["constant", "cosine"] = "constant",
+                 lr_scaling: Literal["none", "linear"] = "none", warmup_epochs: float = 5.0):
         super().__init__()
         self.save_hyperparameters(ignore=["net"])
         self.net = net
@@ -74,6 +77,8 @@ class Classifier(pl.LightningModule):
         totals = self._totals.pop(stage, None)
         if totals is None:
             return
+        if self.trainer.world_size > 1:  # one process per device: add up the processes' sums
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
         loss_sum, correct, count = totals.cpu().tolist()  # the one host read of the epoch
         if count == 0:
             return
@@ -85,11 +90,6 @@ class Classifier(pl.LightningModule):
         if batch_idx + 1 >= self.trainer.num_training_batches:  # train metrics are final before validation
             self._log_epoch("train")
 
-    def on_train_epoch_end(self) -> None:
-        self._log_epoch("train")  # only if the epoch ended early
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val")
     def running_metrics(self, stage: str) -> dict[str, float]:
         """The epoch so far, read from the device: a host sync, so progress bars call it sparingly."""
         totals = self._totals.get(stage)
@@ -98,22 +98,46 @@ class Classifier(pl.LightningModule):
         loss_sum, correct, count = totals.cpu().tolist()
         return {"loss": loss_sum / count, "acc": correct / count} if count else {}
 
+    def on_train_epoch_end(self) -> None:
+        self._log_epoch("train")  # only if the epoch ended early
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_epoch("val")
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
 
     def configure_optimizers(self):
         hp = self.hparams
+        lr, factors = hp.lr, []
+        if hp.lr_scaling == "linear":
+            k = self.trainer.num_devices * self.trainer.num_nodes  # global batch / per-device batch
+            lr = hp.lr * k
+            warmup = max(1, round(hp.warmup_epochs * self._steps_per_epoch()))
+            factors.append(lambda s: (1 + (k - 1) * min(s, warmup) / warmup) / k)
+            if self.trainer.is_global_zero:
+                print(f"learning rate {lr:g} = {hp.lr:g} x {k} device(s) (lr_scaling=linear), "
+                      f"warm-up from {hp.lr:g} over {warmup} steps", flush=True)
+            if self.logger is not None:
+                self.logger.log_hyperparams({"lr_resolved": lr, "lr_warmup_steps": warmup})
         if hp.optimizer == "sgd":
-            opt = torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum,
+            opt = torch.optim.SGD(self.parameters(), lr=lr, momentum=hp.momentum,
                                   weight_decay=hp.weight_decay, nesterov=hp.momentum > 0)
         else:
-            opt = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+            opt = torch.optim.Adam(self.parameters(), lr=lr, weight_decay=hp.weight_decay)
         if hp.schedule == "cosine":
             total = max(1, self.trainer.estimated_stepping_batches)
-            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+            factors.append(lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+        if factors:
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: math.prod(f(s) for f in factors))
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
         return opt
+
+    def _steps_per_epoch(self) -> int:
+        t = self.trainer
+        if t.train_dataloader is None:
+            t.fit_loop.setup_data()
+        return max(1, math.ceil(t.num_training_batches / t.accumulate_grad_batches))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None

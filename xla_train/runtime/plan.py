@@ -1,9 +1,11 @@
 """From accelerator=/devices=/strategy= to the Trainer's hardware arguments.
 
 This is the one place that decides what runs where. `tpu` and `xla` get the
-PJRT accelerators and an XLA strategy; `cpu` and `gpu` are plain Lightning;
-`auto` takes a TPU if the PCI bus has one, then a GPU, then the CPU. Every
-choice writes checkpoints through the same atomic writer.
+PJRT accelerators and an XLA strategy: for one device the single-device
+strategy, for several SPMD data parallelism over all of them in one process
+(or, on a TPU and on request, Lightning's one process per device); `cpu` and
+`gpu` are plain Lightning; `auto` takes a TPU if the PCI bus has one, then a
+GPU, then the CPU. Every choice writes checkpoints through the same atomic writer.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from xla_train.checkpoint_io import AtomicCheckpointIO
 from xla_train.errors import ConfigError, HardwareError
 
 ACCELERATORS = ("auto", "tpu", "xla", "gpu", "cpu")
-XLA_STRATEGIES = ("auto", "xla_single")
+XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 
 
 @dataclass
@@ -75,15 +77,57 @@ def _plan_xla(kind: str, devices, strategy) -> HardwarePlan:
     if requested is not None and requested < 1:
         raise HardwareError(f"devices={requested} must be at least 1 (or auto for all)")
     configure_pjrt(kind, requested)
+    if strategy == "xla_mp":
+        return _plan_xla_multiprocess(kind, requested)
     n = parse_device_count(devices, runtime_device_count())
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
-    if n == 1:
+    if n == 1 and strategy != "spmd":
         from xla_train.runtime.strategies import XLASingleDeviceStrategy
 
         strat = XLASingleDeviceStrategy(0, accelerator=accelerator)
     else:
-        raise HardwareError(f"devices={n}: data-parallel training over several XLA devices is not "
-                            f"available yet; use devices=1")
+        if strategy == "xla_single":
+            raise ConfigError(f"strategy=xla_single drives one device, not {n}; use strategy=spmd (the default "
+                              f"for several devices) or devices=1")
+        _check_spmd_devices(n)
+        from xla_train.runtime.spmd import SPMDStrategy
+
+        strat = SPMDStrategy(n, accelerator=accelerator)
     # The accelerator travels inside the strategy; Lightning refuses it twice.
     return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": n},
+                        callbacks=[CompileAccounting()])
+
+
+def _check_spmd_devices(n: int) -> None:
+    """An SPMD mesh spans every device of the runtime (an XLA rule), so n must be all of them."""
+    import os
+
+    import torch_xla.runtime as xr
+
+    total = xr.global_runtime_device_count()
+    if n != total:
+        how = f", or set CPU_NUM_DEVICES={n}" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else ""
+        raise HardwareError(f"devices={n} but data parallelism (SPMD) spans every XLA device and this runtime has "
+                            f"{total}; use devices=auto (all {total}) or devices=1{how}")
+
+
+def _plan_xla_multiprocess(kind: str, requested: int | None) -> HardwarePlan:
+    """strategy=xla_mp: Lightning's XLAStrategy, one process per TPU core. TPU only, and the parent process
+    must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator counts the cores
+    without starting it."""
+    import os
+
+    from lightning.pytorch.accelerators import XLAAccelerator
+
+    from xla_train.runtime.compile_guard import CompileAccounting
+    from xla_train.runtime.spmd import XLAMultiProcessStrategy
+
+    if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
+        raise HardwareError(f"strategy=xla_mp runs one process per TPU core and needs a TPU; on "
+                            f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')} its collectives cannot run "
+                            f"(pytorch/xla#5005): use strategy=spmd, the default")
+    if requested == 1:
+        raise ConfigError("strategy=xla_mp needs several devices; for one device leave strategy=auto")
+    strat = XLAMultiProcessStrategy(accelerator=XLAAccelerator())
+    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto"},
                         callbacks=[CompileAccounting()])

@@ -1,0 +1,352 @@
+"""Eight XLA devices in one process (SPMD), proved on XLA:CPU with CPU_NUM_DEVICES=8.
+
+Two real CLI fits with the same global batches and seed, one on 1 device and
+one on 8, run in subprocesses; `Probe` rides along inside them (a Lightning
+callback given on the command line) to record what only the live process can
+see: how the batch is sharded, how many host reads a step makes, and what the
+trained module predicts on its devices.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from conftest import cli_env, run_cli
+from xla_train.cli import main
+
+PREDICT_ROWS = 16  # a multiple of 8, so the live check can shard it like a batch
+
+
+class Probe(pl.Callback):
+    """Runs inside the CLI subprocess and writes probe.json into the run folder."""
+
+    def __init__(self, frozen_batch_norm: bool = True) -> None:
+        self.frozen_batch_norm = frozen_batch_norm  # exact comparisons: see test_eight_devices_train_exactly_like_one
+        self.record: dict = {}
+
+    def setup(self, trainer, pl_module, stage) -> None:
+        if self.frozen_batch_norm:  # one BatchNorm code on 1 and 8 devices (torch_xla's own has no eval backward)
+            from xla_train.runtime.spmd import use_reduction_batch_norm
+
+            use_reduction_batch_norm(pl_module)
+
+    @staticmethod
+    def _host_reads() -> int:
+        from torch_xla.debug import metrics as met
+
+        data = met.metric_data("TransferFromDeviceTime")
+        return int(data[0]) if data else 0
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._reads_at_start = self._host_reads()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import torch_xla
+
+        if self.frozen_batch_norm:
+            for m in pl_module.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    m.eval()
+        spec = torch_xla._XLAC._get_xla_sharding_spec
+        if trainer.current_epoch == 0 and batch_idx == 0:
+            x, y = batch
+            sharded = getattr(trainer.strategy, "mesh", None) is not None
+            shards = torch_xla._XLAC._get_local_shards([x])[0] if sharded else []
+            self.record.update(
+                num_devices=trainer.num_devices, world_size=trainer.world_size, global_batch=int(x.shape[0]),
+                input_spec=spec(x), label_spec=spec(y), param_spec=spec(next(pl_module.parameters())),
+                shards=[[str(dev), list(data.shape)] for data, dev in shards],
+                batch_norm_error=self._batch_norm_error(x, pl_module.net.features[0]))
+        if trainer.current_epoch == 0 and batch_idx == 1:  # the optimizer has state after one step
+            state = next(iter(trainer.optimizers[0].state.values()))
+            self.record["optimizer_state_spec"] = spec(next(v for v in state.values() if v.dim() > 0))
+
+    @staticmethod
+    def _batch_norm_error(x, layer) -> float:
+        """Largest difference between the model's first BatchNorm in training mode on the (sharded) batch and
+        torch's own on the whole batch on the CPU: small only if the batch statistics span every device."""
+        here, cpu = nn.BatchNorm2d(3).to(x.device), nn.BatchNorm2d(3)
+        here.__class__ = type(layer)  # the reduction BatchNorm (see setup)
+        with torch.no_grad():
+            return float((here.train()(x).cpu() - cpu.train()(x.cpu())).abs().max())
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == 0:  # weights and optimizer state after the first few steps
+            moments = [s["momentum_buffer"].cpu() for s in trainer.optimizers[0].state.values()]
+            torch.save({"net": {k: v.cpu() for k, v in pl_module.net.state_dict().items()}, "moments": moments},
+                       Path(trainer.log_dir, "after_epoch_1.pt"))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.current_epoch == 1 and batch_idx + 1 == trainer.num_training_batches:
+            self.record["host_reads_in_epoch_2_steps"] = self._host_reads() - self._reads_at_start
+
+    def on_train_end(self, trainer, pl_module) -> None:  # the module as trained, still on its devices
+        import torch_xla.core.xla_model as xm
+
+        # Through the strategy's own checkpoint writer, as ModelCheckpoint does; its last.ckpt is only
+        # rewritten when the monitored metric improves, so it need not hold the final weights.
+        trainer.save_checkpoint(Path(trainer.log_dir, "final.ckpt"))
+
+        raw, _ = trainer.datamodule.arrays("test")
+        x = trainer.datamodule.transform(False)(raw[:PREDICT_ROWS])
+        mesh = getattr(trainer.strategy, "mesh", None)
+        if mesh is not None:
+            from xla_train.runtime.spmd import batch_sharding
+
+            x = xm.send_cpu_data_to_device(x, pl_module.device, batch_sharding(mesh))[0]
+        else:
+            x = x.to(pl_module.device)
+        pl_module.eval()
+        with torch.no_grad():
+            self.record["live_probs"] = torch.softmax(pl_module(x), dim=-1).cpu().tolist()
+        Path(trainer.log_dir, "probe.json").write_text(json.dumps(self.record))
+
+
+COMMON = ("fit", "recipe=cifar10", "accelerator=xla", "epochs=2", "download=false", "test_after_fit=false",
+          # no dropout: its masks are drawn per device; SGD: Adam would hide a wrongly scaled gradient
+          "model.dropout=0", "model.dense_dropout=0", "model.optimizer=sgd", "lr=0.01", "model.schedule=cosine",
+          "--trainer.callbacks+=test_spmd.Probe")
+
+
+@pytest.fixture(scope="module")
+def runs(cifar_root, tmp_path_factory):
+    """The same 2 epochs of global batch 64: 1 device x 64, and 8 devices x 8. Both at once, to save time."""
+    work = {d: tmp_path_factory.mktemp(f"spmd_{d}dev") for d in (1, 8)}
+
+    def fit(devices: int):
+        proc = run_cli(*COMMON, f"devices={devices}", f"batch_size={64 // devices}", f"data_dir={cifar_root}",
+                       cwd=work[devices], devices=devices)
+        return work[devices] / "runs" / "cifar10" / "version_0", proc
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(zip((1, 8), pool.map(fit, (1, 8))))
+
+
+def probe(run: Path) -> dict:
+    return json.loads((run / "probe.json").read_text())
+
+
+def epoch_metrics(run: Path) -> dict[tuple[int, str], float]:
+    with open(run / "metrics.csv") as f:
+        return {(int(r["epoch"]), k): float(v) for r in csv.DictReader(f) for k, v in r.items()
+                if v and k not in ("epoch", "step")}
+
+
+def checkpoint(run: Path) -> dict:
+    return torch.load(run / "final.ckpt", weights_only=True)
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / a.norm().clamp(min=1e-12))
+
+
+def test_eight_devices_train_exactly_like_one(runs):
+    """Weights and momenta after epoch 1 (3 steps) and at the end (6 steps), and the epoch metrics.
+
+    BatchNorm runs in eval mode here, as a layer with fixed statistics, and as the
+    same code on both runs (Probe.setup; torch_xla's own BatchNorm has no backward
+    in eval mode). In training mode this CNN has, at initialisation, channels whose
+    spread is 1/100 of their mean, and float32 BatchNorm gradients are then 1e-6 to
+    1e-2 off the float64 ones, by amounts that differ between implementations
+    (XLA's, torch's on the CPU, the reduction form): the comparison would measure
+    that, not the gradient all-reduce. That the training-mode statistics span all 8
+    devices is checked in test_each_of_the_eight_devices_holds_one_slice_of_the_batch.
+    """
+    one, eight = (torch.load(runs[d][0] / "after_epoch_1.pt", weights_only=True) for d in (1, 8))
+    assert one["net"].keys() == eight["net"].keys() and len(one["moments"]) == len(eight["moments"]) > 0
+    for key, w in one["net"].items():
+        assert rel_diff(w, eight["net"][key]) < 1e-4, key
+    for a, b in zip(one["moments"], eight["moments"]):
+        assert rel_diff(a, b) < 1e-4
+    final1, final8 = checkpoint(runs[1][0]), checkpoint(runs[8][0])
+    assert final1["state_dict"].keys() == final8["state_dict"].keys()  # the plain net's: nothing replicated
+    for key, w in final1["state_dict"].items():
+        assert rel_diff(w, final8["state_dict"][key]) < 1e-4, key
+    m1, m8 = epoch_metrics(runs[1][0]), epoch_metrics(runs[8][0])
+    for key in [(e, k) for e in (0, 1) for k in ("train_loss", "train_acc", "val_loss", "val_acc")]:
+        assert m8[key] == pytest.approx(m1[key], rel=1e-4), key  # every sample counted once, on 1 or 8 devices
+
+
+def test_each_of_the_eight_devices_holds_one_slice_of_the_batch(runs):
+    p = probe(runs[8][0])
+    assert (p["num_devices"], p["world_size"], p["global_batch"]) == (8, 1, 64)
+    devices = "0,1,2,3,4,5,6,7"
+    assert p["input_spec"] == f"{{devices=[8,1,1,1]{devices}}}"
+    assert p["label_spec"] == f"{{devices=[8]{devices}}}"
+    assert sorted(p["shards"]) == sorted([f"CPU:{i}", [8, 3, 32, 32]] for i in range(8))
+    assert p["param_spec"] == p["optimizer_state_spec"] == "{replicated}"
+    assert p["batch_norm_error"] < 1e-4  # training-mode statistics over the whole batch, not per slice
+    assert "(accelerator xla, 8 device(s))" in runs[8][1].stdout
+
+
+def test_eight_devices_compile_in_epoch_one_and_never_sync_per_step(runs):
+    compiles = {e: v for (e, k), v in epoch_metrics(runs[8][0]).items() if k == "xla_compiles"}
+    assert compiles[0] >= 1 and compiles[1] == 0, compiles
+    assert probe(runs[8][0])["host_reads_in_epoch_2_steps"] == 0
+
+
+def test_the_eight_device_checkpoint_predicts_like_the_live_module_on_the_cpu(runs, cifar_root,
+                                                                             relaxed_cifar_checks):
+    from xla_train import load_for_inference
+    from xla_train.data.cifar10 import load_cifar10
+
+    run = runs[8][0]
+    ckpt = checkpoint(run)
+    assert {t.device.type for t in ckpt["state_dict"].values()} == {"cpu"}
+    predictor = load_for_inference(run / "final.ckpt")  # strict load into the plain nn.Module
+    images = load_cifar10(str(cifar_root), download=False)["test"][0][:PREDICT_ROWS]
+    cpu = predictor.probabilities(images)
+    live = torch.tensor(probe(run)["live_probs"])
+    torch.testing.assert_close(cpu, live, atol=1e-4, rtol=1e-3)
+    assert torch.equal(cpu.argmax(1), live.argmax(1))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["devices=0"], "devices=0 must be at least 1"),
+    (["devices=8", "strategy=ddp"], "strategy='ddp' cannot run on accelerator=xla; use one of auto, xla_single, "
+                                    "spmd, xla_mp"),
+])
+def test_bad_device_settings_fail_before_the_runtime_starts(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert main(["recipe=cifar10", "accelerator=xla", *args]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("xla_train: error: ") and message in last and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_device_settings_on_eight_devices_are_one_line_each(tmp_path):
+    cases = {
+        "devices=16": "devices=16 but this machine has 8 XLA device(s); use 1 to 8, or auto",
+        "devices=4": "devices=4 but data parallelism (SPMD) spans every XLA device and this runtime has 8; "
+                     "use devices=auto (all 8) or devices=1, or set CPU_NUM_DEVICES=4",
+        "strategy=xla_mp": "strategy=xla_mp runs one process per TPU core and needs a TPU",
+        "strategy=xla_single": "strategy=xla_single drives one device, not 8",
+    }
+    code = f"""
+import contextlib, io, json
+from xla_train.cli import main
+out = {{}}
+for arg in {list(cases)!r}:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["recipe=cifar10", "accelerator=xla", "devices=auto", arg])
+    out[arg] = [code, err.getvalue()]
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(8), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for arg, message in cases.items():
+        code, err = results[arg]
+        last = err.strip().splitlines()[-1]  # Lightning may log "Seed set to 0" first, as in test_cli
+        assert code == 2 and last.startswith("xla_train: error: ") and "Traceback" not in err, (arg, err)
+        assert message in last, (arg, last)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- in-process pieces (no XLA runtime) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls,shape,momentum", [(nn.BatchNorm2d, (16, 3, 5, 5), 0.1),
+                                                (nn.BatchNorm1d, (16, 4), None),
+                                                (nn.BatchNorm1d, (16, 4, 6), 0.3)])
+def test_reduction_batch_norm_matches_torch_and_is_undone(cls, shape, momentum):
+    from xla_train.runtime.spmd import restore_batch_norm, use_reduction_batch_norm
+
+    torch.manual_seed(0)
+    ref = nn.Sequential(cls(shape[1], momentum=momentum))
+    nn.init.uniform_(ref[0].weight)
+    nn.init.uniform_(ref[0].bias)
+    mine = nn.Sequential(cls(shape[1], momentum=momentum))
+    mine.load_state_dict(ref.state_dict())
+    changed = use_reduction_batch_norm(mine)
+    assert len(changed) == 1 and isinstance(mine[0], cls) and type(mine[0]) is not cls
+    for step in range(3):
+        x = torch.randn(shape) * 3 + step
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        ya, yb = ref(xa), mine(xb)
+        torch.testing.assert_close(yb, ya, atol=1e-5, rtol=1e-5)
+        (ya * x).sum().backward()
+        (yb * x).sum().backward()
+        torch.testing.assert_close(xb.grad, xa.grad, atol=1e-4, rtol=1e-4)
+    for p, q in zip(ref.parameters(), mine.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
+    for key, value in ref.state_dict().items():  # running statistics and the batch counter
+        torch.testing.assert_close(mine.state_dict()[key], value, atol=1e-5, rtol=1e-5)
+    ref.eval(), mine.eval()
+    x = torch.randn(shape)
+    torch.testing.assert_close(mine(x), ref(x), atol=1e-5, rtol=1e-5)
+    restore_batch_norm(changed)
+    assert type(mine[0]) is cls
+
+
+def _attach(module, devices: int, batches_per_epoch: int):
+    module._trainer = SimpleNamespace(num_devices=devices, num_nodes=1, is_global_zero=True, logger=None,
+                                      train_dataloader=object(), num_training_batches=batches_per_epoch,
+                                      accumulate_grad_batches=1)
+    return module
+
+
+def test_linear_lr_scaling_warms_up_to_devices_times_lr(capsys):
+    from xla_train.models import CifarCNN
+    from xla_train.tasks import Classifier
+
+    task = _attach(Classifier(CifarCNN(), lr=0.01, optimizer="sgd", lr_scaling="linear", warmup_epochs=2), 8, 5)
+    conf = task.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    lrs = []
+    for _ in range(13):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    expected = [0.01 * (1 + 7 * min(s, 10) / 10) for s in range(13)]  # from lr to 8 x lr over 2 epochs of 5 steps
+    assert lrs == pytest.approx(expected)
+    assert "learning rate 0.08 = 0.01 x 8 device(s) (lr_scaling=linear), warm-up from 0.01 over 10 steps" \
+        in capsys.readouterr().out
+
+
+def test_lr_is_not_scaled_unless_asked():
+    from xla_train.models import CifarCNN
+    from xla_train.tasks import Classifier
+
+    opt = _attach(Classifier(CifarCNN(), lr=0.01), 8, 5).configure_optimizers()
+    assert isinstance(opt, torch.optim.Adam) and opt.param_groups[0]["lr"] == 0.01
+
+
+def test_the_multi_process_strategy_sees_the_same_global_batches_as_spmd(monkeypatch):
+    """strategy=xla_mp (TPU only): each of 8 processes loads its share; together they are SPMD's one batch."""
+    from xla_train.checkpoint_io import AtomicCheckpointIO
+    from xla_train.data.base import ArrayDataModule
+    from xla_train.data.batching import BatchSampler
+    from xla_train.runtime.spmd import XLAMultiProcessStrategy
+
+    def share(world, rank):
+        dm = ArrayDataModule(batch_size=8)
+        dm.trainer = SimpleNamespace(num_devices=8, num_nodes=1, world_size=world, global_rank=rank)
+        return dm.process_share()
+
+    assert share(world=1, rank=0) == (64, 0, 1)  # SPMD: one process loads the global batch
+    assert [share(world=8, rank=r) for r in range(8)] == [(8, r, 8) for r in range(8)]
+    for train, n in ((True, 200), (False, 150)):
+        spmd = list(BatchSampler(n, 64, train=train, seed=3))
+        shards = [list(BatchSampler(n, 8, train=train, seed=3, rank=r, world_size=8)) for r in range(8)]
+        assert all(len(s) == len(spmd) for s in shards)
+        for step, batch in enumerate(spmd):
+            assert all(s[step].shape == (8,) for s in shards)
+            np.testing.assert_array_equal(np.concatenate([s[step] for s in shards]), batch)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")  # building it imports torch_xla, which would otherwise pick one for good
+    assert isinstance(XLAMultiProcessStrategy().checkpoint_io, AtomicCheckpointIO)
