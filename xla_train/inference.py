@@ -3,17 +3,19 @@
 Imports neither Lightning nor torch_xla. The file is read with weights_only=True
 and the net is built from the architecture key it names, so loading a
 checkpoint never runs code from it. Predictions do not depend on the batch size.
+Images or text: the checkpoint's `kind` says which preprocessing its inputs
+get; a text checkpoint carries its own tokenizer and vocabulary.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
 from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
-from xla_train.errors import CheckpointError
+from xla_train.errors import CheckpointError, UserError
 from xla_train.models import build_net
 from xla_train.preprocess import images_to_tensor, resize_images
 
@@ -23,11 +25,39 @@ class Predictor:
     model: nn.Module
     labels: list[str]
     info: dict
+    _tokenizer: object = field(default=None, init=False, repr=False)
+
+    @property
+    def kind(self) -> str:
+        return self.info.get("kind", "image")
 
     def preprocess(self, raw) -> torch.Tensor:
-        """uint8 images (N, H, W, 3) of any size -> the net's input tensor."""
+        """uint8 images (N, H, W, 3) of any size, or texts (a str, a list of them, or token ids) -> the net's input."""
+        if self.kind == "text":
+            return self._preprocess_text(raw)
         size = self.info["image_size"]
         return images_to_tensor(resize_images(np.asarray(raw), size), self.info["mean"], self.info["std"])
+
+    def _preprocess_text(self, raw) -> torch.Tensor:
+        """Reviews of any length -> int64 (N, maxlen) ids, cut and padded at the front as in training."""
+        from xla_train.data import text
+
+        maxlen = int(self.info["maxlen"])
+        if isinstance(raw, np.ndarray) and np.issubdtype(raw.dtype, np.integer):  # already token ids
+            ids = text.fit_to_length([row[row != text.PAD_ID] for row in np.atleast_2d(raw)], maxlen)
+        else:
+            texts = [raw] if isinstance(raw, str) else list(raw)
+            for i, t in enumerate(texts):
+                if not isinstance(t, str) or not t.strip():
+                    raise UserError(f"text {i} is {'empty' if isinstance(t, str) else type(t).__name__}; "
+                                    f"give each review as a non-empty string")
+            if self._tokenizer is None:  # a Predictor built by hand rather than by load_for_inference
+                self._tokenizer = text.tokenizer_from_json(self.info["tokenizer"])
+            ids = text.encode(self._tokenizer, texts, maxlen)
+        empty = np.flatnonzero(text.token_counts(ids) == 0)
+        if len(empty):
+            raise UserError(f"text {int(empty[0])} has no words once tokenised; give a review with some text")
+        return torch.from_numpy(ids)
 
     @torch.no_grad()
     def probabilities(self, raw, batch_size: int = 256) -> torch.Tensor:
@@ -61,4 +91,14 @@ def load_for_inference(path) -> Predictor:
         raise CheckpointError(f"{path}: its weights do not fit the {block['arch']} net it names "
                               f"({str(e).splitlines()[0]})") from None
     net.eval()
-    return Predictor(model=net, labels=list(block["labels"]), info=block)
+    predictor = Predictor(model=net, labels=list(block["labels"]), info=block)
+    if predictor.kind == "text":
+        from xla_train.data.text import tokenizer_from_json
+
+        try:
+            predictor._tokenizer = tokenizer_from_json(block["tokenizer"])
+            int(block["maxlen"])
+        except Exception as e:  # missing keys, or a tokenizer JSON that does not parse
+            raise CheckpointError(f"{path} is a text checkpoint without a usable tokenizer and maxlen "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r})") from None
+    return predictor

@@ -1,4 +1,4 @@
-"""Reading what a user asks to predict: image files, folders of them, or .npy arrays.
+"""Reading what a user asks to predict: image files, folders of them, .npy arrays, or text reviews.
 
 Every problem is a one-line error that names the file and says what would work.
 """
@@ -13,21 +13,25 @@ from xla_train.errors import UserError
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
 
-def expand_paths(specs: list[str]) -> list[Path]:
+def expand_paths(specs: list[str], suffixes: set[str] | None = None, what: str | None = None) -> list[Path]:
+    """Files as given, and each folder's files with one of `suffixes` (images and .npy by default)."""
+    if suffixes is None:
+        suffixes = IMAGE_SUFFIXES | {".npy"}
+        what = f"images ({', '.join(sorted(IMAGE_SUFFIXES))}) or .npy files"
     paths: list[Path] = []
     for spec in specs:
         p = Path(spec).expanduser()
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES | {".npy"})
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in suffixes)
             if not found:
-                raise UserError(f"folder {p} holds no images ({', '.join(sorted(IMAGE_SUFFIXES))}) or .npy files")
+                raise UserError(f"folder {p} holds no {what}")
             paths.extend(found)
         elif p.is_file():
             paths.append(p)
         else:
             raise UserError(f"input {p} does not exist")
     if not paths:
-        raise UserError("nothing to predict: give inputs=FILE[,FILE...] (images, a folder or a .npy array)")
+        raise UserError("nothing to predict: give inputs=FILE[,FILE...]")
     return paths
 
 
@@ -79,3 +83,31 @@ def read_images(specs: list[str], size: int) -> tuple[list[str], np.ndarray]:
             names.append(str(p))
             arrays.append(read_image(p, size)[None])
     return names, np.concatenate(arrays)
+
+
+def read_text_file(path: Path) -> str:
+    """A file's text; bytes that are not UTF-8 become U+FFFD, as in training. Binary files are refused."""
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise UserError(f"{path} is not a text file (it holds NUL bytes); give reviews as UTF-8 .txt files")
+    return data.decode("utf-8", errors="replace")
+
+
+def read_texts(specs: list[str], per_line: bool = False) -> tuple[list[str], list[str]]:
+    """(one name per review, the reviews): each file (or each .txt in a folder) is one review, or with
+    per_line each non-blank line is one, named FILE:LINE."""
+    names, texts = [], []
+    for p in expand_paths(specs, {".txt"}, "reviews (.txt files)"):
+        content = read_text_file(p)
+        if per_line:
+            found = [(i, line) for i, line in enumerate(content.splitlines(), 1) if line.strip()]
+            if not found:
+                raise UserError(f"{p} holds no reviews (every line is blank); put one review per line")
+            names += [f"{p}:{i}" for i, _ in found]
+            texts += [line for _, line in found]
+        elif not content.strip():
+            raise UserError(f"{p} is empty; a review to classify needs some text")
+        else:
+            names.append(str(p))
+            texts.append(content)
+    return names, texts

@@ -1,26 +1,34 @@
-"""`python -m xla_train predict ckpt=PATH inputs=...`: CPU inference from a checkpoint, one line per input.
+"""`python -m xla_train predict ckpt=PATH inputs=...|text="..."`: CPU inference from a checkpoint, one line per input.
 
+Each line is NAME, the predicted label, its probability, and with --probs (always,
+for text) every label's probability; for a sentiment checkpoint `pos=` is
+P(positive). Images come as files, folders or .npy arrays; reviews as text=,
+as .txt files (one review each), or with --lines as files of one review per line.
 Plain torch: neither Lightning nor torch_xla is imported.
 """
 from __future__ import annotations
 
 from xla_train.errors import ConfigError
 
-KEYS = ("ckpt", "inputs", "batch_size")
-FLAGS = ("--probs",)
+KEYS = ("ckpt", "inputs", "text", "batch_size")
+FLAGS = ("--probs", "--lines")
 
 
 def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     unknown = sorted(set(pairs) - set(KEYS))
     if unknown:
-        raise ConfigError(f"predict takes {', '.join(k + '=' for k in KEYS)} and --probs; not {', '.join(unknown)}")
+        raise ConfigError(f"predict takes {', '.join(k + '=' for k in KEYS)}, --probs and --lines; "
+                          f"not {', '.join(unknown)}")
     bad_flags = [f for f in flags if f not in FLAGS]
     if bad_flags:
-        raise ConfigError(f"predict does not know {' '.join(bad_flags)}; its only flag is --probs")
+        raise ConfigError(f"predict does not know {' '.join(bad_flags)}; its flags are {' and '.join(FLAGS)}")
     if "ckpt" not in pairs:
         raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
-    if "inputs" not in pairs:
-        raise ConfigError("predict needs inputs=FILE[,FILE...] (images, a folder of them, or a .npy array)")
+    if "inputs" not in pairs and "text" not in pairs:
+        raise ConfigError("predict needs inputs=FILE[,FILE...] (images, a folder of them, a .npy array, or .txt "
+                          "reviews) or text=\"a review\"")
+    if "text" in pairs and not pairs["text"].strip():
+        raise ConfigError("text= is empty; give the review to classify, e.g. text=\"A wonderful film.\"")
     try:
         batch_size = int(pairs.get("batch_size", 256))
         if batch_size < 1:
@@ -29,15 +37,28 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
         raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
 
     from xla_train.inference import load_for_inference
-    from xla_train.inputs import read_images
 
     predictor = load_for_inference(pairs["ckpt"])
-    names, images = read_images([s for s in pairs["inputs"].split(",") if s], predictor.info["image_size"])
-    probs = predictor.probabilities(images, batch_size=batch_size)
+    specs = [s for s in pairs.get("inputs", "").split(",") if s]
+    if predictor.kind == "text":
+        from xla_train.inputs import read_texts
+
+        names, raw = read_texts(specs, per_line="--lines" in flags) if specs or "text" not in pairs else ([], [])
+        if "text" in pairs:
+            names, raw = ["text", *names], [pairs["text"], *raw]
+        show_all = True
+    else:
+        if "text" in pairs or "--lines" in flags:
+            raise ConfigError(f"{pairs['ckpt']} classifies images; give them as inputs=FILE[,FILE...], not text")
+        from xla_train.inputs import read_images
+
+        names, raw = read_images(specs, predictor.info["image_size"])
+        show_all = "--probs" in flags
+    probs = predictor.probabilities(raw, batch_size=batch_size)
     for name, row in zip(names, probs):
         top = int(row.argmax())
         line = f"{name}\t{predictor.labels[top]}\t{float(row[top]):.4f}"
-        if "--probs" in flags:
+        if show_all:
             line += "\t" + " ".join(f"{lab}={float(p):.4f}" for lab, p in zip(predictor.labels, row))
         print(line)
     return 0

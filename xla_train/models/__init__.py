@@ -4,9 +4,10 @@ A checkpoint names its net by this key, never by an import path, so loading a
 file can only ever build one of these classes.
 """
 from xla_train.models.cnn import CifarCNN
+from xla_train.models.lstm import SentimentLSTM
 from xla_train.models.resnet import CifarResNet
 
-NETS = {cls.arch: cls for cls in (CifarCNN, CifarResNet)}
+NETS = {cls.arch: cls for cls in (CifarCNN, CifarResNet, SentimentLSTM)}
 
 
 def build_net(arch: str, config: dict):
@@ -15,4 +16,4 @@ def build_net(arch: str, config: dict):
     return NETS[arch](**config)
 
 
-__all__ = ["CifarCNN", "CifarResNet", "NETS", "build_net"]
+__all__ = ["CifarCNN", "CifarResNet", "SentimentLSTM", "NETS", "build_net"]

@@ -1,10 +1,12 @@
 """Lightning strategies for XLA devices.
 
-The single-device strategy is Lightning's own, with three changes: it takes the
+The single-device strategy is Lightning's own, with four changes: it takes the
 device from the current torch_xla API, it writes checkpoints through the atomic
-writer, and it feeds batches through torch_xla's MpDeviceLoader, which overlaps
+writer, it feeds batches through torch_xla's MpDeviceLoader, which overlaps
 host-to-device copies with compute and cuts the lazy graph after every batch
-(training, validation and test alike), so each step is one cached graph.
+(training, validation and test alike), so each step is one cached graph, and
+it runs every nn.LSTM as a scan (runtime/scan_lstm.py), whose compile time does
+not grow with the sequence length.
 """
 from __future__ import annotations
 
@@ -32,6 +34,19 @@ class XLASingleDeviceStrategy(SingleDeviceXLAStrategy):
     @checkpoint_io.setter
     def checkpoint_io(self, io) -> None:
         self._checkpoint_io = io
+
+    def model_to_device(self) -> None:
+        # nn.LSTM would be unrolled over time on XLA; the scan runs it as one loop, with the same parameters.
+        from xla_train.runtime.scan_lstm import use_scan_lstm
+
+        use_scan_lstm(self.model)
+        super().model_to_device()
+
+    def teardown(self) -> None:
+        super().teardown()  # moves the model back to the CPU
+        from xla_train.runtime.scan_lstm import restore_lstm
+
+        restore_lstm(self.model)  # ...where nn.LSTM, not the scan, runs it
 
     def process_dataloader(self, dataloader):
         return device_loader(dataloader, self.root_device)

@@ -1,0 +1,210 @@
+"""The Stanford Large Movie Review Dataset (IMDB) from its real layout, aclImdb/{train,test}/{pos,neg}/*.txt.
+
+The download is staged like CIFAR-10's: the archive is checked against its MD5,
+extracted beside the target and renamed into place, so a failed download never
+leaves a folder that looks usable. Reviews are read one file at a time; one
+that is not valid UTF-8 is decoded with replacement characters, not refused.
+
+Tokenising 50,000 reviews takes seconds, and the result is cached next to the
+data, keyed on everything that changes it (maxlen, vocabulary size, tokenizer
+and pipeline version, and the files' count and size), so later runs start at
+once. The vocabulary comes from the training split only. Validation uses the
+test split, as the Keras tutorial does, unless val_fraction holds out part of
+train instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from xla_train.data import text
+from xla_train.data.base import ArrayDataModule
+from xla_train.errors import ConfigError, DataError
+
+URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+FILENAME = "aclImdb_v1.tar.gz"
+MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
+FOLDER = "aclImdb"
+LABELS = ["neg", "pos"]
+DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".cache", "xla_train", "imdb")
+CACHE_DIR = ".xla_train_cache"
+
+
+def download_imdb(root: str) -> None:
+    """Fetch and verify aclImdb_v1.tar.gz, then move the extracted aclImdb folder into `root` atomically."""
+    from torchvision.datasets.utils import download_url, extract_archive
+
+    Path(root).mkdir(parents=True, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".download-", dir=root)
+    try:
+        try:
+            download_url(URL, stage, FILENAME, MD5)
+        except Exception as e:  # network errors come in many types; all mean the same to the user
+            raise DataError(f"could not download IMDB from {URL} into {root} ({type(e).__name__}: {e}); "
+                            f"fetch {FILENAME} by hand and extract it there") from None
+        archive = os.path.join(stage, FILENAME)
+        if not os.path.isfile(archive):
+            raise DataError(f"downloaded {FILENAME} failed its MD5 check ({MD5}); try again")
+        try:
+            extract_archive(archive, stage)
+        except Exception as e:
+            raise DataError(f"{FILENAME} is corrupt or truncated ({type(e).__name__}: {e}); delete it and retry") from None
+        target = os.path.join(root, FOLDER)
+        if os.path.exists(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(stage, FOLDER), target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def find_folder(data_dir: str) -> Path:
+    """data_dir may be the folder holding aclImdb/ or aclImdb/ itself."""
+    d = Path(data_dir)
+    return d if (d / "train").is_dir() or (d / "test").is_dir() else d / FOLDER
+
+
+def list_split(folder: Path, split: str) -> tuple[list[Path], np.ndarray, tuple]:
+    """(review files in a fixed order, labels 0=neg 1=pos, a fingerprint of the files)."""
+    files, labels, fingerprint = [], [], []
+    for label, name in enumerate(LABELS):
+        d = folder / split / name
+        if not d.is_dir():
+            raise DataError(f"IMDB at {folder} has no {split}/{name} folder; the layout is "
+                            f"aclImdb/{{train,test}}/{{pos,neg}}/*.txt (re-extract {FILENAME})")
+        entries = sorted((e.name, e.stat().st_size) for e in os.scandir(d) if e.name.endswith(".txt") and e.is_file())
+        if not entries:
+            raise DataError(f"IMDB folder {d} holds no reviews (*.txt); re-extract {FILENAME} there")
+        files += [d / n for n, _ in entries]
+        labels += [label] * len(entries)
+        fingerprint.append((split, name, len(entries), sum(s for _, s in entries)))
+    return files, np.asarray(labels, dtype=np.int64), tuple(fingerprint)
+
+
+def read_reviews(files: list[Path]):
+    """Yields each review as text, one file at a time; bytes that are not UTF-8 become U+FFFD."""
+    for f in files:
+        yield f.read_bytes().decode("utf-8", errors="replace")
+
+
+def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int) -> dict:
+    """{'train'|'test': (int64 (N, maxlen) ids, labels), 'tokenizer': JSON string}, from the cache when it is current."""
+    folder = find_folder(data_dir)
+    if not folder.is_dir():
+        if download:
+            download_imdb(str(folder.parent))
+        if not folder.is_dir():
+            raise DataError(f"IMDB is missing at {folder}; download {URL} ({FILENAME}) and extract it into "
+                            f"{folder.parent}, or run with download=true on a machine with network")
+    listing = {split: list_split(folder, split) for split in ("train", "test")}
+    key = {"maxlen": maxlen, "vocab_size": vocab_size, "tokenizer": text.tokenizer_version(),
+           "files": [listing[s][2] for s in listing]}
+    cache = folder / CACHE_DIR / f"tokens-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.npz"
+    cached = _read_cache(cache, key)
+    if cached is not None:
+        return cached
+    t0 = time.perf_counter()
+    reviews = {split: list(read_reviews(files)) for split, (files, _, _) in listing.items()}
+    tokenizer = text.build_tokenizer(reviews["train"], vocab_size)
+    out = {"tokenizer": text.tokenizer_to_json(tokenizer)}
+    for split, (_, labels, _) in listing.items():
+        out[split] = (text.encode(tokenizer, reviews[split], maxlen), labels)
+    print(f"tokenised {sum(map(len, reviews.values())):,} IMDB reviews in {time.perf_counter() - t0:.1f} s "
+          f"(vocabulary {vocab_size:,}, maxlen {maxlen}); caching them in {cache.parent}", flush=True)
+    _write_cache(cache, out, key)
+    return out
+
+
+def _read_cache(path: Path, key: dict) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != json.dumps(key):
+                return None
+            return {"tokenizer": str(z["tokenizer"]),
+                    **{s: (z[f"{s}_x"].astype(np.int64), z[f"{s}_y"].astype(np.int64)) for s in ("train", "test")}}
+    except Exception:  # a damaged cache is rebuilt, never trusted
+        return None
+
+
+def _write_cache(path: Path, data: dict, key: dict) -> None:
+    """Written beside the data, atomically; a read-only data folder (e.g. a Kaggle input) just goes uncached."""
+    dtype = np.uint16 if key["vocab_size"] <= np.iinfo(np.uint16).max + 1 else np.int32
+    arrays = {"tokenizer": np.array(data["tokenizer"]), "key": np.array(json.dumps(key))}
+    for s in ("train", "test"):
+        arrays[f"{s}_x"], arrays[f"{s}_y"] = data[s][0].astype(dtype), data[s][1].astype(np.int8)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tokens-", suffix=".npz", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        warnings.warn(f"could not cache the tokenised reviews in {path.parent} ({e.strerror or e}); "
+                      f"the next run tokenises again", stacklevel=2)
+
+
+def ids_to_tensor(ids: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
+
+
+class IMDBDataModule(ArrayDataModule):
+    kind = "text"
+
+    def __init__(self, data_dir: str | None = None, download: bool = True, maxlen: int = 500,
+                 vocab_size: int = 10000, val_fraction: float = 0.0, batch_size: int = 128,
+                 num_workers: int = 0, seed: int | None = None):
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed)
+        if maxlen < 1:
+            raise ConfigError(f"maxlen={maxlen} must be at least 1 (the Keras tutorial uses 500)")
+        if vocab_size < 3:
+            raise ConfigError(f"vocab_size={vocab_size} must be at least 3: ids 0 and 1 are padding and unknown")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ConfigError(f"val_fraction={val_fraction} must be in [0, 1); 0 validates on the test split")
+        self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
+        self.download, self.maxlen, self.vocab_size, self.val_fraction = download, maxlen, vocab_size, val_fraction
+        self._tokenizer_json: str | None = None
+
+    @property
+    def labels(self) -> list[str]:
+        return list(LABELS)
+
+    def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
+        net = getattr(self.trainer.lightning_module, "net", None) if self.trainer is not None else None
+        rows = (getattr(net, "config", None) or {}).get("vocab_size")
+        if rows is not None and rows < self.vocab_size:  # XLA would clamp the larger ids silently
+            raise ConfigError(f"the vocabulary has {self.vocab_size} ids but the net's embedding only {rows} rows; "
+                              f"set model.net.vocab_size={self.vocab_size} (or data.vocab_size={rows})")
+
+    def load_arrays(self):
+        d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size)
+        self._tokenizer_json = d["tokenizer"]
+        train, test = d["train"], d["test"]
+        if not self.val_fraction:
+            return {"train": train, "val": test, "test": test}
+        # A fixed seed, not the run's: the held-out reviews stay the same whatever seed a run trains with.
+        order = np.random.default_rng(0).permutation(len(train[0]))
+        n_val = max(1, round(len(order) * self.val_fraction))
+        val, fit = np.sort(order[:n_val]), np.sort(order[n_val:])
+        return {"train": (train[0][fit], train[1][fit]), "val": (train[0][val], train[1][val]), "test": test}
+
+    def transform(self, train: bool):
+        return ids_to_tensor
+
+    def inference_info(self) -> dict:
+        self.setup()
+        return {"kind": self.kind, "labels": self.labels, "maxlen": self.maxlen,
+                "tokenizer": self._tokenizer_json, "tokenizer_version": text.tokenizer_version()}

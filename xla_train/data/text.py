@@ -1,0 +1,94 @@
+"""Text to fixed-shape token ids, shared by training and inference.
+
+One tokenizer (Hugging Face `tokenizers`, a WordLevel model) does both jobs, so
+a checkpoint predicts on exactly the ids it was trained on: it travels inside
+the checkpoint as its own JSON string. Normalisation is lower-casing and
+removing the HTML line breaks (`<br />`) that IMDB reviews are full of; words
+and runs of punctuation are tokens. The vocabulary is the most frequent words
+of the training texts; id 0 is padding, id 1 stands for every other word.
+
+Every sequence is cut or padded to `maxlen` at the front, as Keras'
+pad_sequences does: a long review keeps its end, and padding comes first. So
+every batch has one shape and XLA compiles once.
+
+Only numpy and tokenizers: inference imports this.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+PAD, UNK = "[PAD]", "[UNK]"
+PAD_ID, UNK_ID = 0, 1
+# Bump when normalisation or splitting changes: cached token arrays are keyed on it.
+PIPELINE_VERSION = 1
+CHUNK = 4096  # texts per encode_batch call: bounds memory, keeps every core busy
+
+
+def _configure(tokenizer):
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Replace(Regex(r"<br\s*/?>"), " "),
+                                                 normalizers.Lowercase()])
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # \w+|[^\w\s]+, in Rust
+    return tokenizer
+
+
+def build_tokenizer(texts: Iterable[str], vocab_size: int):
+    """A tokenizer whose vocabulary is [PAD], [UNK] and the vocab_size - 2 most frequent words of `texts`.
+
+    vocab_size counts the two reserved ids, as Keras' num_words does, so it is the
+    number of rows the embedding needs. Ties in frequency are broken alphabetically.
+    """
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.trainers import WordLevelTrainer
+
+    if vocab_size < 3:
+        raise ValueError(f"vocab_size={vocab_size} leaves no room for words beside {PAD} and {UNK}")
+    counter = _configure(Tokenizer(WordLevel(unk_token=UNK)))
+    counter.train_from_iterator(texts, WordLevelTrainer(vocab_size=vocab_size, special_tokens=[PAD, UNK],
+                                                        show_progress=False))
+    # Rebuilt without "added tokens": otherwise the literal text "[PAD]" in a review would become id 0.
+    return _configure(Tokenizer(WordLevel(counter.get_vocab(), unk_token=UNK)))
+
+
+def tokenizer_to_json(tokenizer) -> str:
+    return tokenizer.to_str()
+
+
+def tokenizer_from_json(text: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(text)
+
+
+def tokenizer_version() -> str:
+    import tokenizers
+
+    return f"tokenizers-{tokenizers.__version__}/pipeline-{PIPELINE_VERSION}"
+
+
+def fit_to_length(rows: Sequence[Sequence[int]], maxlen: int) -> np.ndarray:
+    """Variable-length id lists -> int64 (N, maxlen): the last maxlen ids of each, right-aligned after padding."""
+    out = np.full((len(rows), maxlen), PAD_ID, dtype=np.int64)
+    for i, ids in enumerate(rows):
+        ids = ids[-maxlen:]
+        if len(ids):
+            out[i, maxlen - len(ids):] = ids
+    return out
+
+
+def encode(tokenizer, texts: Sequence[str], maxlen: int) -> np.ndarray:
+    """Texts -> int64 (N, maxlen) ids, padded and truncated at the front."""
+    if maxlen < 1:
+        raise ValueError(f"maxlen={maxlen} must be at least 1")
+    parts = [fit_to_length([e.ids for e in tokenizer.encode_batch_fast(list(texts[i:i + CHUNK]))], maxlen)
+             for i in range(0, len(texts), CHUNK)]
+    return np.concatenate(parts) if parts else np.zeros((0, maxlen), dtype=np.int64)
+
+
+def token_counts(ids: np.ndarray) -> np.ndarray:
+    """Real (non-padding) tokens per row."""
+    return (np.asarray(ids) != PAD_ID).sum(axis=1)
