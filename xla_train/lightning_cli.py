@@ -7,7 +7,7 @@ the resolved config, the checkpoints and the metrics log.
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Literal, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -19,7 +19,7 @@ from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError
 from xla_train.progress import KerasProgress
-from xla_train.resume import Preemption, RngState
+from xla_train.resume import LastCheckpoint, Preemption, RngState
 from xla_train.runtime import plan_hardware
 from xla_train.runtime.compile_guard import CompileAccounting
 from xla_train.tasks import Classifier
@@ -62,6 +62,8 @@ class XlaTrainCLI(LightningCLI):
                             help="after warm-up, a new XLA compilation warns, stops the run, or is ignored")
         parser.add_argument("--progress_every", type=int, default=50,
                             help="on a terminal, refresh the live bar every N steps (each refresh is a host sync)")
+        parser.add_argument("--compile_cache", type=Optional[str], default=None,
+                            help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)")
         parser.add_argument("--checkpoint_every", type=int, default=0,
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
 
@@ -72,7 +74,7 @@ class XlaTrainCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> Trainer:
         t = self._get(self.config_init, "trainer", default={})
         plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
-                             t.get("strategy", "auto"), t.get("precision"))
+                             t.get("strategy", "auto"), t.get("precision"), self._cfg("compile_cache"))
         kwargs.update(plan.trainer_kwargs)
         name = self._cfg("recipe_name")
         if t.get("logger") in (None, True):
@@ -82,16 +84,13 @@ class XlaTrainCLI(LightningCLI):
                 kwargs["logger"] = CSVLogger(self._cfg("runs_dir"), name=name)
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", save_last=True,
-                                             filename="best-{epoch}"))
-            if self._cfg("checkpoint_every"):
-                callbacks.append(ModelCheckpoint(every_n_train_steps=self._cfg("checkpoint_every"),
-                                                 save_top_k=0, save_last=True))
+            callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename="best-{epoch}"))
+        self.last_checkpoint = LastCheckpoint(self._cfg("checkpoint_every"))
         for c in plan.callbacks:
             if isinstance(c, CompileAccounting):
                 c.mode = self._cfg("xla_guard")
         self.preemption = Preemption()
-        callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.preemption,
+        callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption,
                                        KerasProgress(self._cfg("progress_every"))]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
@@ -134,7 +133,7 @@ class XlaTrainCLI(LightningCLI):
         self._report("test")
 
     def after_fit(self) -> None:
-        best = self.trainer.checkpoint_callback.best_model_path or self.trainer.checkpoint_callback.last_model_path
+        best = self.trainer.checkpoint_callback.best_model_path or self.last_checkpoint.path
         if self._cfg("test_after_fit") and best:
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")

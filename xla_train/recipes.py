@@ -33,7 +33,7 @@ ALIASES = {
     "logger": "logger_kind",
 }
 TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples",
-             "checkpoint_every", "xla_guard", "progress_every")
+             "checkpoint_every", "xla_guard", "progress_every", "compile_cache")
 
 
 def recipes_dir() -> Path:

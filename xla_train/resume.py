@@ -62,6 +62,35 @@ class RngState(pl.Callback):
         set_device_rng_state(self._device, s["device"])
 
 
+def checkpoint_dir(trainer) -> str:
+    ckpt = trainer.checkpoint_callback
+    return getattr(ckpt, "dirpath", None) or os.path.join(trainer.log_dir or ".", "checkpoints")
+
+
+class LastCheckpoint(pl.Callback):
+    """Writes last.ckpt at every epoch end, and every `every_n_steps` steps if asked.
+
+    Lightning's ModelCheckpoint(save_last=True) rewrites last.ckpt only when it
+    also saves a top-k checkpoint, so after an epoch that did not improve the
+    monitored metric, "last" would be an older epoch; resuming needs the newest.
+    """
+
+    def __init__(self, every_n_steps: int = 0) -> None:
+        self.every_n_steps = every_n_steps
+        self.path: str | None = None
+
+    def _save(self, trainer) -> None:
+        self.path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
+        trainer.save_checkpoint(self.path)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._save(trainer)
+
+
 class Preemption(pl.Callback):
     """On SIGTERM or SIGINT: finish the step, write last.ckpt, and let the CLI exit with a distinct code."""
 
@@ -83,9 +112,7 @@ class Preemption(pl.Callback):
         self._restore()
         if not isinstance(exception, SIGTERMException):
             return
-        ckpt = trainer.checkpoint_callback
-        folder = getattr(ckpt, "dirpath", None) or os.path.join(trainer.log_dir or ".", "checkpoints")
-        path = os.path.join(folder, "last.ckpt")
+        path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
         trainer.save_checkpoint(path)
         self.saved_to = path
         if trainer.is_global_zero:

@@ -9,6 +9,7 @@ GPU, then the CPU. Every choice writes checkpoints through the same atomic write
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 from xla_train.checkpoint_io import AtomicCheckpointIO
@@ -46,9 +47,13 @@ def resolve_accelerator(accelerator: str) -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None) -> HardwarePlan:
+def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
+                  compile_cache: str | None = None) -> HardwarePlan:
     kind = resolve_accelerator(str(accelerator))
     if kind in ("cpu", "gpu"):
+        if compile_cache:
+            warnings.warn(f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA "
+                          f"compilations", stacklevel=2)
         if kind == "gpu":
             import torch
 
@@ -58,10 +63,41 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
         if strategy != "auto":
             kwargs["strategy"] = strategy
         return HardwarePlan(kind, kwargs)
-    return _plan_xla(kind, devices, strategy)
+    return _plan_xla(kind, devices, strategy, precision, compile_cache)
 
 
-def _plan_xla(kind: str, devices, strategy) -> HardwarePlan:
+def xla_precision_plugin(precision):
+    """None for float32; bf16 runs under autocast (runtime/precision.py). The rest does not suit XLA."""
+    p = str(precision) if precision is not None else "32-true"
+    if p in ("32", "32-true"):
+        return None
+    from xla_train.runtime.precision import BF16_NAMES, XLABf16Autocast
+
+    if p in BF16_NAMES:
+        return XLABf16Autocast()
+    if p == "bf16-true":
+        raise ConfigError("precision=bf16-true on XLA would set the deprecated XLA_USE_BF16 and store weights and "
+                          "checkpoints in bf16; use precision=bf16 (autocast, float32 weights)")
+    raise ConfigError(f"precision={p!r} is not for XLA; use precision=32 or precision=bf16")
+
+
+def configure_compile_cache(path: str | None) -> None:
+    """The persistent compile cache: on a TPU a second run skips compilation. It must precede any compilation."""
+    import os
+
+    if not path:
+        return
+    if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
+        warnings.warn(f"compile_cache={path} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
+                      f"read it back); it is for TPUs", stacklevel=3)
+        return
+    import torch_xla.runtime as xr
+
+    os.makedirs(path, exist_ok=True)
+    xr.initialize_cache(os.path.abspath(path), readonly=False)
+
+
+def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None) -> HardwarePlan:
     from xla_train.runtime.accelerators import (PJRTAccelerator, TPUAccelerator, configure_pjrt,
                                                 parse_device_count, runtime_device_count)
     from xla_train.runtime.compile_guard import CompileAccounting
@@ -76,15 +112,17 @@ def _plan_xla(kind: str, devices, strategy) -> HardwarePlan:
         raise HardwareError(f"devices={devices!r} is not a device count; use a whole number or auto") from None
     if requested is not None and requested < 1:
         raise HardwareError(f"devices={requested} must be at least 1 (or auto for all)")
+    plugin = xla_precision_plugin(precision)
     configure_pjrt(kind, requested)
+    configure_compile_cache(compile_cache)
     if strategy == "xla_mp":
-        return _plan_xla_multiprocess(kind, requested)
+        return _plan_xla_multiprocess(kind, requested, plugin)
     n = parse_device_count(devices, runtime_device_count())
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
     if n == 1 and strategy != "spmd":
         from xla_train.runtime.strategies import XLASingleDeviceStrategy
 
-        strat = XLASingleDeviceStrategy(0, accelerator=accelerator)
+        strat = XLASingleDeviceStrategy(0, accelerator=accelerator, precision_plugin=plugin)
     else:
         if strategy == "xla_single":
             raise ConfigError(f"strategy=xla_single drives one device, not {n}; use strategy=spmd (the default "
@@ -92,9 +130,9 @@ def _plan_xla(kind: str, devices, strategy) -> HardwarePlan:
         _check_spmd_devices(n)
         from xla_train.runtime.spmd import SPMDStrategy
 
-        strat = SPMDStrategy(n, accelerator=accelerator)
-    # The accelerator travels inside the strategy; Lightning refuses it twice.
-    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": n},
+        strat = SPMDStrategy(n, accelerator=accelerator, precision_plugin=plugin)
+    # The accelerator and the precision travel inside the strategy; Lightning refuses them twice.
+    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": n, "precision": None},
                         callbacks=[CompileAccounting()])
 
 
@@ -111,7 +149,7 @@ def _check_spmd_devices(n: int) -> None:
                             f"{total}; use devices=auto (all {total}) or devices=1{how}")
 
 
-def _plan_xla_multiprocess(kind: str, requested: int | None) -> HardwarePlan:
+def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> HardwarePlan:
     """strategy=xla_mp: Lightning's XLAStrategy, one process per TPU core. TPU only, and the parent process
     must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator counts the cores
     without starting it."""
@@ -128,6 +166,7 @@ def _plan_xla_multiprocess(kind: str, requested: int | None) -> HardwarePlan:
                             f"(pytorch/xla#5005): use strategy=spmd, the default")
     if requested == 1:
         raise ConfigError("strategy=xla_mp needs several devices; for one device leave strategy=auto")
-    strat = XLAMultiProcessStrategy(accelerator=XLAAccelerator())
-    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto"},
+    strat = XLAMultiProcessStrategy(accelerator=XLAAccelerator(), precision_plugin=plugin)
+    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto",
+                               "precision": None},
                         callbacks=[CompileAccounting()])

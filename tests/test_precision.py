@@ -1,0 +1,31 @@
+"""precision=bf16 on XLA: autocast in the steps, float32 weights and checkpoints; compile_cache on XLA:CPU."""
+import json
+
+import torch
+
+from conftest import run_cli
+
+
+def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on_cpu(tmp_path):
+    out = tmp_path / "seen.json"
+    proc = run_cli("fit", "recipe=quickstart", "accelerator=xla", "precision=bf16", "epochs=1",
+                   f"compile_cache={tmp_path / 'cache'}",
+                   "trainer.limit_train_batches=3", "test_after_fit=false", "predict_samples=0",
+                   "--trainer.callbacks+=probes.AutocastProbe", f"--trainer.callbacks.init_args.out={out}", cwd=tmp_path)
+    seen = json.loads(out.read_text())
+    assert len(seen) == 3
+    assert all(s["autocast"] and s["out"] == "torch.bfloat16" and s["weight"] == "torch.float32" for s in seen), seen
+    ckpt = torch.load(next(tmp_path.glob("runs/quickstart/version_0/checkpoints/last.ckpt")), weights_only=True)
+    assert {v.dtype for v in ckpt["state_dict"].values() if v.is_floating_point()} == {torch.float32}
+    assert "XLA_USE_BF16" not in proc.stderr
+    assert proc.stderr.count("has no effect on XLA:CPU") == 1
+    assert not (tmp_path / "cache").exists()
+
+
+def test_bf16_true_on_xla_is_refused_with_the_alternative(tmp_path, monkeypatch, capsys):
+    from xla_train.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert main(["recipe=quickstart", "accelerator=xla", "precision=bf16-true"]) == 2
+    assert "use precision=bf16" in capsys.readouterr().err
