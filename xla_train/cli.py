@@ -14,8 +14,8 @@ import sys
 from xla_train.errors import ConfigError, UserError
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
-COMMANDS = LIGHTNING_COMMANDS + ("predict", "devices")
-USAGE = ("usage: python -m xla_train [fit|validate|test|predict|devices] recipe=NAME key=value ... "
+COMMANDS = LIGHTNING_COMMANDS + ("predict", "devices", "bench")
+USAGE = ("usage: python -m xla_train [fit|validate|test|predict|devices|bench] recipe=NAME key=value ... "
          "[--lightning.flag=value]")
 
 
@@ -48,10 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
-        print("commands: fit (default), validate, test, predict, devices; "
+        print("commands: fit (default), validate, test, predict, devices, bench (`bench --help`); "
               "recipe=NAME picks recipes/NAME.yaml; `fit --help` lists every Lightning option")
         return 0
     try:
+        if argv and argv[0] == "bench":  # its own subcommands and keys: xla_train/bench/command.py
+            from xla_train.bench.command import bench_command
+
+            return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
         if command == "predict":
             from xla_train.predict import predict_command

@@ -1,0 +1,172 @@
+"""`python -m xla_train bench`: the sweep's files, the overhead comparison's equal work, CPU inference, bad arguments.
+
+Timings are never asserted (this machine is shared); what is checked is that
+every number is recorded, well formed and consistent with the others. Sweep
+and overhead run a tiny LSTM recipe (synthetic data of its shapes), which
+compiles in seconds on XLA:CPU.
+"""
+import csv
+import re
+import struct
+import zlib
+
+import pytest
+
+from conftest import run_cli
+from xla_train.cli import main
+
+TINY_RECIPE = """\
+model:
+  net:
+    class_path: xla_train.models.SentimentLSTM
+    init_args: {vocab_size: 64, embed_dim: 8, hidden_size: 8}
+  lr: 0.001
+data:
+  class_path: xla_train.data.imdb.IMDBDataModule
+  init_args: {maxlen: 16, vocab_size: 64, batch_size: 8, data_dir: DATA_DIR}
+trainer: {accelerator: xla, devices: 1}
+seed_everything: 0
+"""
+PROVENANCE = ("hardware", "versions", "date", "command")
+
+
+@pytest.fixture(scope="module")
+def tiny_recipe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("recipes")
+    path = folder / "tiny_lstm.yaml"
+    path.write_text(TINY_RECIPE.replace("DATA_DIR", str(folder / "no_imdb_here")))
+    return path
+
+
+def read_table(path):
+    """(provenance from the leading # lines, rows)."""
+    lines = path.read_text().splitlines()
+    prov = dict(ln[2:].split(": ", 1) for ln in lines if ln.startswith("# "))
+    rows = list(csv.DictReader(ln for ln in lines if not ln.startswith("#")))
+    return prov, rows
+
+
+def png_text(path) -> dict:
+    """The PNG's tEXt chunks, after checking its signature and every chunk's CRC."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    pos, text, kinds = 8, {}, []
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0] == zlib.crc32(kind + body)
+        if kind == b"tEXt":
+            key, value = body.split(b"\0", 1)
+            text[key.decode()] = value.decode("latin-1")
+        kinds.append(kind)
+        pos += 12 + length
+    assert kinds[0] == b"IHDR" and kinds[-1] == b"IEND" and b"IDAT" in kinds
+    return text
+
+
+def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_path):
+    proc = run_cli("bench", f"recipe={tiny_recipe}", "accelerators=cpu,xla", "batch_sizes=8,16", "steps=2",
+                   "warmup=1", cwd=tmp_path, timeout=400)
+    run = tmp_path / "runs" / "bench" / "version_0"
+    assert f"results: {run.relative_to(tmp_path)}" in proc.stdout
+    prov, rows = read_table(run / "bench.csv")
+    assert set(prov) == set(PROVENANCE)
+    assert re.search(r"torch 2\.\d+\.\d+, torch_xla 2\.\d+\.\d+, lightning 2\.\d+\.\d+", prov["versions"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", prov["date"])
+    assert "core(s)" in prov["hardware"] and "XLA:CPU" in prov["hardware"]
+    assert [(r["accelerator"], int(r["batch"])) for r in rows] == [("cpu", 8), ("cpu", 16), ("xla", 8), ("xla", 16)]
+    for r in rows:
+        assert not r["error"], r["error"]
+        assert r["data"] == "synthetic" and r["steps"] == "2" and r["warmup"] == "1"
+        # the real IMDB is not here, so the epoch is projected from its published training-set size
+        assert (r["train_size"], r["train_size_source"]) == ("25000", "published size")
+        assert int(r["steps_per_epoch"]) == 25000 // int(r["global_batch"])
+        step_s, epoch_s = float(r["step_ms"]) / 1e3, float(r["epoch_s"])
+        assert step_s > 0 and epoch_s == pytest.approx(int(r["steps_per_epoch"]) * step_s, rel=1e-4)
+        assert float(r["samples_per_s"]) == pytest.approx(int(r["global_batch"]) / step_s, rel=1e-4)
+        assert float(r["first_step_s"]) > 0 and float(r["host_peak_mb"]) > 50
+        if r["accelerator"] == "xla":
+            assert int(r["compiles"]) > 0 and float(r["compile_s"]) > 0, r
+            assert r["device"] == "XLA:CPU"
+        else:
+            assert r["compiles"] == "" and r["compile_s"] == "" and r["device"].startswith("CPU, eager")
+
+    md = (run / "bench.md").read_text()
+    for key in PROVENANCE:
+        assert f"- {key}: " in md
+    table = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert len(table) == 2 + len(rows) and all(ln.count("|") == table[0].count("|") for ln in table)
+    assert "synthetic" in md and "not a TPU figure" in md
+    for name in ("epoch_time_by_accelerator.png", "epoch_time_by_batch.png"):
+        assert f"]({name})" in md
+        meta = png_text(run / name)
+        assert prov["versions"] in meta["Description"] and prov["date"] in meta["Description"]
+    for cell in ("cpu-b8", "xla-b16"):  # each cell ran in its own process, with its own log
+        assert (run / "cells" / f"{cell}.log").is_file()
+
+
+def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
+    proc = run_cli("bench", "overhead", f"recipe={tiny_recipe}", "steps=2", "warmup=1", cwd=tmp_path, timeout=300)
+    ratio = re.search(r"xla_train / plain steady step time: ([\d.]+)", proc.stdout)
+    assert ratio, proc.stdout
+    prov, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "overhead.csv")
+    assert set(prov) == set(PROVENANCE)
+    sides = {r["side"]: r for r in rows}
+    assert set(sides) == {"plain", "xla_train"}
+    plain, ours = sides["plain"], sides["xla_train"]
+    # same seed, same initial weights, same first batch: the same loss, up to the graphs' rounding
+    assert float(plain["first_loss"]) == pytest.approx(float(ours["first_loss"]), rel=1e-5)
+    assert 0.3 < float(plain["first_loss"]) < 2.0  # a binary cross-entropy near ln 2, not a placeholder
+    assert float(ours["ratio"]) == pytest.approx(float(ours["step_ms"]) / float(plain["step_ms"]), rel=1e-4)
+    assert float(ratio.group(1)) == pytest.approx(float(ours["ratio"]), abs=1e-3)
+    assert int(plain["compiles"]) > 0 and int(ours["compiles"]) > 0
+
+
+def test_predict_bench_times_the_checkpoint_on_the_cpu(cpu_run, tmp_path, capsys):
+    ckpt = cpu_run / "checkpoints" / "last.ckpt"
+    assert main(["bench", "predict", f"ckpt={ckpt}", "repeats=10", "batch_size=32", f"runs_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    prov, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
+    assert set(prov) == set(PROVENANCE) and "thread(s)" in prov["hardware"]
+    assert [r["what"] for r in rows] == ["net only", "end to end"]
+    for r in rows:
+        assert 0 < float(r["latency_ms_median"]) <= float(r["latency_ms_p95"])
+        assert float(r["samples_per_s"]) == pytest.approx(32 / (float(r["batch_ms_median"]) / 1e3), rel=1e-4)
+    assert "batch 1 median ms" in out and "batch 32 samples/s" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["recipe=quickstart", "accelerators=cpu,fpga"], "use a comma-separated list of cpu, gpu, tpu, xla"),
+    (["recipe=quickstart", "batch_sizes=8,12"], "batch_size=12 is not a positive multiple of 8"),
+    (["recipe=quickstart", "steps=0"], "steps='0' must be a whole number of at least 1"),
+    (["recipe=quickstart", "stepz=3"], "did you mean steps=?"),
+    (["recipe=quickstart", "epochs=3"], "builds the trainer itself"),
+    (["recipe=quickstart", "batch_size=64"], "sets the batch itself: use batch_sizes="),
+    (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),
+    (["accelerators=cpu"], "needs recipe="),
+    (["curves", "recipe=quickstart", "data=real"], "bench curves does not take data="),
+    (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator='cpu': use xla or tpu"),
+    (["predict", "repeats=3"], "needs ckpt="),
+    (["recipe=quickstart", "overhead"], "subcommand (curves, overhead, predict) must come first"),
+])
+def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xla_train: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
+    proc = run_cli("bench", "curves", "recipe=quickstart", "accelerator=cpu", "batch_sizes=64,128", "epochs=2",
+                   cwd=tmp_path, timeout=600)
+    run = tmp_path / "runs" / "bench" / "version_0"
+    prov, rows = read_table(run / "curves.csv")
+    assert set(prov) == set(PROVENANCE) and "fit on accelerator cpu, 1 device(s)" in prov["hardware"]
+    assert sorted((int(r["batch"]), int(r["epoch"])) for r in rows) == [(64, 0), (64, 1), (128, 0), (128, 1)]
+    assert all(0 <= float(r["val_acc"]) <= 1 for r in rows)
+    fit = next((run / "fits" / "b64").glob("*/version_0/metrics.csv"))  # the numbers are the fit's own
+    assert any(ln.split(",")[0] == "1" for ln in fit.read_text().splitlines())
+    assert "validation accuracy by epoch" in proc.stdout
+    png_text(run / "val_acc_by_epoch.png")

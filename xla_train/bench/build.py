@@ -1,0 +1,114 @@
+"""The recipe's own Classifier and data module, built as `fit` builds them, for benchmarks that drive the Trainer.
+
+A benchmark that built its own model would measure something other than the
+product. So the recipe file and its key=value overrides go through the same
+LightningCLI parser as `fit` (same type checks, same seed, same net init); only
+the Trainer is left out, because each benchmark builds it from
+`runtime.plan_hardware` with the steps it needs.
+
+The real data sets usually cannot be on a benchmark machine, and speed does
+not depend on pixel values, so `data=synthetic` (the default) swaps only the
+arrays the data module loads for random ones of the recipe's exact shapes and
+dtypes: uint8 NHWC images at the module's size, or front-padded token ids with
+aclImdb-like review lengths (length matters to the CPU LSTM). Batching, the
+host-side transform, the loader and the device transfer are the recipe's own.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+import numpy as np
+
+from xla_train.errors import ConfigError, DataError
+
+# Training-set sizes of the real data sets, for projecting an epoch when the data is not on this machine.
+TRAIN_SIZES = {"CIFAR10DataModule": 50_000, "IMDBDataModule": 25_000}
+DATA_MODES = ("synthetic", "real")
+
+
+def recipe_parts(recipe: str, overrides: dict[str, str]):
+    """(Classifier, data module) for a recipe with model./data. overrides, seeded as fit seeds them."""
+    from xla_train.lightning_cli import XlaTrainCLI
+    from xla_train.recipes import lightning_args
+
+    class RecipeOnly(XlaTrainCLI):
+        def instantiate_trainer(self, **kwargs):
+            return None
+
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    args = lightning_args("fit", {"recipe": recipe, **overrides}, [])
+    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per cell
+    saved, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        cli = RecipeOnly(args)
+    except Exception as e:  # jsonargparse's errors: one line, as the CLI gives them
+        from jsonargparse import ArgumentError
+
+        from xla_train.cli import one_line
+
+        if isinstance(e, ArgumentError):
+            raise ConfigError(one_line(str(e))) from None
+        raise
+    finally:
+        sys.argv = saved
+    return cli.model, cli.datamodule
+
+
+def train_size(dm) -> tuple[int, str]:
+    """(samples in the training split, where that number came from): the data itself if it is on this
+    machine (never downloaded for this), else the real data set's published size."""
+    if hasattr(dm, "download"):
+        dm.download = False
+    try:
+        return len(dm.arrays("train")[0]), "data"
+    except DataError:
+        pass
+    name = type(dm).__name__
+    if name not in TRAIN_SIZES:
+        raise DataError(f"the {name} data is not on this machine and its training-set size is not in "
+                        f"xla_train.bench.build.TRAIN_SIZES; point data_dir= at the data")
+    n = TRAIN_SIZES[name]
+    held_out = getattr(dm, "val_fraction", 0.0) or 0.0
+    return n - round(n * held_out), "published size"
+
+
+def synthetic_arrays(dm, net, n: int, seed: int = 0) -> dict:
+    """{'train'|'val'|'test': (inputs, labels)} of the module's shapes and dtypes, n training rows."""
+    rng = np.random.default_rng(seed)
+    kind = getattr(dm, "kind", None)
+    if kind == "image":
+        s = dm.image_size
+        x = rng.integers(0, 256, (n, s, s, 3), dtype=np.uint8)
+        classes = int(net.config.get("num_classes", 10))
+    elif kind == "text":
+        from xla_train.data.text import PAD_ID
+
+        lengths = np.clip(rng.lognormal(np.log(174), 0.75, n).astype(int), 10, dm.maxlen)
+        x = rng.integers(2, dm.vocab_size, (n, dm.maxlen), dtype=np.int64)
+        x[np.arange(dm.maxlen)[None, :] < (dm.maxlen - lengths)[:, None]] = PAD_ID
+        classes = 2
+    else:
+        raise ConfigError(f"data=synthetic knows image and text data modules, not {type(dm).__name__}; "
+                          f"use data=real")
+    y = rng.integers(0, classes, n).astype(np.int64)
+    small = (x[: max(1, n // 10)], y[: max(1, n // 10)])
+    return {"train": (x, y), "val": small, "test": small}
+
+
+def use_data(dm, net, mode: str, samples: int) -> str:
+    """Make `dm` serve at least `samples` training rows (steps x global batch); returns what it serves,
+    'synthetic' or 'real'."""
+    if mode == "synthetic":
+        arrays = synthetic_arrays(dm, net, samples)
+        dm.load_arrays = lambda: arrays
+        return "synthetic"
+    if hasattr(dm, "download"):
+        dm.download = False
+    have = len(dm.arrays("train")[0])
+    if have < samples:
+        raise ConfigError(f"data=real: the training split has {have} samples, fewer than the {samples} that "
+                          f"steps x batch need; lower steps= or the batch sizes, or use data=synthetic")
+    return "real"

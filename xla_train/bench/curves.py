@@ -1,0 +1,110 @@
+"""`bench curves`: real training at each batch size, and validation accuracy per epoch, as the tutorials plot it.
+
+    python -m xla_train bench curves recipe=quickstart batch_sizes=32,128,512 epochs=10
+
+Speed is not the whole story of a batch size: with the learning rate held at the
+recipe's, a large batch takes fewer steps per epoch and converges more slowly
+per epoch. Unlike the sweep, this trains for real, on the recipe's real data,
+through `python -m xla_train fit` itself (one process per batch size, the same
+seed for each), so each curve is exactly what a user's run would log; the fit
+runs' folders are kept under fits/. Needs the data on this machine:
+recipe=quickstart always has it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from xla_train.bench import report
+
+METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_seconds")
+
+
+def epoch_metrics(metrics_csv: Path) -> dict[int, dict]:
+    """metrics.csv (one logged group per line) -> {epoch: {metric: value}}."""
+    out: dict[int, dict] = {}
+    for row in report.read_csv(metrics_csv):
+        epoch = out.setdefault(int(row["epoch"]), {})
+        epoch.update({k: float(row[k]) for k in METRICS if row.get(k)})
+    return out
+
+
+def fit_hardware(log_text: str) -> str | None:
+    """What the fit ran on, from the line RunReport prints: "run folder: ... (accelerator xla, 1 device(s))"."""
+    m = re.search(r"\(accelerator (\w+), (\d+) device\(s\)\)", log_text)
+    if m is None:
+        return None
+    pjrt = f" (PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'auto')})" if m[1] in ("xla", "tpu") else ""
+    return f"fit on accelerator {m[1]}{pjrt}, {m[2]} device(s)"
+
+
+def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str | None, str | None]:
+    """One real `fit` at this batch size; (its per-epoch metrics, an error line or None, what it ran on)."""
+    args = [f"recipe={opts['recipe']}", f"batch_size={batch}", f"runs_dir={folder}", "test_after_fit=false",
+            "predict_samples=0", "logger=csv", *(f"{k}={v}" for k, v in opts["overrides"].items())]
+    args += [f"{k}={opts[k]}" for k in ("epochs", "accelerator", "devices") if opts[k]]
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder.with_suffix(".log")
+    with open(log, "w") as f:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "xla_train", "fit", *args], stdout=f,
+                                  stderr=subprocess.STDOUT, timeout=opts["timeout"])
+        except subprocess.TimeoutExpired:
+            return {}, f"did not finish in {opts['timeout']:g} s (timeout=)", None
+    found = sorted(folder.glob("*/version_*/metrics.csv"))
+    if proc.returncode != 0 or not found:
+        lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
+        return {}, (lines[-1] if lines else f"exit code {proc.returncode}") + f" (log: {log})", None
+    return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())
+
+
+def curves_command(opts: dict) -> int:
+    from tqdm import tqdm
+
+    from xla_train.bench import charts
+    from xla_train.bench.build import recipe_parts
+
+    recipe_parts(opts["recipe"], dict(opts["overrides"]))  # bad recipes and keys fail here, once
+    run_dir = report.new_run_dir(opts["runs_dir"])
+    rows, failed, hardware = [], [], set()
+    bar = tqdm(opts["batch_sizes"], desc="curves", unit="fit", disable=None)
+    for batch in bar:
+        bar.set_postfix_str(f"batch {batch}")
+        per_epoch, error, ran_on = run_fit(opts, batch, run_dir / "fits" / f"b{batch}")
+        if error:
+            failed.append((batch, error))
+            bar.write(f"batch {batch:>5}: failed: {error}")
+            continue
+        hardware.add(ran_on or "fit on an unreported accelerator")
+        rows += [{"batch": batch, "epoch": e, **m} for e, m in sorted(per_epoch.items())]
+        last = per_epoch[max(per_epoch)] if per_epoch else {}
+        bar.write(f"batch {batch:>5}: final val_acc {last.get('val_acc', float('nan')):.4f}")
+    bar.close()
+    if not rows:
+        print("no fit finished; see the logs under " + str(run_dir / "fits"))
+        return 1
+    prov = report.provenance(opts["command"], sorted(hardware))
+    report.write_csv(run_dir / "curves.csv", rows, ["batch", "epoch", *METRICS], prov)
+    batches = sorted({r["batch"] for r in rows})
+    epochs = sorted({r["epoch"] for r in rows})
+    acc = {(r["batch"], r["epoch"]): r.get("val_acc") for r in rows}
+    headers = ["epoch", *(f"batch {b}" for b in batches)]
+    table = [[e + 1, *("-" if acc.get((b, e)) is None else f"{acc[(b, e)]:.4f}" for b in batches)] for e in epochs]
+    train_s = {b: sum(r.get("train_seconds", 0.0) for r in rows if r["batch"] == b) for b in batches}
+    table.append(["train s", *(report.fmt(train_s[b], 1) for b in batches)])
+    notes = [f"recipe {opts['recipe']}" + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
+             + "; the recipe's learning rate at every batch size; the recipe's real data",
+             "each cell: validation accuracy at the end of the epoch, from the fit's own metrics.csv (fits/); "
+             "train s: the fit's training time over all epochs (the first includes compilation on XLA)"]
+    notes += [f"batch {b} failed: {e}" for b, e in failed]
+    made = charts.curves_chart(run_dir, rows, prov, f"{opts['recipe']}: validation accuracy by epoch and batch size")
+    md = report.markdown(f"xla_train bench curves: {opts['recipe']}", prov, headers, table, notes)
+    (run_dir / "curves.md").write_text(md + "".join(f"\n![{p.stem}]({p.name})\n" for p in made))
+    print(f"\n{prov['hardware']}\n{prov['versions']}; {prov['date']}")
+    print("validation accuracy by epoch:")
+    print(report.text_table(headers, table))
+    print(f"results: {run_dir} (curves.csv, curves.md{''.join(', ' + p.name for p in made)})")
+    return 0 if not failed else 1

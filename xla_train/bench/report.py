@@ -1,0 +1,146 @@
+"""Where benchmark numbers go, and the evidence that travels with them.
+
+A figure without its hardware, package versions, date and command cannot be
+checked or compared, so every table and chart written here carries them: the
+CSV as leading `#` lines (pandas: `read_csv(path, comment="#")`), the Markdown
+as a header list, each PNG as a footer. Results land in a fresh run folder
+(runs/bench/version_N), never over an earlier one.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import os
+import platform
+import re
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_summary() -> str:
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu_model()}, {usable} usable core(s) of {os.cpu_count()}"
+
+
+def versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for pkg in ("torch", "torch_xla", "lightning"):
+        try:
+            out.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            out.append(f"{pkg} (not installed)")
+    return ", ".join(out) + f", Python {platform.python_version()}"
+
+
+def provenance(command: str, accelerators: list[str] | None = None) -> dict[str, str]:
+    """hardware / versions / date / command, as they are printed, tabled and charted."""
+    hardware = f"host CPU: {cpu_summary()}"
+    if accelerators:
+        hardware += "; measured on: " + "; ".join(accelerators)
+    return {
+        "hardware": hardware,
+        "versions": versions(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+    }
+
+
+def new_run_dir(runs_dir: str, name: str = "bench") -> Path:
+    """runs_dir/name/version_N, with N one more than any existing; created here, so two runs never share one."""
+    root = Path(runs_dir) / name
+    root.mkdir(parents=True, exist_ok=True)
+    n = 1 + max((int(p.name[8:]) for p in root.glob("version_*") if p.name[8:].isdigit()), default=-1)
+    while True:
+        try:
+            (root / f"version_{n}").mkdir()
+            return root / f"version_{n}"
+        except FileExistsError:
+            n += 1
+
+
+def write_csv(path: Path, rows: list[dict], columns: list[str], prov: dict[str, str]) -> None:
+    with open(path, "w", newline="") as f:
+        for key, value in prov.items():
+            f.write(f"# {key}: {value}\n")
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for row in rows:
+            w.writerow({c: fmt_csv(row.get(c)) for c in columns})
+
+
+def fmt_csv(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(ln for ln in f if not ln.startswith("#")))
+
+
+def fmt(v, digits: int = 1) -> str:
+    """A table cell: blanks for nothing, thousands separators for big numbers."""
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}" if abs(v) >= 1 or v == 0 else f"{v:.3g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def markdown(title: str, prov: dict[str, str], headers: list[str], rows: list[list], notes: list[str] = ()) -> str:
+    lines = [f"# {title}", ""] + [f"- {k}: {v}" for k, v in prov.items() if k != "command"]
+    lines += [f"- command: `{prov['command']}`", *(f"- {n}" for n in notes), ""]
+    lines.append("| " + " | ".join(headers) + " |")
+    numeric = [all(re.fullmatch(r"-|-?[\d,]*\.?\d+", str(row[i])) for row in rows) for i in range(len(headers))]
+    lines.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def text_table(headers: list[str], rows: list[list]) -> str:
+    """The same table for a terminal."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    out = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths))]
+    out += ["  ".join(str(c).rjust(w) for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(out)
+
+
+def figure(title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.2))
+    ax.set_title(title, fontsize=11)
+    return fig, ax
+
+
+def save_figure(fig, path: Path, prov: dict[str, str]) -> None:
+    import matplotlib.pyplot as plt
+
+    footer = f"{prov['hardware']}\n{prov['versions']}; {prov['date']}"
+    fig.text(0.01, 0.01, footer, fontsize=6.5, color="0.35", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    # The same evidence as PNG text chunks, for tools that read them.
+    fig.savefig(path, dpi=120, metadata={"Title": fig.axes[0].get_title(), "Software": "xla_train bench",
+                                         "Description": f"{prov['hardware']}; {prov['versions']}; {prov['date']}",
+                                         "Comment": prov["command"]})
+    plt.close(fig)
