@@ -27,8 +27,10 @@ def test_predictions_do_not_depend_on_the_batch_size(ckpt):
     reference = p.probabilities(images, batch_size=1000)
     assert reference.shape == (1000, 10)
     torch.testing.assert_close(reference.sum(1), torch.ones(1000))
-    for bs in (1, 7, 64):
+    for bs in (7, 64):
         torch.testing.assert_close(p.probabilities(images, batch_size=bs), reference, atol=1e-5, rtol=0)
+    # batch 1 on a tenth of them: a thousand single forwards cost more than they prove
+    torch.testing.assert_close(p.probabilities(images[:100], batch_size=1), reference[:100], atol=1e-5, rtol=0)
 
 
 def write_inputs(tmp_path):
