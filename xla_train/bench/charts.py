@@ -18,11 +18,14 @@ def _label(row: dict) -> str:
     return f"{row['accelerator']}: {row.get('device') or '?'}"
 
 
-def _plain_numbers(axis) -> None:
+def _plain_numbers(axis, minor: bool = False) -> None:
+    """Plain numbers on a log axis; with minor=True the minor ticks are labelled too, since a range
+    inside one decade (1.8 s to 4.8 s, say) has no major tick to label."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:.2g}")
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(plain if minor else NullFormatter())
 
 
 def pick_chart_batch(rows: list[dict], wanted: int | None) -> int | None:
@@ -70,7 +73,7 @@ def sweep_charts(run_dir: Path, rows: list[dict], prov: dict, recipe: str, chart
     ax.set_yscale("log")
     ax.set_xticks(sorted({r["global_batch"] for r in rows if r.get("epoch_s") is not None}))
     _plain_numbers(ax.xaxis)
-    _plain_numbers(ax.yaxis)
+    _plain_numbers(ax.yaxis, minor=True)
     ax.set_xlabel("global batch size")
     ax.set_ylabel("seconds per epoch (log scale)")
     ax.grid(True, which="both", alpha=0.3)
