@@ -171,6 +171,19 @@ def _clock_callback(watch_args: tuple):
     return StepClock()
 
 
+class _Terminal:
+    """A stream that says it is a terminal, so the live bar draws; what it draws is dropped."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 def lightning_cell(spec: dict) -> dict:
     """Warm-up + timed steps of the recipe through Lightning's fit loop on the planned hardware."""
     import tempfile
@@ -189,10 +202,15 @@ def lightning_cell(spec: dict) -> dict:
     batches = spec["warmup"] + spec["steps"]
     data = use_data(dm, model.net, spec.get("data", "synthetic"), batches * spec["batch"] * n_devices)
     clock = _clock_callback((spec["warmup"], spec["steps"]))
+    extra = []
+    if spec.get("progress_every"):  # the live bar as a terminal would get it (bench/pipeline.py)
+        from xla_train.progress import KerasProgress
+
+        extra.append(KerasProgress(spec["progress_every"], stream=_Terminal()))
     kwargs = {"precision": spec["precision"]} if spec.get("precision") else {}
     kwargs.update(plan.trainer_kwargs)
     with tempfile.TemporaryDirectory(prefix="xla_train-bench-") as tmp:
-        trainer = Trainer(**kwargs, callbacks=[*plan.callbacks, clock], max_epochs=1, limit_train_batches=batches,
+        trainer = Trainer(**kwargs, callbacks=[*plan.callbacks, clock, *extra], max_epochs=1, limit_train_batches=batches,
                           limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
                           enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                           default_root_dir=tmp)
