@@ -1,5 +1,4 @@
 """Random command lines end in a parsed config or a one-line usage error, never a traceback."""
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 

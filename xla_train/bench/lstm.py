@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from xla_train.bench.text import hardware
+from xla_train.bench.report import cpu_summary
 
 
 def batches(batch: int, maxlen: int, vocab: int, n: int = 4):
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
     print("XLA:CPU figures (PJRT_DEVICE=CPU, 1 device), not TPU figures.")
-    print(f"hardware: {hardware()}; torch {version('torch')}, torch_xla {version('torch_xla')}; "
+    print(f"hardware: {cpu_summary()}; torch {version('torch')}, torch_xla {version('torch_xla')}; "
           f"{datetime.date.today().isoformat()}")
     print(f"SentimentLSTM (Embedding 10000x128, LSTM 32, Dense 1), Adam, batch {args.batch}; median of "
           f"{args.steps} steps after {args.warmup} untimed warm-up steps\n")

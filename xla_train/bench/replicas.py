@@ -18,22 +18,11 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-
-
-def hardware() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}, {usable} usable core(s) of {os.cpu_count()}"
+from xla_train.bench.report import cpu_summary
 
 
 def worker(devices: int, batch: int, steps: int, warmup: int) -> dict:
@@ -117,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
     print("XLA:CPU figures (PJRT_DEVICE=CPU), not TPU: the devices are threads sharing this machine's cores.")
-    print(f"hardware: {hardware()}; torch {version('torch')}, torch_xla {version('torch_xla')}; "
+    print(f"hardware: {cpu_summary()}; torch {version('torch')}, torch_xla {version('torch_xla')}; "
           f"{datetime.date.today().isoformat()}")
     print(f"CIFAR-10 CNN, Adam, per-device batch {args.batch}; median of {args.steps} steps after "
           f"{args.warmup} untimed warm-up steps\n")

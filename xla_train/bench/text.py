@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
-import os
-import platform
 import re
 import statistics
 import sys
@@ -26,20 +24,10 @@ import time
 
 import numpy as np
 
+from xla_train.bench.report import cpu_summary
 from xla_train.data import text
 
 PUNCT = np.array([".", ",", "!", "?", "...", ";", ":"])
-
-
-def hardware() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}, {usable} usable core(s) of {os.cpu_count()}"
 
 
 def synthetic_reviews(n: int, seed: int = 0, words: int = 60_000) -> list[str]:
@@ -110,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     reviews = synthetic_reviews(args.reviews)
     train = reviews[: len(reviews) // 2]
     words = sum(len(r.split()) for r in reviews)
-    print(f"hardware: {hardware()}; tokenizers {version('tokenizers')}, numpy {np.__version__}; "
+    print(f"hardware: {cpu_summary()}; tokenizers {version('tokenizers')}, numpy {np.__version__}; "
           f"{datetime.date.today().isoformat()}")
     print(f"{len(reviews):,} synthetic reviews, {words / len(reviews):.0f} words each on average "
           f"({sum(map(len, reviews)) / 1e6:.0f} MB); vocabulary {args.vocab_size:,} from the first "

@@ -1,18 +1,14 @@
 """CIFAR-10 from torchvision's real on-disk layout (pickled batches plus batches.meta), with its checksums.
 
-The download is staged: the archive is fetched and checked against its MD5,
-extracted into a temporary folder beside the target, and only then renamed into
-place, so a failed or interrupted download never leaves a folder that a later
-run would take for a good one. Validation uses the test split, as the Keras
+The download is staged (data/download.py), so a failed or interrupted one never
+leaves a folder that a later run would take for a good one. Validation uses the test split, as the Keras
 tutorial does.
 """
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
+from xla_train.data.download import staged_download
 from xla_train.data.images import ImageDataModule
 from xla_train.errors import DataError
 from xla_train.preprocess import CIFAR10_MEAN, CIFAR10_STD
@@ -28,30 +24,8 @@ def _cifar_class():
 
 def download_cifar10(root: str) -> None:
     """Fetch and verify cifar-10-python.tar.gz, then move the extracted folder into `root` atomically."""
-    from torchvision.datasets.utils import download_url, extract_archive
-
     cls = _cifar_class()
-    Path(root).mkdir(parents=True, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".download-", dir=root)
-    try:
-        try:
-            download_url(cls.url, stage, cls.filename, cls.tgz_md5)
-        except Exception as e:  # network errors come in many types; all mean the same to the user
-            raise DataError(f"could not download CIFAR-10 from {cls.url} into {root} ({type(e).__name__}: {e}); "
-                            f"fetch {cls.filename} by hand and extract it there") from None
-        archive = os.path.join(stage, cls.filename)
-        if not os.path.isfile(archive):
-            raise DataError(f"downloaded {cls.filename} failed its MD5 check ({cls.tgz_md5}); try again")
-        try:
-            extract_archive(archive, stage)
-        except Exception as e:
-            raise DataError(f"{cls.filename} is corrupt or truncated ({type(e).__name__}: {e}); delete it and retry") from None
-        target = os.path.join(root, cls.base_folder)
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.replace(os.path.join(stage, cls.base_folder), target)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    staged_download("CIFAR-10", cls.url, cls.filename, cls.tgz_md5, root, cls.base_folder)
 
 
 def load_cifar10(root: str, download: bool) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import time
 import warnings
@@ -28,6 +27,7 @@ import torch
 
 from xla_train.data import text
 from xla_train.data.base import ArrayDataModule
+from xla_train.data.download import staged_download
 from xla_train.errors import ConfigError, DataError
 
 URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -41,29 +41,7 @@ CACHE_DIR = ".xla_train_cache"
 
 def download_imdb(root: str) -> None:
     """Fetch and verify aclImdb_v1.tar.gz, then move the extracted aclImdb folder into `root` atomically."""
-    from torchvision.datasets.utils import download_url, extract_archive
-
-    Path(root).mkdir(parents=True, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".download-", dir=root)
-    try:
-        try:
-            download_url(URL, stage, FILENAME, MD5)
-        except Exception as e:  # network errors come in many types; all mean the same to the user
-            raise DataError(f"could not download IMDB from {URL} into {root} ({type(e).__name__}: {e}); "
-                            f"fetch {FILENAME} by hand and extract it there") from None
-        archive = os.path.join(stage, FILENAME)
-        if not os.path.isfile(archive):
-            raise DataError(f"downloaded {FILENAME} failed its MD5 check ({MD5}); try again")
-        try:
-            extract_archive(archive, stage)
-        except Exception as e:
-            raise DataError(f"{FILENAME} is corrupt or truncated ({type(e).__name__}: {e}); delete it and retry") from None
-        target = os.path.join(root, FOLDER)
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.replace(os.path.join(stage, FOLDER), target)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    staged_download("IMDB", URL, FILENAME, MD5, root, FOLDER)
 
 
 def find_folder(data_dir: str) -> Path:

@@ -9,7 +9,6 @@ runtime swaps in a scan) saves and loads the same state dict.
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn

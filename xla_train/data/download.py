@@ -1,0 +1,43 @@
+"""Staged, checksummed downloads: a data set is either all there or not there at all.
+
+The archive is fetched into a temporary folder beside the target and checked
+against its MD5, extracted there, and only then is its folder renamed into
+place. A failed or interrupted download or extraction leaves nothing that a
+later run would take for a good data set.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from xla_train.errors import DataError
+
+
+def staged_download(name: str, url: str, filename: str, md5: str, root: str, folder: str) -> None:
+    """Fetch `url` (MD5 `md5`), extract it, and move its `folder` to `root/folder`."""
+    from torchvision.datasets.utils import download_url, extract_archive
+
+    Path(root).mkdir(parents=True, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".download-", dir=root)
+    try:
+        try:
+            download_url(url, stage, filename, md5)
+        except Exception as e:  # network errors come in many types; all mean the same to the user
+            raise DataError(f"could not download {name} from {url} into {root} ({type(e).__name__}: {e}); "
+                            f"fetch {filename} by hand and extract it there") from None
+        archive = os.path.join(stage, filename)
+        if not os.path.isfile(archive):
+            raise DataError(f"downloaded {filename} failed its MD5 check ({md5}); try again")
+        try:
+            extract_archive(archive, stage)
+        except Exception as e:
+            raise DataError(f"{filename} is corrupt or truncated ({type(e).__name__}: {e}); "
+                            f"delete it and retry") from None
+        target = os.path.join(root, folder)
+        if os.path.exists(target):
+            shutil.rmtree(target)
+        os.replace(os.path.join(stage, folder), target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
