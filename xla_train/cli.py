@@ -3,8 +3,8 @@
 key=value pairs become LightningCLI flags, so every Trainer option is reachable
 and jsonargparse checks every type. Before that, each key is checked against
 the recipe's classes so that a typo gets the nearest valid keys, not a usage
-dump. `predict` and `devices` never import Lightning: predict is plain torch
-on the CPU, devices asks the PJRT runtime.
+dump. `predict` never imports Lightning or torch_xla: it is plain torch on the
+CPU. The Python API (api.py) goes through the same path as fit/validate/test.
 """
 from __future__ import annotations
 
@@ -86,27 +86,36 @@ def find_user_error(exc: BaseException | None) -> UserError | None:
     return None
 
 
-def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
+def run_lightning(command: str, pairs: dict[str, str], flags: list[str]):
+    """The one way from a recipe and key=value pairs to a finished LightningCLI run; the CLI and the Python
+    API (api.py) both come through here, so they resolve the same config and raise the same errors."""
     from jsonargparse import ArgumentError
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from xla_train.recipes import lightning_args
-    from xla_train.resume import PREEMPTED_EXIT_CODE
 
     args = lightning_args(command, pairs, flags)
     from xla_train.lightning_cli import XlaTrainCLI
 
     saved_argv, sys.argv = sys.argv, sys.argv[:1]  # the args are given explicitly; keep Lightning from re-reading argv
     try:
-        XlaTrainCLI(args)
+        return XlaTrainCLI(args)
     except ArgumentError as e:
         raise ConfigError(one_line(str(e))) from None
+    finally:
+        sys.argv = saved_argv
+
+
+def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from xla_train.resume import PREEMPTED_EXIT_CODE
+
+    try:
+        run_lightning(command, pairs, flags)
     except SIGTERMException:  # the Preemption callback has written last.ckpt and said where
         return PREEMPTED_EXIT_CODE
     except SystemExit as e:  # --help / --print_config end here, as Lightning intends
         return int(e.code or 0)
-    finally:
-        sys.argv = saved_argv
     return 0
 
 
@@ -125,27 +134,12 @@ def one_line(message: str) -> str:
 
 
 def devices_command(pairs: dict[str, str]) -> int:
-    """What a user checks first on a new machine: which XLA devices the runtime sees."""
-    import os
-
-    from xla_train.runtime.accelerators import configure_pjrt, device_kind, runtime_device_count
+    """What a user checks first on a new machine: which devices each accelerator= would train on."""
+    from xla_train.runtime.devices import describe_devices
+    from xla_train.runtime.plan import ACCELERATORS
 
     unknown = set(pairs) - {"accelerator"}
     if unknown:
-        raise ConfigError(f"devices takes only accelerator=tpu|xla, not {', '.join(sorted(unknown))}")
-    kind = pairs.get("accelerator", "xla")
-    if kind not in ("tpu", "xla"):
-        raise ConfigError(f"devices lists XLA devices: use accelerator=tpu or accelerator=xla, not {kind!r}")
-    configure_pjrt(kind)
-    import torch
-    import torch_xla
-
-    n = runtime_device_count()
-    hw = device_kind()
-    print(f"{n} {hw} device{'s' if n != 1 else ''} (PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, "
-          f"torch_xla {torch_xla.__version__})")
-    for i in range(n):
-        print(f"  xla:{i}  {hw}")
-    if torch.cuda.is_available():
-        print(f"CUDA GPUs (accelerator=gpu): {torch.cuda.device_count()}")
+        raise ConfigError(f"devices takes only accelerator={'|'.join(ACCELERATORS)}, not {', '.join(sorted(unknown))}")
+    print(describe_devices(pairs.get("accelerator", "xla")))
     return 0

@@ -18,3 +18,24 @@ def publish(trainer, metrics: dict[str, float]) -> None:
     if trainer.is_global_zero and not trainer.sanity_checking:
         for logger in trainer.loggers:
             logger.log_metrics({**metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)
+
+
+def epoch_history(metrics_csv) -> tuple[list[dict], dict]:
+    """A run's metrics.csv (one logged group per line) -> (one dict per epoch, the test metrics).
+
+    Test metrics are logged after training, at an epoch that never trained, so they are kept apart.
+    """
+    import csv
+
+    epochs: dict[int, dict] = {}
+    test: dict[str, float] = {}
+    with open(metrics_csv) as f:
+        for row in csv.DictReader(ln for ln in f if not ln.startswith("#")):
+            values = {k: float(v) for k, v in row.items() if k not in ("epoch", "step") and v not in ("", None)}
+            tested = {k: v for k, v in values.items() if k.startswith("test_")}
+            test.update(tested)
+            rest = {k: v for k, v in values.items() if k not in tested}
+            if rest:
+                entry = epochs.setdefault(int(row["epoch"]), {"epoch": int(row["epoch"])})
+                entry.update(rest, step=int(row["step"]))
+    return [epochs[e] for e in sorted(epochs)], test

@@ -128,10 +128,12 @@ def lightning_args(command: str, pairs: dict[str, str], flags: list[str]) -> lis
     path = recipe_path(name)
     recipe = load_recipe(path)
     keys = valid_keys(recipe, pairs)
-    args = [command, "--config", str(path), "--recipe_name", path.stem]
+    # A run's saved config.yaml can serve as the recipe; it keeps the name its runs are filed under.
+    name = str(recipe.get("recipe_name") or path.stem)
+    args = [command, "--config", str(path), "--recipe_name", name]
     resolved = {resolve_key(k, keys): v for k, v in pairs.items()}
     if resolved.get("ckpt_path") == "last":
-        resolved["ckpt_path"] = latest_checkpoint(resolved.get("runs_dir", "runs"), path.stem)
+        resolved["ckpt_path"] = latest_checkpoint(resolved.get("runs_dir", recipe.get("runs_dir", "runs")), name)
     for key, value in resolved.items():
         args.append(f"{keys[key]}={value}")
     return args + flags

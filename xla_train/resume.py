@@ -81,7 +81,7 @@ class LastCheckpoint(pl.Callback):
 
     def _save(self, trainer) -> None:
         self.path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # the full state, to resume from
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
@@ -113,7 +113,7 @@ class Preemption(pl.Callback):
         if not isinstance(exception, SIGTERMException):
             return
         path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)
         self.saved_to = path
         if trainer.is_global_zero:
             print(f"xla_train: stopped by signal after step {trainer.global_step}; saved {path}. "

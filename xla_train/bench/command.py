@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import shlex
+from pathlib import Path
 
 from xla_train.errors import ConfigError
 
@@ -174,19 +175,19 @@ def bench_command(argv: list[str]) -> int:
         print(blocks[1])
         print(blocks[2].replace("\n", " "))
         return 0
+    return run_bench(argv)[0]
+
+
+def run_bench(argv: list[str]) -> tuple[int, Path | None]:
+    """(exit code, the results folder); the CLI and xla_train.bench() both come through here."""
     sub, opts = parse(argv)
     if sub == "sweep":
-        from xla_train.bench.sweep import sweep_command
-
-        return sweep_command(opts)
-    if sub == "curves":
-        from xla_train.bench.curves import curves_command
-
-        return curves_command(opts)
-    if sub == "overhead":
-        from xla_train.bench.overhead import overhead_command
-
-        return overhead_command(opts)
-    from xla_train.bench.predict import predict_bench_command
-
-    return predict_bench_command(opts)
+        from xla_train.bench.sweep import sweep_command as command
+    elif sub == "curves":
+        from xla_train.bench.curves import curves_command as command
+    elif sub == "overhead":
+        from xla_train.bench.overhead import overhead_command as command
+    else:
+        from xla_train.bench.predict import predict_bench_command as command
+    code = command(opts)
+    return code, opts.get("results")

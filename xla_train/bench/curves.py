@@ -19,17 +19,15 @@ import sys
 from pathlib import Path
 
 from xla_train.bench import report
+from xla_train.metrics_log import epoch_history
 
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_seconds")
 
 
 def epoch_metrics(metrics_csv: Path) -> dict[int, dict]:
-    """metrics.csv (one logged group per line) -> {epoch: {metric: value}}."""
-    out: dict[int, dict] = {}
-    for row in report.read_csv(metrics_csv):
-        epoch = out.setdefault(int(row["epoch"]), {})
-        epoch.update({k: float(row[k]) for k in METRICS if row.get(k)})
-    return out
+    """metrics.csv -> {epoch: {metric: value}} for the metrics the curves report."""
+    rows, _ = epoch_history(metrics_csv)
+    return {r["epoch"]: {k: r[k] for k in METRICS if k in r} for r in rows}
 
 
 def fit_hardware(log_text: str) -> str | None:
@@ -68,7 +66,7 @@ def curves_command(opts: dict) -> int:
     from xla_train.bench.build import recipe_parts
 
     recipe_parts(opts["recipe"], dict(opts["overrides"]))  # bad recipes and keys fail here, once
-    run_dir = report.new_run_dir(opts["runs_dir"])
+    run_dir = report.new_results_dir(opts)
     rows, failed, hardware = [], [], set()
     bar = tqdm(opts["batch_sizes"], desc="curves", unit="fit", disable=None)
     for batch in bar:

@@ -92,7 +92,7 @@ def overhead_command(opts: dict) -> int:
 
     model, dm = recipe_parts(opts["recipe"], dict(opts["overrides"]))  # bad recipes and keys fail here
     batch = opts["batch_size"] or dm.batch_size
-    run_dir = report.new_run_dir(opts["runs_dir"])
+    run_dir = report.new_results_dir(opts)
     spec = {"recipe": opts["recipe"], "overrides": opts["overrides"], "accelerator": opts["accelerator"],
             "devices": 1, "batch": batch, "warmup": opts["warmup"], "steps": opts["steps"], "data": opts["data"]}
     results: dict[str, list[dict]] = {s: [] for s in SIDES}

@@ -91,7 +91,7 @@ def predict_bench_command(opts: dict) -> int:
     arch = f"{predictor.info['arch']} {predictor.info.get('config', {})}"
     threads = torch.get_num_threads()
     prov = report.provenance(opts["command"], [f"CPU, eager PyTorch, {threads} thread(s)"])
-    run_dir = report.new_run_dir(opts["runs_dir"])
+    run_dir = report.new_results_dir(opts)
     columns = ["what", "latency_ms_median", "latency_ms_p95", "batch", "batch_ms_median", "samples_per_s", "repeats"]
     report.write_csv(run_dir / "predict.csv", rows, columns, prov)
     headers = ["", "batch 1 median ms", "batch 1 p95 ms", f"batch {batch} ms", f"batch {batch} samples/s"]

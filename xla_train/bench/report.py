@@ -57,6 +57,12 @@ def provenance(command: str, accelerators: list[str] | None = None) -> dict[str,
     }
 
 
+def new_results_dir(opts: dict) -> Path:
+    """A new folder for one benchmark's results, also kept in opts["results"] for the caller to show."""
+    opts["results"] = new_run_dir(opts["runs_dir"])
+    return opts["results"]
+
+
 def new_run_dir(runs_dir: str, name: str = "bench") -> Path:
     """runs_dir/name/version_N, with N one more than any existing; created here, so two runs never share one."""
     root = Path(runs_dir) / name

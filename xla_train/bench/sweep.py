@@ -93,7 +93,7 @@ def sweep_command(opts: dict) -> int:
     check_available(accelerators)
     _, dm = recipe_parts(opts["recipe"], dict(opts["overrides"]))  # bad recipes and keys fail here, once
     n_train, source = train_size(dm)
-    run_dir = report.new_run_dir(opts["runs_dir"])
+    run_dir = report.new_results_dir(opts)
     cells = [(a, b) for a in accelerators for b in opts["batch_sizes"]]
     rows = []
     bar = tqdm(cells, desc="bench", unit="cell", disable=None)

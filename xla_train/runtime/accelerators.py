@@ -36,7 +36,7 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
                                 "(XLA on the CPU, PJRT_DEVICE=CPU) or accelerator=cpu")
         os.environ["PJRT_DEVICE"] = "TPU"
         return
-    if "PJRT_DEVICE" not in os.environ:
+    if not os.environ.get("PJRT_DEVICE"):  # unset or empty: choose
         os.environ["PJRT_DEVICE"] = "TPU" if tpu_chips_on_pci_bus() else "CPU"
     if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
         if isinstance(devices, int) and devices > 0:

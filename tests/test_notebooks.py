@@ -1,0 +1,67 @@
+"""Every notebook in examples/ runs top to bottom in a real Jupyter kernel, with the settings it picks on a CPU.
+
+The kernel gets the tests' small data sets (in the real on-disk formats) through
+XLA_TRAIN_DATA_DIR, and torchvision's CIFAR-10 checksum check relaxed to "the
+file exists", as fixture_cli.py does for the CLI: one cell put in front of the
+notebook's own, which run unchanged.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+from test_imdb import write_aclimdb  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
+DATA = {"cifar10_cnn": "cifar", "cifar10_resnet": "cifar", "imdb_lstm": "imdb", "benchmarks": None}
+
+PRELUDE = """\
+import os
+import torchvision.datasets.cifar as _cifar
+_cifar.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
+{data}"""
+
+
+def test_each_tutorial_has_a_notebook_without_outputs():
+    assert {p.stem for p in NOTEBOOKS} == set(DATA)
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        cells = [c for c in nb.cells if c.cell_type == "code"]
+        assert "xla_train.devices()" in cells[0].source and "pip" in cells[0].source  # installs, detects the TPU
+        assert all(not c.outputs and c.execution_count is None for c in cells), f"{path.name} has outputs"
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
+    data = DATA[path.stem]
+    root = cifar_root if data == "cifar" else write_aclimdb(tmp_path / "imdb") if data == "imdb" else None
+    nb = nbformat.read(path, as_version=4)
+    setting = f"os.environ['XLA_TRAIN_DATA_DIR'] = {str(root)!r}" if root else ""
+    nb.cells.insert(0, nbformat.v4.new_code_cell(PRELUDE.format(data=setting)))
+    work = tmp_path / "work"
+    work.mkdir()
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(work)}})
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, if any cell fails
+
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs) + "".join(
+        o.get("data", {}).get("text/plain", "") for o in outputs if "data" in o)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert "accelerator=cpu" in text  # the setup cell found no TPU and said what it will use
+    assert images, "no chart was shown"
+    if path.stem == "benchmarks":
+        assert len(list((work / "runs" / "bench").glob("version_*"))) == 2  # the sweep and the curves
+        assert "XLA:CPU" in text and len(images) >= 2
+    else:
+        assert list((work / "runs").glob("*/version_0/checkpoints/*.ckpt"))
+    if path.stem == "imdb_lstm":
+        assert text.count("p=") == 3  # a label and its probability for each typed sentence

@@ -1,0 +1,200 @@
+"""xla_train from Python, for notebooks: the CLI's commands as functions.
+
+Keyword arguments become the key=value pairs the command line takes and go
+through the same recipe lookup, key checks and LightningCLI (cli.run_lightning),
+so `fit(recipe="cifar10", epochs=3)` and `python -m xla_train recipe=cifar10
+epochs=3` resolve the same config and write the same run folder. A wrong keyword
+raises the error whose one-line message the CLI would print. Keys with dots go
+through a dict: `fit(recipe="cifar10_resnet", **{"model.net.depth": 56})`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from xla_train.errors import ConfigError, UserError
+
+SPLITS = {"test": "test", "val": "validate"}
+
+
+@dataclass
+class Run:
+    """One fit's run folder: its checkpoints, its metrics and its resolved config."""
+
+    folder: Path
+    recipe: str
+    best_checkpoint: str | None = None
+    last_checkpoint: str | None = None
+
+    @classmethod
+    def from_folder(cls, folder) -> Run:
+        folder = Path(folder).resolve()
+        config = folder / "config.yaml"
+        if not config.is_file():
+            raise ConfigError(f"{folder} is not a run folder: it has no config.yaml; give a folder like "
+                              f"runs/cifar10/version_0")
+        best = sorted((folder / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+        last = folder / "checkpoints" / "last.ckpt"
+        return cls(folder, str(_read_yaml(config).get("recipe_name") or folder.parent.name),
+                   str(best[-1]) if best else None, str(last) if last.is_file() else None)
+
+    @property
+    def checkpoint(self) -> str:
+        """The best checkpoint by validation accuracy, else the newest state."""
+        path = self.best_checkpoint or self.last_checkpoint
+        if not path:
+            raise UserError(f"the run in {self.folder} wrote no checkpoint")
+        return path
+
+    @property
+    def config(self) -> dict:
+        """The resolved config, as saved in the run folder (the same file the CLI writes)."""
+        return _read_yaml(self.folder / "config.yaml")
+
+    def _history(self) -> tuple[list[dict], dict]:
+        from xla_train.metrics_log import epoch_history
+
+        path = self.folder / "metrics.csv"
+        if not path.is_file():
+            raise UserError(f"{path} does not exist; the metrics history is read from the CSV log (logger=csv)")
+        return epoch_history(path)
+
+    @property
+    def history(self) -> list[dict]:
+        """One dict per epoch: train and validation loss and accuracy, samples/s, compiles."""
+        return self._history()[0]
+
+    @property
+    def test_metrics(self) -> dict:
+        """The held-out test metrics, if the run tested its best checkpoint (test_after_fit=true)."""
+        return self._history()[1]
+
+    def history_frame(self):
+        """history as a pandas DataFrame indexed by epoch."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UserError("history_frame() needs pandas (pip install pandas); run.history is the same "
+                            "data as a list of dicts") from None
+        return pd.DataFrame(self.history).set_index("epoch")
+
+    def plot(self):
+        """Loss and accuracy by epoch, train and validation: the chart the Keras tutorials draw."""
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+
+        rows = self.history
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        for ax, metric in zip(axes, ("loss", "acc")):
+            for split, style in (("train", "o-"), ("val", "s--")):
+                points = [(r["epoch"] + 1, r[f"{split}_{metric}"]) for r in rows if f"{split}_{metric}" in r]
+                if points:
+                    ax.plot(*zip(*points), style, label=split)
+            ax.set(xlabel="epoch", ylabel="accuracy" if metric == "acc" else metric)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend()
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"{self.recipe}: {self.folder}")
+        fig.tight_layout()
+        return fig
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.folder)!r}, recipe={self.recipe!r}, checkpoint={self.best_checkpoint or self.last_checkpoint!r})"
+
+
+def fit(recipe: str, **settings) -> Run:
+    """Train a recipe, as `python -m xla_train fit recipe=... key=value ...` does; returns its run."""
+    cli = _lightning("fit", recipe, settings)
+    trainer = cli.trainer
+    best, last = trainer.checkpoint_callback.best_model_path, cli.last_checkpoint.path
+    # absolute, so that the run is still found after the notebook changes its working directory
+    return Run(Path(trainer.log_dir).resolve(), cli._cfg("recipe_name"),
+               str(Path(best).resolve()) if best else None, str(Path(last).resolve()) if last else None)
+
+
+def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, float]:
+    """Metrics of a run's best checkpoint (or of a checkpoint file) on the test or validation split.
+
+    The run's own saved config supplies the recipe and the settings it was trained with (data
+    folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI.
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"split={split!r}; use split='test' or split='val'")
+    if isinstance(run_or_checkpoint, Run):
+        ckpt, folder = run_or_checkpoint.checkpoint, run_or_checkpoint.folder
+    else:
+        ckpt = str(run_or_checkpoint)
+        folder = Path(ckpt).resolve().parent.parent  # runs/NAME/version_N/checkpoints/FILE.ckpt
+    recipe = settings.pop("recipe", None)
+    if recipe is None:
+        if not (folder / "config.yaml").is_file():
+            raise ConfigError(f"{ckpt} is not inside a run folder with a config.yaml; give recipe=NAME and the "
+                              f"settings it was trained with")
+        recipe = str(folder / "config.yaml")
+    cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings})
+    return {k: v for k, v in cli.model.epoch_metrics.items() if k.startswith(split + "_")}
+
+
+def devices(accelerator: str = "auto"):
+    """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU."""
+    from xla_train.runtime.devices import describe_devices
+
+    return _raising(describe_devices, accelerator)
+
+
+def benchmark(subcommand: str = "sweep", **settings) -> Path:
+    """Run a benchmark as `python -m xla_train bench SUBCOMMAND key=value ...`; returns its results folder
+    (a Markdown table, a CSV and PNG charts)."""
+    from xla_train.bench.command import SUBCOMMANDS, run_bench
+
+    if subcommand not in SUBCOMMANDS:
+        raise ConfigError(f"bench subcommand {subcommand!r}; use one of {', '.join(SUBCOMMANDS)}")
+    argv = [subcommand] + [f"{k}={_cli_value(v)}" for k, v in settings.items()]
+    code, results = _raising(run_bench, argv)
+    if code != 0:
+        raise UserError(f"the benchmark failed; see {results or 'its output above'}")
+    return results
+
+
+def _lightning(command: str, recipe, settings: dict):
+    from xla_train.cli import run_lightning
+
+    if "recipe" in settings:
+        raise ConfigError("give the recipe once, as the first argument")
+    pairs = {"recipe": str(recipe), **{k: _cli_value(v) for k, v in settings.items()}}
+    return _raising(run_lightning, command, pairs, [])
+
+
+def _raising(fn, *args):
+    """Call fn; our own error comes out as itself even when jsonargparse or Lightning wrapped it."""
+    from xla_train.cli import find_user_error
+
+    try:
+        return fn(*args)
+    except UserError:
+        raise
+    except Exception as e:
+        error = find_user_error(e)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _cli_value(value) -> str:
+    """A Python value as the command line would spell it (YAML reads JSON for lists and mappings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (str, Path)):
+        return str(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text()) or {}
