@@ -85,3 +85,15 @@ def test_resuming_from_a_broken_checkpoint_is_one_line(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.strip().splitlines()
     assert len([ln for ln in err if ln.startswith("xla_train: error:")]) == 1 and message in err[-1]
     assert [p.name for p in tmp_path.iterdir()] == ["x.ckpt"]
+
+
+def test_limit_batches_of_1_is_one_batch_not_all(tmp_path, monkeypatch, capsys):
+    """Lightning reads limit_train_batches=1 (int) as one batch and 1.0 as every batch; the CLI must keep the int."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["recipe=quickstart", "limit_train_batches=1", "limit_val_batches=0.5", "limit_test_batches=1.0",
+                 "--print_config"]) == 0
+    trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
+    assert (trainer["limit_train_batches"], trainer["limit_val_batches"], trainer["limit_test_batches"]) == (1, 0.5, 1.0)
+    assert type(trainer["limit_train_batches"]) is int and type(trainer["limit_test_batches"]) is float

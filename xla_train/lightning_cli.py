@@ -40,6 +40,15 @@ class _DropMisleading(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMisleading())
 
 
+def _limits_int_first(parser) -> None:
+    """trainer.limit_*_batches=1 means one batch, and 1.0 all of them. The Trainer annotates these
+    Optional[Union[int, float]], but typing caches unions up to argument order, so jsonargparse can be
+    handed Union[float, int, None], try float first and read 1 as 1.0. The PEP 604 union keeps int first."""
+    for action in parser._actions:
+        if action.dest.startswith("trainer.limit_") and hasattr(action, "_typehint"):
+            action._typehint = int | float | None
+
+
 class XlaTrainCLI(LightningCLI):
     def __init__(self, args: list[str]):
         super().__init__(
@@ -66,6 +75,7 @@ class XlaTrainCLI(LightningCLI):
                             help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)")
         parser.add_argument("--checkpoint_every", type=int, default=0,
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
+        _limits_int_first(parser)
 
     def _cfg(self, key: str):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
