@@ -1,8 +1,12 @@
-"""Test-only callbacks that look inside a real CLI run (loaded with --trainer.callbacks+=probes.NAME)."""
+"""Test-only pieces for real CLI runs, named on the command line (--trainer.callbacks+=probes.NAME,
+model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and the CLI built without running."""
 import json
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
+
+from xla_train.data.base import ArrayDataModule
 
 
 class AutocastProbe(pl.Callback):
@@ -25,3 +29,65 @@ class AutocastProbe(pl.Callback):
     def on_fit_end(self, trainer, pl_module):
         with open(self.out, "w") as f:
             json.dump(self.seen, f)
+
+
+class TinyNet(torch.nn.Module):
+    """A net that compiles in about a second, for real runs whose subject is not the model."""
+
+    arch = "tiny"
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.config = {"num_classes": num_classes}
+        self.body = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.AvgPool2d(4), torch.nn.Flatten(),
+                                        torch.nn.Linear(3 * 8 * 8, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _as_tensor(x):
+    return torch.as_tensor(x)
+
+
+class RowsDataModule(ArrayDataModule):
+    """Inputs that are their own row numbers ([i, i]), so a loaded batch shows which rows it holds."""
+
+    def __init__(self, batch_size: int = 8, train_rows: int = 200, val_rows: int = 150, seed: int | None = None):
+        super().__init__(batch_size=batch_size, seed=seed)
+        self.rows = {"train": train_rows, "val": val_rows, "test": val_rows}
+
+    def load_arrays(self):
+        return {split: (np.repeat(np.arange(n, dtype=np.float32)[:, None], 2, axis=1), np.arange(n) % 10)
+                for split, n in self.rows.items()}
+
+    def transform(self, train: bool):
+        return _as_tensor
+
+
+def built_cli(pairs: dict):
+    """The Trainer and data module of `python -m xla_train fit key=value ...`, built by the CLI's own path
+    (recipe, key checks, XlaTrainCLI.instantiate_trainer), attached as fit attaches them, and not run."""
+    import sys
+
+    from xla_train.lightning_cli import XlaTrainCLI
+    from xla_train.recipes import lightning_args
+
+    class Built(XlaTrainCLI):
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    saved, sys.argv = sys.argv, sys.argv[:1]  # as cli.py does: the args are given, not read from argv
+    try:
+        cli = Built(lightning_args("fit", pairs, []))
+    finally:
+        sys.argv = saved
+    cli.datamodule.trainer = cli.trainer
+    return cli
+
+
+def rebuilt_trainer(cli):
+    """A new Trainer from the same config through XlaTrainCLI.instantiate_trainer, e.g. in a changed environment."""
+    cli.trainer = cli.instantiate_trainer()
+    cli.datamodule.trainer = cli.trainer
+    return cli.trainer

@@ -21,17 +21,26 @@ class RunReport(pl.Callback):
         self._train_s: float | None = None
 
     def on_fit_start(self, trainer, pl_module) -> None:
+        folder = trainer.log_dir  # every process asks: with several, it is a broadcast from the first
         if trainer.is_global_zero:
-            print(f"run folder: {trainer.log_dir}  (accelerator {self.hardware}, "
-                  f"{trainer.num_devices} device(s))", flush=True)
+            hosts = f" on each of {trainer.num_nodes} hosts" if trainer.num_nodes > 1 else ""
+            print(f"run folder: {folder}  (accelerator {self.hardware}, "
+                  f"{trainer.num_devices} device(s){hosts})", flush=True)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._t0, self._samples, self._train_s = time.perf_counter(), 0, None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._samples += int(batch[0].shape[0])  # shapes are known on the host: no device sync
+        self._samples += self._rows_loaded(trainer, batch)
         if batch_idx + 1 >= trainer.num_training_batches:
             self._stop_clock(pl_module)
+
+    @staticmethod
+    def _rows_loaded(trainer, batch) -> int:
+        """This process's rows of the step. Not the device batch's shape: sharded over several hosts, each
+        host's batch tensor is the global batch."""
+        share = getattr(trainer.datamodule, "process_share", None)
+        return share()[0] if share is not None else int(batch[0].shape[0])  # host-side numbers: no device sync
 
     def _stop_clock(self, pl_module) -> None:
         if self._train_s is None:
@@ -45,5 +54,6 @@ class RunReport(pl.Callback):
         publish(trainer, {"samples_per_s": rate, "train_seconds": self._train_s})
 
     def on_fit_end(self, trainer, pl_module) -> None:
+        folder = trainer.log_dir
         if trainer.is_global_zero:
-            print(f"run folder: {trainer.log_dir}", flush=True)
+            print(f"run folder: {folder}", flush=True)

@@ -84,7 +84,8 @@ class XlaTrainCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> Trainer:
         t = self._get(self.config_init, "trainer", default={})
         plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
-                             t.get("strategy", "auto"), t.get("precision"), self._cfg("compile_cache"))
+                             t.get("strategy", "auto"), t.get("precision"), self._cfg("compile_cache"),
+                             num_nodes=t.get("num_nodes", 1))
         kwargs.update(plan.trainer_kwargs)
         name = self._cfg("recipe_name")
         if t.get("logger") in (None, True):
@@ -100,8 +101,10 @@ class XlaTrainCLI(LightningCLI):
             if isinstance(c, CompileAccounting):
                 c.mode = self._cfg("xla_guard")
         self.preemption = Preemption()
+        # The live bar reads the device mid-epoch on host 0 only; hosts that share one SPMD program must not differ.
+        every = self._cfg("progress_every") if plan.spmd_hosts == 1 else 0
         callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption,
-                                       KerasProgress(self._cfg("progress_every"))]
+                                       KerasProgress(every)]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 

@@ -21,6 +21,7 @@ from xla_train.errors import ConfigError
 ALIASES = {
     "accelerator": "trainer.accelerator",
     "devices": "trainer.devices",
+    "num_nodes": "trainer.num_nodes",
     "precision": "trainer.precision",
     "strategy": "trainer.strategy",
     "epochs": "trainer.max_epochs",

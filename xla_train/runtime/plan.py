@@ -3,16 +3,17 @@
 This is the one place that decides what runs where. `tpu` and `xla` get the
 PJRT accelerators and an XLA strategy: for one device the single-device
 strategy, for several SPMD data parallelism over all of them in one process
-(or, on a TPU and on request, Lightning's one process per device); `cpu` and
-`gpu` are plain Lightning; `auto` takes a TPU if the PCI bus has one, then a
-GPU, then the CPU. Every choice writes checkpoints through the same atomic writer.
+(or, on a TPU and on request, Lightning's one process per device); on a pod
+slice, one SPMD program over every device of every host, one process per host.
+`cpu` and `gpu` are plain Lightning (several nodes: its DDP, under torchrun or
+SLURM); `auto` takes a TPU if the PCI bus has one, then a GPU, then the CPU.
+Every choice writes checkpoints through the same atomic writer.
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
 
-from xla_train.checkpoint_io import AtomicCheckpointIO
 from xla_train.errors import ConfigError, HardwareError
 
 ACCELERATORS = ("auto", "tpu", "xla", "gpu", "cpu")
@@ -24,6 +25,7 @@ class HardwarePlan:
     kind: str
     trainer_kwargs: dict
     callbacks: list = field(default_factory=list)
+    spmd_hosts: int = 1  # hosts that run one SPMD program in lockstep: a device read on one host alone would hang
 
     @property
     def is_xla(self) -> bool:
@@ -48,7 +50,9 @@ def resolve_accelerator(accelerator: str) -> str:
 
 
 def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
-                  compile_cache: str | None = None) -> HardwarePlan:
+                  compile_cache: str | None = None, num_nodes=1) -> HardwarePlan:
+    if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
+        raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
     kind = resolve_accelerator(str(accelerator))
     if kind in ("cpu", "gpu"):
         if compile_cache:
@@ -59,11 +63,13 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
 
             if not torch.cuda.is_available():
                 raise HardwareError("accelerator=gpu but no CUDA GPU is visible; use accelerator=cpu or xla")
+        from xla_train.checkpoint_io import AtomicCheckpointIO  # Lightning's plugin base: imported only to train
+
         kwargs = {"accelerator": kind, "devices": devices, "plugins": [AtomicCheckpointIO()]}
         if strategy != "auto":
             kwargs["strategy"] = strategy
         return HardwarePlan(kind, kwargs)
-    return _plan_xla(kind, devices, strategy, precision, compile_cache)
+    return _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
 
 
 def xla_precision_plugin(precision):
@@ -97,10 +103,10 @@ def configure_compile_cache(path: str | None) -> None:
     xr.initialize_cache(os.path.abspath(path), readonly=False)
 
 
-def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None) -> HardwarePlan:
-    from xla_train.runtime.accelerators import (PJRTAccelerator, TPUAccelerator, configure_pjrt,
-                                                parse_device_count, runtime_device_count)
+def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, num_nodes=1) -> HardwarePlan:
+    from xla_train.runtime.accelerators import PJRTAccelerator, TPUAccelerator, configure_pjrt, parse_device_count
     from xla_train.runtime.compile_guard import CompileAccounting
+    from xla_train.runtime.multihost import host_topology
 
     if strategy not in XLA_STRATEGIES:
         raise ConfigError(f"strategy={strategy!r} cannot run on accelerator={kind}; use one of "
@@ -116,34 +122,44 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None) 
     configure_pjrt(kind, requested)
     configure_compile_cache(compile_cache)
     if strategy == "xla_mp":
+        if num_nodes != 1:
+            raise ConfigError("strategy=xla_mp finds a pod's hosts itself; leave num_nodes unset")
         return _plan_xla_multiprocess(kind, requested, plugin)
-    n = parse_device_count(devices, runtime_device_count())
+    topo = host_topology()
+    if num_nodes not in (1, topo.process_count):
+        raise HardwareError(f"num_nodes={num_nodes} but the XLA runtime has {topo.process_count} host(s); leave "
+                            f"num_nodes unset on XLA: on a pod slice the runtime finds every host itself")
+    n = parse_device_count(devices, topo.local_devices)
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
-    if n == 1 and strategy != "spmd":
+    if n == 1 and strategy != "spmd" and not topo.multi_host:
         from xla_train.runtime.strategies import XLASingleDeviceStrategy
 
         strat = XLASingleDeviceStrategy(0, accelerator=accelerator, precision_plugin=plugin)
     else:
         if strategy == "xla_single":
-            raise ConfigError(f"strategy=xla_single drives one device, not {n}; use strategy=spmd (the default "
-                              f"for several devices) or devices=1")
-        _check_spmd_devices(n)
+            what = f"{n}" if not topo.multi_host else f"the {topo.global_devices} of {topo.process_count} hosts"
+            raise ConfigError(f"strategy=xla_single drives one device, not {what}; use strategy=spmd (the default "
+                              f"for several devices)" + ("" if topo.multi_host else " or devices=1"))
+        _check_spmd_devices(n, topo)
         from xla_train.runtime.spmd import SPMDStrategy
 
-        strat = SPMDStrategy(n, accelerator=accelerator, precision_plugin=plugin)
+        strat = SPMDStrategy(n, accelerator=accelerator, precision_plugin=plugin, topology=topo)
     # The accelerator and the precision travel inside the strategy; Lightning refuses them twice.
-    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": n, "precision": None},
-                        callbacks=[CompileAccounting()])
+    kwargs = {"accelerator": "auto", "strategy": strat, "devices": n, "precision": None,
+              "num_nodes": topo.process_count}
+    return HardwarePlan(kind, kwargs, callbacks=[CompileAccounting()], spmd_hosts=topo.process_count)
 
 
-def _check_spmd_devices(n: int) -> None:
-    """An SPMD mesh spans every device of the runtime (an XLA rule), so n must be all of them."""
+def _check_spmd_devices(n: int, topo) -> None:
+    """An SPMD mesh spans every device of the runtime (an XLA rule), so n must be all of this host's."""
     import os
 
-    import torch_xla.runtime as xr
-
-    total = xr.global_runtime_device_count()
-    if n != total:
+    if topo.multi_host and n != topo.local_devices:
+        raise HardwareError(f"devices={n} but data parallelism (SPMD) spans every XLA device, and this host has "
+                            f"{topo.local_devices} (of {topo.global_devices} on {topo.process_count} hosts); "
+                            f"use devices=auto")
+    total = topo.global_devices
+    if not topo.multi_host and n != total:
         how = f", or set CPU_NUM_DEVICES={n}" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else ""
         raise HardwareError(f"devices={n} but data parallelism (SPMD) spans every XLA device and this runtime has "
                             f"{total}; use devices=auto (all {total}) or devices=1{how}")

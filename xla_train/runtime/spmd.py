@@ -22,12 +22,17 @@ To Lightning it reports every device (trainer.num_devices == n) in a world of
 one process, so the data module hands this process the whole global batch
 (per-device batch x n), and the sharding splits it evenly. Gradients need no
 extra reduction: xm.reduce_gradients is a no-op when the world is one process.
+On a pod slice (runtime/multihost.py) the world is one process per host: each
+host reports its own devices on one of `process_count` nodes, so the same data
+module hands it only its share of the global batch.
 
 `XLAMultiProcessStrategy` (strategy=xla_mp) is Lightning's XLAStrategy, one
 process per device, kept for TPU users who want it; it is refused elsewhere.
 """
 from __future__ import annotations
 
+import builtins
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -36,6 +41,9 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import ParallelStrategy, XLAStrategy
 from torch import nn
 
+from xla_train.checkpoint import to_cpu
+from xla_train.errors import HardwareError
+from xla_train.runtime.multihost import HostChannel, HostTopology
 from xla_train.runtime.strategies import XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
@@ -57,8 +65,11 @@ def data_mesh(n: int):
     return xs.Mesh(np.arange(n), (n,), (DATA_AXIS,))
 
 
-def batch_sharding(mesh):
-    """The input sharding of every batch: dimension 0 of each tensor split over the mesh's `data` axis."""
+def batch_sharding(mesh, minibatch: bool = False):
+    """The input sharding of every batch: dimension 0 of each tensor split over the mesh's `data` axis.
+
+    With `minibatch` (several hosts) the rows a host loads are its slice of the global batch, not all of it.
+    """
     import torch_xla.distributed.spmd as xs
 
     @dataclass
@@ -72,13 +83,13 @@ def batch_sharding(mesh):
         def xla_spec(self, t: torch.Tensor):
             if t.dim() == 0:
                 return None
-            spec = xs.ShardingSpec(self.mesh, (DATA_AXIS,) + (None,) * (t.dim() - 1))
+            spec = xs.ShardingSpec(self.mesh, (DATA_AXIS,) + (None,) * (t.dim() - 1), minibatch=self.minibatch)
             return spec.xla_spec(t)
 
         def can_apply(self, t: torch.Tensor) -> bool:
             return t.dim() > 0
 
-    return BatchShardingSpec(mesh, (DATA_AXIS,))
+    return BatchShardingSpec(mesh, (DATA_AXIS,), minibatch=minibatch)
 
 
 def _reduction_batch_norm(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,22 +142,30 @@ def restore_batch_norm(changed: dict[nn.Module, type]) -> None:
 
 
 class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
-    """One process, one compiled program, n devices: the batch is split, everything else is replicated.
+    """One process per host, one compiled program, n devices: the batch is split, everything else is replicated.
 
     Under SPMD torch_xla shows the n devices as one virtual device, so this is the
     single-device strategy (its checkpoint writer and MpDeviceLoader included) with
-    a sharded input and the device list Lightning needs to count n devices.
+    a sharded input and the device list Lightning needs to count n devices. With
+    several hosts it is also one rank of a world of hosts, and passes the few
+    host-side answers Lightning shares between ranks over runtime/multihost.py's channel.
     """
 
     strategy_name = "spmd"
 
-    def __init__(self, num_devices: int, accelerator=None, precision_plugin=None):
+    def __init__(self, num_devices: int, accelerator=None, precision_plugin=None,
+                 topology: HostTopology | None = None):
         enable_spmd()
         super().__init__(0, accelerator=accelerator, precision_plugin=precision_plugin)
+        # num_devices are this host's; the mesh spans every host's (the same on a single host)
+        self.topology = topology or HostTopology(0, 1, num_devices, num_devices)
         self.parallel_devices = [torch.device("xla", i) for i in range(num_devices)]
-        self.cluster_environment = LightningEnvironment()  # one process: rank 0 of 1
-        self.mesh = data_mesh(num_devices)
+        self.cluster_environment = LightningEnvironment()  # one process per host: never launches any
+        self.global_rank = self.node_rank = self.topology.process_index
+        self.world_size = self.topology.process_count
+        self.mesh = data_mesh(self.topology.global_devices)
         self._batch_norms: dict[nn.Module, type] = {}
+        self._channel: HostChannel | None = None
 
     def setup(self, trainer) -> None:
         self._batch_norms = use_reduction_batch_norm(self.model)
@@ -157,22 +176,81 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         restore_batch_norm(self._batch_norms)
         self._batch_norms = {}
 
-    # One process: the ranks and world of a single-device run (plain attributes, as SingleDeviceStrategy sets them).
+    # Plain attributes, which SingleDeviceStrategy assigns; __init__ sets them per host (rank 0 of 1 on one host).
     global_rank, local_rank, node_rank, world_size = 0, 0, 0, 1
 
     @property
+    def num_nodes(self) -> int:
+        return self.topology.process_count
+
+    @num_nodes.setter
+    def num_nodes(self, n: int) -> None:  # Lightning passes on Trainer(num_nodes=...)
+        if n != self.topology.process_count:
+            raise HardwareError(f"num_nodes={n} but the XLA runtime has {self.topology.process_count} host(s); "
+                                f"leave num_nodes unset on XLA, the runtime knows its hosts")
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.global_rank == 0
+
+    def set_world_ranks(self) -> None:
+        if self.topology.multi_host:  # Lightning's rank_zero_only loggers and messages: host 0 only
+            from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
+            from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+            self.cluster_environment.set_world_size(self.world_size)
+            self.cluster_environment.set_global_rank(self.global_rank)
+            rank_zero_only.rank = fabric_rank_zero_only.rank = self.global_rank
+
+    @property
     def distributed_sampler_kwargs(self) -> dict:
-        return {"num_replicas": 1, "rank": 0}  # this process loads the whole global batch
+        return {"num_replicas": self.world_size, "rank": self.global_rank}  # one host loads its global-batch share
+
+    @property
+    def channel(self) -> HostChannel:
+        if self._channel is None:
+            self._channel = HostChannel()
+        return self._channel
+
+    def broadcast(self, obj, src: int = 0):
+        if not self.topology.multi_host:
+            return obj
+        caller = sys._getframe(1)
+        return self.channel.broadcast(obj, src, site=f"{caller.f_code.co_filename}:{caller.f_lineno}")
+
+    def barrier(self, *args, **kwargs) -> None:
+        if self.topology.multi_host:
+            self.channel.barrier()
 
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        return decision  # nothing to agree with: no device tensor, no host sync
+        # no device tensor, no device sync: on one host there is nothing to agree with
+        if not self.topology.multi_host:
+            return decision
+        decisions = self.channel.all_gather(bool(decision))
+        return builtins.all(decisions) if all else any(decisions)
+
+    def reduce(self, tensor, *args, **kwargs):
+        return tensor  # sums over a sharded batch are already global: every host holds the same total
+
+    def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
+        if not self.topology.multi_host:
+            return super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+        # Every host runs the pending work and reads its replicas: a device program or transfer run by host 0
+        # alone would wait forever for the other hosts' part. Then host 0 alone writes.
+        import torch_xla
+
+        torch_xla.sync()
+        checkpoint = to_cpu(checkpoint)
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     @contextmanager
     def block_backward_sync(self):
         yield None
 
     def process_dataloader(self, dataloader):
-        return device_loader(dataloader, self.root_device, input_sharding=batch_sharding(self.mesh))
+        sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
+        return device_loader(dataloader, self.root_device, input_sharding=sharding)
 
 
 class XLAMultiProcessStrategy(XLAStrategy):

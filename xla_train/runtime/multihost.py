@@ -1,0 +1,103 @@
+"""Several hosts, one SPMD program: what a TPU pod slice adds to the single-host SPMD strategy.
+
+On a pod slice (a v4-32 is 4 hosts of 4 chips) the same command runs on every
+host, one process per host. torch_xla joins them into one runtime: a global
+mesh over every device of every host, and one compiled program that every
+host executes in lockstep. Each host feeds only its own devices, so it loads
+only its share of each global batch: the input sharding is then torch_xla's
+`minibatch` form, where each host's rows are its slice of the global tensor.
+
+The hosts also need a few host-side answers from each other, which no device
+program carries: the run folder host 0 chose, whether all hosts agree to save,
+and "the checkpoint is on disk". `HostChannel` passes those over the key-value
+store of torch_xla's own `xla://` rendezvous (the store torch.distributed would
+use on a pod), so they cost no device work and no extra compiled program.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import pickle
+import time
+from dataclasses import dataclass
+
+from xla_train.errors import HardwareError
+
+WAIT = datetime.timedelta(minutes=10)  # host 0 may be writing a large checkpoint while the others wait
+
+
+@dataclass(frozen=True)
+class HostTopology:
+    process_index: int = 0
+    process_count: int = 1
+    local_devices: int = 1
+    global_devices: int = 1
+
+    @property
+    def multi_host(self) -> bool:
+        return self.process_count > 1
+
+
+def host_topology() -> HostTopology:
+    """This process's place in the runtime; starts the runtime, so call it after configure_pjrt."""
+    import torch_xla.runtime as xr
+
+    topo = HostTopology(xr.process_index(), xr.process_count(), xr.addressable_runtime_device_count(),
+                        xr.global_runtime_device_count())
+    if topo.local_devices * topo.process_count != topo.global_devices:
+        raise HardwareError(f"this host has {topo.local_devices} XLA device(s) but the {topo.process_count} hosts "
+                            f"have {topo.global_devices} in all; data parallelism needs the same number on every "
+                            f"host")
+    return topo
+
+
+class HostChannel:
+    """Small pickled messages between the hosts; every host must make the same calls in the same order.
+
+    A broadcast carries the caller's code location, so hosts that fall out of step
+    fail with a message instead of exchanging each other's values.
+    """
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        import torch_xla.distributed.xla_backend  # noqa: F401  (registers the xla:// rendezvous)
+
+        store, self.rank, self.world = next(dist.rendezvous("xla://"))
+        store.set_timeout(WAIT)
+        self.store = dist.PrefixStore("xla_train", store)
+        self._calls = 0
+        atexit.register(self._leave)
+
+    def _key(self, what: str) -> str:
+        self._calls += 1
+        return f"{self._calls}/{what}"
+
+    def broadcast(self, obj, src: int = 0, site: str = ""):
+        key = self._key("broadcast")
+        if self.rank == src:
+            self.store.set(key, pickle.dumps((site, obj)))
+        their_site, value = pickle.loads(self.store.get(key))
+        if their_site != site:
+            raise RuntimeError(f"hosts out of step: host {src} broadcast from {their_site}, host {self.rank} "
+                               f"expected one from {site}")
+        return value
+
+    def all_gather(self, obj) -> list:
+        key = self._key("gather")
+        self.store.set(f"{key}/{self.rank}", pickle.dumps(obj))
+        return [pickle.loads(self.store.get(f"{key}/{r}")) for r in range(self.world)]
+
+    def barrier(self) -> None:
+        self.all_gather(None)
+
+    def _leave(self) -> None:
+        """Host 0 serves the store, so at exit it waits (a while) until every other host is done with it."""
+        try:
+            if self.rank:
+                self.store.add("left", 1)
+                return
+            deadline = time.monotonic() + 120
+            while self.store.add("left", 0) < self.world - 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except Exception:  # a host that already failed has nothing left to say
+            pass
