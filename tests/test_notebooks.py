@@ -7,7 +7,6 @@ notebook's own, which run unchanged.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
