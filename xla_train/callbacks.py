@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import time
 
-import lightning.pytorch as pl
-
 from xla_train.metrics_log import publish
+from xla_train.resume import EpochCallback
 from xla_train.runtime import wait_for_device
 
 
-class RunReport(pl.Callback):
+class RunReport(EpochCallback):
     def __init__(self, hardware: str) -> None:
         self.hardware = hardware
         self._t0 = 0.0

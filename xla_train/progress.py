@@ -7,32 +7,36 @@ epoch end, where it prints the line Keras users know:
     40/40 - 5s 125ms/step - loss: 0.1585 - acc: 0.9437 - val_loss: 0.1161 - val_acc: 0.9722 - 257 samples/s
 
 A log file (no TTY) gets only the epoch lines. `every=0` turns the live bar off.
+An epoch resumed from a mid-epoch checkpoint says so (`6/6 (3 after resume)`):
+its time and metrics cover only the steps this process ran.
 """
 from __future__ import annotations
 
 import sys
 import time
 
-import lightning.pytorch as pl
+from xla_train.resume import EpochCallback
 
 
 def _fmt_time(seconds: float) -> str:
     return f"{seconds:.0f}s" if seconds >= 1 else f"{seconds * 1000:.0f}ms"
 
 
-class KerasProgress(pl.Callback):
+class KerasProgress(EpochCallback):
     def __init__(self, every: int = 50, stream=None) -> None:
         self.every = every
         self.stream = stream or sys.stdout
         self._t0 = 0.0
+        self._steps = 0  # steps this process ran in the epoch
         self.live = self.stream.isatty() and every > 0
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._t0 = time.perf_counter()
+        self._t0, self._steps = time.perf_counter(), 0
         if trainer.is_global_zero:
             print(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}", file=self.stream, flush=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._steps += 1
         done, total = batch_idx + 1, trainer.num_training_batches
         if not (self.live and trainer.is_global_zero and done % self.every == 0 and done < total):
             return
@@ -50,9 +54,10 @@ class KerasProgress(pl.Callback):
         if not trainer.is_global_zero:
             return
         m = {k: float(v) for k, v in trainer.callback_metrics.items()}
-        steps = trainer.num_training_batches
+        total, steps = trainer.num_training_batches, self._steps
         train_s = m.get("train_seconds", time.perf_counter() - self._t0)
-        parts = [f"{steps}/{steps}", f"{_fmt_time(train_s)} {train_s / max(steps, 1) * 1000:.0f}ms/step"]
+        done = f"{total}/{total}" + (f" ({steps} after resume)" if 0 < steps < total else "")
+        parts = [done, f"{_fmt_time(train_s)} {train_s / max(steps, 1) * 1000:.0f}ms/step"]
         for key, name in (("train_loss", "loss"), ("train_acc", "acc"), ("val_loss", "val_loss"),
                           ("val_acc", "val_acc")):
             if key in m:

@@ -62,6 +62,19 @@ class RngState(pl.Callback):
         set_device_rng_state(self._device, s["device"])
 
 
+class EpochCallback(pl.Callback):
+    """A callback with per-epoch clocks or counters, started again in the epoch a run resumes inside.
+
+    Lightning calls on_train_epoch_start once per epoch, and not again when a run
+    resumes from a mid-epoch checkpoint (it ran before the interruption, in the
+    process that died). Whatever a callback starts there must start again here.
+    """
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.fit_loop.restarted_mid_epoch:
+            self.on_train_epoch_start(trainer, pl_module)
+
+
 def checkpoint_dir(trainer) -> str:
     ckpt = trainer.checkpoint_callback
     return getattr(ckpt, "dirpath", None) or os.path.join(trainer.log_dir or ".", "checkpoints")

@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 import warnings
 
-import lightning.pytorch as pl
 
 from xla_train.errors import UserError
 from xla_train.metrics_log import publish
+from xla_train.resume import EpochCallback
 
 GUARD_MODES = ("warn", "strict", "off")
 PHASES = ("train", "validate", "test", "predict")
@@ -52,7 +52,7 @@ def batch_shapes(batch) -> tuple:
     return ()
 
 
-class CompileAccounting(pl.Callback):
+class CompileAccounting(EpochCallback):
     def __init__(self, mode: str = "warn") -> None:
         if mode not in GUARD_MODES:
             raise ValueError(f"xla_guard={mode!r}; use one of {', '.join(GUARD_MODES)}")

@@ -53,11 +53,17 @@ class XLASingleDeviceStrategy(SingleDeviceXLAStrategy):
 
 
 def device_loader(dataloader, device, **kwargs):
-    """torch_xla's MpDeviceLoader, showing Lightning the wrapped loader's sampler.
+    """torch_xla's MpDeviceLoader, made to behave like the DataLoader it wraps in two ways Lightning relies on.
 
-    Lightning reshuffles each epoch by calling set_epoch on `loader.sampler`; a
-    bare MpDeviceLoader has no such attribute, so every epoch would replay the
-    first epoch's order and a resumed run could not find its place in it.
+    It shows the wrapped loader's sampler: Lightning reshuffles each epoch by
+    calling set_epoch on `loader.sampler`, which a bare MpDeviceLoader lacks, so
+    every epoch would replay the first epoch's order.
+
+    It is lazy: a DataLoader reads its sampler only at the first batch, but
+    MpDeviceLoader starts threads in `iter()` that read it at once. Lightning
+    calls `iter()` before `set_epoch()` when a run resumes (FitLoop.setup_data
+    runs first), so the prefetch read the previous epoch's order and a resumed
+    XLA run trained on the wrong batches.
     """
     from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
@@ -67,5 +73,13 @@ def device_loader(dataloader, device, **kwargs):
     class DeviceLoader(MpDeviceLoader):
         sampler = property(lambda self: getattr(self._loader, "sampler", None))
         batch_sampler = property(lambda self: getattr(self._loader, "batch_sampler", None))
+
+        def __iter__(self):
+            start = super().__iter__
+
+            def batches():  # a generator: nothing starts until the first next()
+                yield from start()
+
+            return batches()
 
     return DeviceLoader(dataloader, device, **kwargs)
