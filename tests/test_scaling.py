@@ -127,36 +127,57 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_only_the_first_pod_host_writes(tmp_path):
+def test_only_the_first_pod_host_writes_and_every_host_resumes(tmp_path):
     """Two emulated hosts run one real fit (2 XLA:CPU devices each, as 1 device on each of 2 hosts), each
     given its own runs_dir: host 0's fills, host 1's stays empty. Host 1 then tests host 0's best checkpoint
-    (test_after_fit), which it finds only through the run folder host 0 broadcast."""
+    (test_after_fit), which it finds only through the run folder host 0 broadcast. Then both hosts resume
+    from host 0's last.ckpt for a second epoch: host 1 loads the file it did not write, and still writes nothing."""
     port = str(_free_port())
+    runs = {h: tmp_path / f"host{h}" / "runs" for h in (0, 1)}
 
-    def host(h: int):
-        work = tmp_path / f"host{h}"
-        work.mkdir()
+    def host(h: int, *extra: str):
+        work = runs[h].parent
+        work.mkdir(exist_ok=True)
         env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=port)
-        args = ["recipe=quickstart", "epochs=1", "model.net.class_path=probes.TinyNet", "predict_samples=0",
-                "test_after_fit=true", f"runs_dir={work / 'runs'}", "--trainer.limit_train_batches=2",
-                "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1",
-                "--trainer.num_sanity_val_steps=0"]
+        args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0",
+                f"runs_dir={runs[h]}", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+                "--trainer.limit_test_batches=1", "--trainer.num_sanity_val_steps=0", *extra]
         return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=120), work
+                              capture_output=True, text=True, timeout=120)
 
-    with ThreadPoolExecutor(2) as pool:
-        (p0, w0), (p1, w1) = pool.map(host, (0, 1))
-    for p in (p0, p1):
-        assert p.returncode == 0, p.stderr[-4000:]
-    written = sorted(str(f.relative_to(w0 / "runs")) for f in w0.rglob("*") if f.is_file())
+    def both(*extra: str):
+        with ThreadPoolExecutor(2) as pool:
+            p0, p1 = pool.map(lambda h: host(h, *extra), (0, 1))
+        for p in (p0, p1):
+            assert p.returncode == 0, p.stderr[-4000:]
+        return p0, p1
+
+    def written() -> list[str]:
+        return sorted(str(f.relative_to(runs[0])) for f in runs[0].rglob("*") if f.is_file())
+
+    p0, p1 = both("epochs=1", "test_after_fit=true")
     run = "quickstart/version_0"
-    assert f"{run}/config.yaml" in written and f"{run}/metrics.csv" in written, written
-    assert f"{run}/checkpoints/last.ckpt" in written and any("best-epoch=0" in f for f in written), written
-    assert [f for f in w1.rglob("*")] == []  # no runs folder, no file, no empty folder
-    assert f"run folder: {w0 / 'runs' / run}  (accelerator xla, 1 device(s) on each of 2 hosts)" in p0.stdout
+    files = written()
+    assert f"{run}/config.yaml" in files and f"{run}/metrics.csv" in files, files
+    assert f"{run}/checkpoints/last.ckpt" in files and any("best-epoch=0" in f for f in files), files
+    assert not runs[1].parent.joinpath("runs").exists() and list(runs[1].parent.rglob("*")) == []
+    assert f"run folder: {runs[0] / run}  (accelerator xla, 1 device(s) on each of 2 hosts)" in p0.stdout
     assert "held-out test accuracy" in p0.stdout
     assert p1.stdout == ""  # the run report, the epoch lines and the test result are host 0's
+
+    last = runs[0] / run / "checkpoints" / "last.ckpt"
+    p0, p1 = both("epochs=2", f"ckpt={last}")
+    assert "Epoch 2/2" in p0.stdout and "Epoch 1/2" not in p0.stdout, p0.stdout  # resumed after epoch 1
+    resumed = torch_load(runs[0] / "quickstart/version_1/checkpoints/last.ckpt")
+    assert (resumed["epoch"], resumed["global_step"]) == (1, 4)  # 2 steps per epoch, 2 epochs in all
+    assert list(runs[1].parent.rglob("*")) == [] and p1.stdout == ""
+
+
+def torch_load(path):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 @pytest.fixture
