@@ -403,9 +403,10 @@ def test_bad_text_inputs_are_refused_in_one_line(cpu_ckpt, tmp_path, capsys, arg
 
 def test_a_model_that_is_too_small_for_the_vocabulary_is_refused(imdb_root, tmp_path, capsys):
     rc = main(["fit", "recipe=imdb", "accelerator=cpu", f"data_dir={imdb_root}", "download=false", "maxlen=64",
-               "data.vocab_size=20000", "model.net.vocab_size=50", f"--runs_dir={tmp_path}"])
+               "data.vocab_size=20000", "model.net.vocab_size=50", f"--runs_dir={tmp_path / 'runs'}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and "model.net.vocab_size=20000" in err[-1], err
+    assert list(tmp_path.iterdir()) == []  # refused before the run folder exists
 
 
 def test_an_image_checkpoint_refuses_text(tmp_path, capsys):

@@ -131,7 +131,8 @@ class XlaTrainCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         self._check_ckpt_matches_recipe()
-        self.datamodule.setup()  # a missing or corrupt data set fails here, before any run folder exists
+        self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
+        self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
         super()._run_subcommand(subcommand)
 
     def _report(self, stage: str) -> None:

@@ -49,6 +49,9 @@ class ArrayDataModule(pl.LightningDataModule):
         """What a checkpoint must carry so that raw inputs can be predicted without this module."""
         raise NotImplementedError
 
+    def check_net(self, net) -> None:
+        """Refuse a net that cannot take this data (a ConfigError); the CLI asks before any run folder exists."""
+
     # --- shared machinery -----------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         if self._arrays is None:

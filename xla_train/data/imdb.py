@@ -161,7 +161,10 @@ class IMDBDataModule(ArrayDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
-        net = getattr(self.trainer.lightning_module, "net", None) if self.trainer is not None else None
+        if self.trainer is not None and self.trainer.lightning_module is not None:
+            self.check_net(getattr(self.trainer.lightning_module, "net", None))
+
+    def check_net(self, net) -> None:
         rows = (getattr(net, "config", None) or {}).get("vocab_size")
         if rows is not None and rows < self.vocab_size:  # XLA would clamp the larger ids silently
             raise ConfigError(f"the vocabulary has {self.vocab_size} ids but the net's embedding only {rows} rows; "
