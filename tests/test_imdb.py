@@ -264,6 +264,21 @@ with torch.no_grad():
     net.cpu()  # as Lightning's teardown does, then restore_lstm as the strategy's
     assert restore_lstm(net) == ["lstm"] and type(net.lstm) is MaskedLSTM and list(net.state_dict()) == keys
     assert (net(padded) - expected).abs().max().item() < 1e-5  # the device's weights, on nn.LSTM, on the CPU
+
+# Every XLA strategy swaps the scan in on the device and nn.LSTM back at teardown (xla_mp as in a spawned worker).
+from xla_train.runtime.accelerators import PJRTAccelerator
+from xla_train.runtime.spmd import XLAMultiProcessStrategy
+from xla_train.runtime.strategies import XLASingleDeviceStrategy
+from xla_train.tasks import Classifier
+
+for strategy in (XLASingleDeviceStrategy(0, PJRTAccelerator()), XLAMultiProcessStrategy(PJRTAccelerator())):
+    strategy._launched = True
+    task = Classifier(SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6))
+    strategy.connect(task)
+    strategy.model_to_device()
+    assert isinstance(task.net.lstm, ScanLSTM) and task.net.lstm.weight_hh_l0.device.type == "xla", strategy
+    strategy.teardown()
+    assert type(task.net.lstm) is MaskedLSTM and task.net.lstm.weight_hh_l0.device.type == "cpu", strategy
 print("ok")
 """
 

@@ -44,7 +44,7 @@ from torch import nn
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
 from xla_train.runtime.multihost import HostChannel, HostTopology
-from xla_train.runtime.strategies import XLASingleDeviceStrategy, device_loader
+from xla_train.runtime.strategies import ScanLSTMOnXLA, XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
 
@@ -253,9 +253,9 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         return device_loader(dataloader, self.root_device, input_sharding=sharding)
 
 
-class XLAMultiProcessStrategy(XLAStrategy):
-    """Lightning's XLAStrategy (one process per device), with the atomic checkpoint writer and the device
-    loader that shows Lightning the sampler to reshuffle.
+class XLAMultiProcessStrategy(ScanLSTMOnXLA, XLAStrategy):
+    """Lightning's XLAStrategy (one process per device), with the atomic checkpoint writer, the device
+    loader that shows Lightning the sampler to reshuffle, and the scan LSTM.
 
     TPU only: on XLA:CPU its collectives cannot run (pytorch/xla#5005); plan.py refuses it there.
     """

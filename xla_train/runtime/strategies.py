@@ -15,7 +15,24 @@ from lightning.pytorch.strategies import SingleDeviceStrategy, SingleDeviceXLASt
 from xla_train.checkpoint_io import AtomicCheckpointIO
 
 
-class XLASingleDeviceStrategy(SingleDeviceXLAStrategy):
+class ScanLSTMOnXLA:
+    """For any XLA strategy: nn.LSTM would be unrolled over time on XLA, so the scan runs it as one loop,
+    with the same parameters, until teardown gives the model its nn.LSTM back for the CPU."""
+
+    def model_to_device(self) -> None:
+        from xla_train.runtime.scan_lstm import use_scan_lstm
+
+        use_scan_lstm(self.model)
+        super().model_to_device()
+
+    def teardown(self) -> None:
+        super().teardown()  # moves the model back to the CPU
+        from xla_train.runtime.scan_lstm import restore_lstm
+
+        restore_lstm(self.model)  # ...where nn.LSTM, not the scan, runs it
+
+
+class XLASingleDeviceStrategy(ScanLSTMOnXLA, SingleDeviceXLAStrategy):
     strategy_name = "xla_single"
 
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
@@ -34,19 +51,6 @@ class XLASingleDeviceStrategy(SingleDeviceXLAStrategy):
     @checkpoint_io.setter
     def checkpoint_io(self, io) -> None:
         self._checkpoint_io = io
-
-    def model_to_device(self) -> None:
-        # nn.LSTM would be unrolled over time on XLA; the scan runs it as one loop, with the same parameters.
-        from xla_train.runtime.scan_lstm import use_scan_lstm
-
-        use_scan_lstm(self.model)
-        super().model_to_device()
-
-    def teardown(self) -> None:
-        super().teardown()  # moves the model back to the CPU
-        from xla_train.runtime.scan_lstm import restore_lstm
-
-        restore_lstm(self.model)  # ...where nn.LSTM, not the scan, runs it
 
     def process_dataloader(self, dataloader):
         return device_loader(dataloader, self.root_device)
