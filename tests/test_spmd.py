@@ -319,6 +319,16 @@ def test_linear_lr_scaling_warms_up_to_devices_times_lr(capsys):
         in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("settings,nesterov", [({}, True), ({"nesterov": False}, False),
+                                               ({"momentum": 0.0}, False)])
+def test_sgd_uses_nesterov_momentum_unless_told_not_to(settings, nesterov):
+    from xla_train.models import CifarCNN
+    from xla_train.tasks import Classifier
+
+    opt = _attach(Classifier(CifarCNN(), optimizer="sgd", **settings), 1, 5).configure_optimizers()
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["nesterov"] is nesterov
+
+
 def test_lr_is_not_scaled_unless_asked():
     from xla_train.models import CifarCNN
     from xla_train.tasks import Classifier

@@ -43,7 +43,7 @@ def masked_stats(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, t
 
 class Classifier(pl.LightningModule):
     def __init__(self, net: nn.Module, lr: float = 1e-3, optimizer: Literal["adam", "sgd"] = "adam",
-                 momentum: float = 0.9, weight_decay: float = 0.0,
+                 momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 0.0,
                  schedule: Literal["constant", "cosine"] = "constant",
                  lr_scaling: Literal["none", "linear"] = "none", warmup_epochs: float = 5.0):
         super().__init__()
@@ -122,7 +122,8 @@ class Classifier(pl.LightningModule):
                 self.logger.log_hyperparams({"lr_resolved": lr, "lr_warmup_steps": warmup})
         if hp.optimizer == "sgd":
             opt = torch.optim.SGD(self.parameters(), lr=lr, momentum=hp.momentum,
-                                  weight_decay=hp.weight_decay, nesterov=hp.momentum > 0)
+                                  weight_decay=hp.weight_decay,
+                                  nesterov=hp.get("nesterov", True) and hp.momentum > 0)  # older checkpoints lack it
         else:
             opt = torch.optim.Adam(self.parameters(), lr=lr, weight_decay=hp.weight_decay)
         if hp.schedule == "cosine":
