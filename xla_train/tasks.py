@@ -41,6 +41,15 @@ def masked_stats(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, t
     return loss_sum / count.clamp(min=1), torch.stack([loss_sum, correct, count]).float()
 
 
+def make_optimizer(hp, params, lr: float | None = None) -> torch.optim.Optimizer:
+    """The optimizer a Classifier's hyperparameters describe (the benchmarks build the same one)."""
+    lr = hp.lr if lr is None else lr
+    if hp.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=hp.momentum, weight_decay=hp.weight_decay,
+                               nesterov=hp.nesterov and hp.momentum > 0)
+    return torch.optim.Adam(params, lr=lr, weight_decay=hp.weight_decay)
+
+
 class Classifier(pl.LightningModule):
     def __init__(self, net: nn.Module, lr: float = 1e-3, optimizer: Literal["adam", "sgd"] = "adam",
                  momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 0.0,
@@ -120,12 +129,7 @@ class Classifier(pl.LightningModule):
                       f"warm-up from {hp.lr:g} over {warmup} steps", flush=True)
             if self.logger is not None:
                 self.logger.log_hyperparams({"lr_resolved": lr, "lr_warmup_steps": warmup})
-        if hp.optimizer == "sgd":
-            opt = torch.optim.SGD(self.parameters(), lr=lr, momentum=hp.momentum,
-                                  weight_decay=hp.weight_decay,
-                                  nesterov=hp.get("nesterov", True) and hp.momentum > 0)  # older checkpoints lack it
-        else:
-            opt = torch.optim.Adam(self.parameters(), lr=lr, weight_decay=hp.weight_decay)
+        opt = make_optimizer(hp, self.parameters(), lr)
         if hp.schedule == "cosine":
             total = max(1, self.trainer.estimated_stepping_batches)
             factors.append(lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))

@@ -24,18 +24,6 @@ import statistics
 SIDES = ("plain", "xla_train")
 
 
-def make_optimizer(hp, params):
-    """The optimizer Classifier.configure_optimizers builds, from the same hyperparameters."""
-    import torch
-
-    if hp.optimizer == "sgd":
-        opt = torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay,
-                              nesterov=hp.momentum > 0)
-    else:
-        opt = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
-    return opt
-
-
 def plain_loop(spec: dict) -> dict:
     """The hand-written side, run in a cell process."""
     from xla_train.runtime.accelerators import configure_pjrt
@@ -49,6 +37,7 @@ def plain_loop(spec: dict) -> dict:
     from xla_train.bench.build import recipe_parts, use_data
     from xla_train.bench.cell import Stopwatch, device_name
     from xla_train.runtime.scan_lstm import use_scan_lstm
+    from xla_train.tasks import make_optimizer
 
     model, dm = recipe_parts(spec["recipe"], {**spec.get("overrides", {}), "batch_size": str(spec["batch"])})
     batches = spec["warmup"] + spec["steps"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 import warnings
 
-
 from xla_train.errors import UserError
 from xla_train.metrics_log import publish
 from xla_train.resume import EpochCallback
