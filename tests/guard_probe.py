@@ -8,10 +8,10 @@ import torch
 
 from torch import nn
 
-from xla_train.progress import KerasProgress
-from xla_train.runtime import plan_hardware
-from xla_train.runtime.compile_guard import CompileAccounting, RecompilationError
-from xla_train.tasks import Classifier
+from xla_train.training.progress import KerasProgress
+from xla_train.runtime.plan import plan_hardware
+from xla_train.training.compile_guard import CompileAccounting, RecompilationError
+from xla_train.training.module import Classifier
 
 
 class ShapeShifter:
@@ -57,10 +57,9 @@ class TinyNet(nn.Sequential):
 
 tty = FakeTTY()
 plan = plan_hardware("xla", 1)
-guard = next(c for c in plan.callbacks if isinstance(c, CompileAccounting))
-guard.mode = mode
+guard = CompileAccounting(mode)  # as the CLI adds it on XLA
 loader = ShapeShifter()
-trainer = pl.Trainer(max_epochs=3, callbacks=plan.callbacks + [KerasProgress(every, stream=tty)], logger=False, enable_checkpointing=False,
+trainer = pl.Trainer(max_epochs=3, callbacks=[guard, KerasProgress(every, stream=tty)], logger=False, enable_checkpointing=False,
                      enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, **plan.trainer_kwargs)
 
 

@@ -70,16 +70,12 @@ def built_cli(pairs: dict):
     (recipe, key checks, XlaTrainCLI.instantiate_trainer), attached as fit attaches them, and not run."""
     import sys
 
-    from xla_train.lightning_cli import XlaTrainCLI
-    from xla_train.recipes import lightning_args
+    from xla_train.config.lightning_cli import XlaTrainCLI
+    from xla_train.config.recipes import lightning_args
 
-    class Built(XlaTrainCLI):
-        def _run_subcommand(self, subcommand: str) -> None:
-            pass
-
-    saved, sys.argv = sys.argv, sys.argv[:1]  # as cli.py does: the args are given, not read from argv
+    saved, sys.argv = sys.argv, sys.argv[:1]  # as config/build.py does: the args are given, not read from argv
     try:
-        cli = Built(lightning_args("fit", pairs, []))
+        cli = XlaTrainCLI(lightning_args("fit", pairs, [])[1:], run=False)  # fit's config, built and not run
     finally:
         sys.argv = saved
     cli.datamodule.trainer = cli.trainer

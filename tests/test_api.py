@@ -8,7 +8,7 @@ import yaml
 
 import xla_train
 from conftest import cli_env, run_cli
-from xla_train.cli import main
+from xla_train.cli.main import main
 from xla_train.errors import UserError
 
 # A short CPU fit of the offline recipe; the Python values cover each way a value is spelled on the command line.
@@ -103,7 +103,7 @@ def test_devices_lists_what_each_accelerator_trains_on():
     """In a fresh process: asking for XLA devices starts the runtime, whose device count is fixed per process."""
     import subprocess
 
-    code = ("import sys, xla_train; from xla_train.cli import main; cpu = xla_train.devices('cpu'); "
+    code = ("import sys, xla_train; from xla_train.cli.main import main; cpu = xla_train.devices('cpu'); "
             "assert 'torch_xla' not in sys.modules; xla = xla_train.devices('xla'); "
             "print(cpu.accelerator, cpu.count, xla.accelerator, xla.count, xla.names[-1], xla.hardware); main(['devices'])")
     out = subprocess.run([sys.executable, "-c", code], env=cli_env(4), capture_output=True, text=True,

@@ -5,7 +5,7 @@ import torch
 from xla_train.data.base import check_batch_size
 from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchSampler
 from xla_train.errors import ConfigError
-from xla_train.tasks import masked_stats
+from xla_train.objective import masked_stats
 
 
 def test_train_batches_are_full_and_drop_the_remainder():

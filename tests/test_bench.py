@@ -1,4 +1,5 @@
-"""`python -m xla_train bench`: the sweep's files, the overhead comparison's equal work, CPU inference, bad arguments.
+"""`python -m xla_train bench`: the sweep's files and its presets, the overhead comparison's equal work, CPU inference,
+the tokeniser study, and bad arguments.
 
 Timings are never asserted (this machine is shared); what is checked is that
 every number is recorded, well formed and consistent with the others. Sweep
@@ -13,7 +14,7 @@ import zlib
 import pytest
 
 from conftest import run_cli
-from xla_train.cli import main
+from xla_train.cli.main import main
 
 TINY_RECIPE = """\
 model:
@@ -101,7 +102,7 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         assert f"]({name})" in md
         meta = png_text(run / name)
         assert prov["versions"] in meta["Description"] and prov["date"] in meta["Description"]
-    for cell in ("cpu-b8", "xla-b16"):  # each cell ran in its own process, with its own log
+    for cell in ("cpu-d1-b8", "xla-d1-b16"):  # each cell ran in its own process, with its own log
         assert (run / "cells" / f"{cell}.log").is_file()
 
 
@@ -136,18 +137,23 @@ def test_predict_bench_times_the_checkpoint_on_the_cpu(cpu_run, tmp_path, capsys
 
 
 @pytest.mark.parametrize("args, message", [
-    (["recipe=quickstart", "accelerators=cpu,fpga"], "use a comma-separated list of cpu, gpu, tpu, xla"),
+    (["recipe=quickstart", "accelerators=cpu,fpga"], "accelerators: expected typing.Literal['cpu', 'gpu', 'tpu', "
+                                                     "'xla'], got 'fpga'"),
     (["recipe=quickstart", "batch_sizes=8,12"], "batch_size=12 is not a positive multiple of 8"),
-    (["recipe=quickstart", "steps=0"], "steps='0' must be a whole number of at least 1"),
-    (["recipe=quickstart", "stepz=3"], "did you mean steps=?"),
+    (["recipe=quickstart", "steps=0"], "steps: not of type PositiveInt: 0 does not conform"),
+    (["recipe=quickstart", "steps=many"], "steps: not of type PositiveInt"),
+    (["recipe=quickstart", "stepz=3"], "unknown key 'stepz'; did you mean steps?"),
     (["recipe=quickstart", "epochs=3"], "builds the trainer itself"),
     (["recipe=quickstart", "batch_size=64"], "sets the batch itself: use batch_sizes="),
     (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),
-    (["accelerators=cpu"], "needs recipe="),
-    (["curves", "recipe=quickstart", "data=real"], "bench curves does not take data="),
-    (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator='cpu': use xla or tpu"),
-    (["predict", "repeats=3"], "needs ckpt="),
-    (["recipe=quickstart", "overhead"], "subcommand (curves, overhead, predict) must come first"),
+    (["accelerators=cpu"], "required: recipe"),
+    (["curves", "recipe=quickstart", "data=real"], "bench curves: unknown key 'data'"),
+    (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected typing.Literal['xla', 'tpu'], got 'cpu'"),
+    (["predict", "repeats=3"], "required: ckpt"),
+    (["text", "reviewz=10"], "did you mean reviews?"),
+    (["replicas", "devices=1,none"], "devices:"),
+    (["recipe=quickstart", "overhead"], "bench's subcommand (sweep, replicas, lstm, pipeline, overhead, curves, "
+                                        "predict, text) must come first"),
 ])
 def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -155,6 +161,47 @@ def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys
     err = capsys.readouterr().err
     assert err.startswith("xla_train: error: ") and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
+    run_cli("bench", "replicas", f"recipe={tiny_recipe}", "devices=1,2", "batch_sizes=8", "steps=2", "warmup=2",
+            cwd=tmp_path, timeout=400)
+    _, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")
+    assert [(r["accelerator"], r["devices"], r["global_batch"], r["device"]) for r in rows] == [
+        ("xla", "1", "8", "XLA:CPU"), ("xla", "2", "16", "XLA:CPU x2")]  # each cell had the devices it asked for
+    assert all(not r["error"] and int(r["compiles"]) > 0 and r["timed_compiles"] == "0" for r in rows), rows
+
+
+def test_lstm_and_pipeline_presets_vary_their_own_key(tiny_recipe, tmp_path):
+    run_cli("bench", "lstm", f"recipe={tiny_recipe}", "maxlens=8,16", "accelerators=cpu", "batch_sizes=8",
+            "steps=2", "warmup=1", cwd=tmp_path, timeout=300)
+    _, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")
+    assert [r["maxlen"] for r in rows] == ["8", "16"] and all(not r["error"] for r in rows), rows
+    proc = run_cli("bench", "pipeline", f"recipe={tiny_recipe}", "progress_every=0,1", "accelerators=cpu",
+                   "batch_sizes=8", "steps=2", "warmup=1", "rounds=2", cwd=tmp_path, timeout=300)
+    _, rows = read_table(tmp_path / "runs" / "bench" / "version_1" / "bench.csv")
+    assert [(r["progress_every"], r["rounds"]) for r in rows] == [("0", "2"), ("1", "2")], rows
+    assert "x 2 rounds in alternating order" in proc.stdout
+    cells = sorted(p.name for p in (tmp_path / "runs" / "bench" / "version_1" / "cells").glob("*.json"))
+    assert cells == ["cpu-d1-b8-p1-round0.json", "cpu-d1-b8-p1-round1.json", "cpu-d1-b8-round0.json",
+                     "cpu-d1-b8-round1.json"]
+
+
+def test_text_times_the_tokeniser_on_synthetic_reviews(tmp_path, capsys):
+    assert main(["bench", "text", "reviews=400", "maxlen=32", "vocab_size=100", "repeats=1",
+                 f"runs_dir={tmp_path}"]) == 0
+    prov, rows = read_table(tmp_path / "bench" / "version_0" / "text.csv")
+    assert set(prov) == set(PROVENANCE)
+    assert [r["what"].split()[0] for r in rows] == ["vocabulary", "encode", "reload"]
+    assert all(float(r["wall_s"]) > 0 for r in rows)
+    assert "encode 400 reviews" in capsys.readouterr().out
+
+
+def test_synthetic_reviews_have_aclimdb_lengths():
+    from xla_train.bench.data import synthetic_reviews
+
+    words = [len(r.split()) for r in synthetic_reviews(2000)]
+    assert min(words) >= 10 and 150 < sorted(words)[1000] < 200  # median ~174, as aclImdb
 
 
 @pytest.mark.slow

@@ -2,9 +2,9 @@
 import pytest
 
 from conftest import run_cli
-from xla_train.cli import main, split_argv
+from xla_train.cli.main import main, split_argv
 from xla_train.errors import ConfigError
-from xla_train.recipes import ALIASES, available_recipes, lightning_args
+from xla_train.config.recipes import ALIASES, available_recipes, lightning_args
 
 
 def test_key_values_aliases_and_native_flags_become_lightning_args():

@@ -2,7 +2,7 @@
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from xla_train.cli import main
+from xla_train.cli.main import main
 
 KEYS = ["recipe", "epochs", "batch_size", "lr", "accelerator", "devices", "seed", "precision", "strategy",
         "model.dropout", "model.net.num_classes", "trainer.max_epochs", "data.num_workers", "logger",

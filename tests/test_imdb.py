@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from conftest import cli_env, run_cli
-from xla_train.cli import main
-from xla_train.data import imdb, text
+from xla_train.cli.main import main
+from xla_train.data import imdb
+from xla_train.preprocess import text
 from xla_train.data.imdb import IMDBDataModule, load_imdb
 from xla_train.errors import DataError
 from xla_train.models.lstm import MaskedLSTM, SentimentLSTM
@@ -267,9 +268,9 @@ with torch.no_grad():
 
 # Every XLA strategy swaps the scan in on the device and nn.LSTM back at teardown (xla_mp as in a spawned worker).
 from xla_train.runtime.accelerators import PJRTAccelerator
-from xla_train.runtime.spmd import XLAMultiProcessStrategy
+from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
 from xla_train.runtime.strategies import XLASingleDeviceStrategy
-from xla_train.tasks import Classifier
+from xla_train.training.module import Classifier
 
 for strategy in (XLASingleDeviceStrategy(0, PJRTAccelerator()), XLAMultiProcessStrategy(PJRTAccelerator())):
     strategy._launched = True
@@ -366,7 +367,7 @@ def test_text_checkpoint_predicts_without_lightning_or_xla(xla_run, tmp_path):
     ckpt = xla_run[0] / "checkpoints" / "last.ckpt"
     (tmp_path / "one.txt").write_text("A wonderful, superb and moving film.<br />A masterpiece!")
     (tmp_path / "many.lines").write_text("awful boring mess\n\n" + "dreadful tedious terrible " * 400 + "\n")
-    code = ("import sys; from xla_train.cli import main; rc = main(sys.argv[1:]);"
+    code = ("import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
             "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code, "predict", f"ckpt={ckpt}", "text=Brilliant, delightful.",
                            f"inputs={tmp_path / 'one.txt'},{tmp_path / 'many.lines'}", "--lines", "batch_size=1"],
@@ -382,7 +383,7 @@ def test_text_checkpoint_predicts_without_lightning_or_xla(xla_run, tmp_path):
 
 
 def test_text_predictions_do_not_depend_on_batch_size_or_length(cpu_ckpt):
-    from xla_train.inference import load_for_inference
+    from xla_train.serve.predictor import load_for_inference
 
     p = load_for_inference(cpu_ckpt)
     assert p.kind == "text" and p.labels == ["neg", "pos"]

@@ -10,9 +10,9 @@ from PIL import Image
 
 from conftest import CLASSES
 from xla_train.checkpoint import atomic_save, safe_load
-from xla_train.cli import main
+from xla_train.cli.main import main
 from xla_train.errors import CheckpointError
-from xla_train.inference import load_for_inference
+from xla_train.serve.predictor import load_for_inference
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def write_inputs(tmp_path):
 
 def test_predict_command_prints_one_line_per_input_without_lightning_or_xla(ckpt, tmp_path):
     inputs = ",".join(str(p) for p in write_inputs(tmp_path))
-    code = ("import sys; from xla_train.cli import main; rc = main(sys.argv[1:]);"
+    code = ("import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
             "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code, "predict", f"ckpt={ckpt}", f"inputs={inputs}", "--probs"],
                           capture_output=True, text=True)

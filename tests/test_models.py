@@ -24,7 +24,7 @@ def test_build_net_rebuilds_from_the_recorded_config():
 
 
 def test_models_and_inference_import_neither_lightning_nor_torch_xla():
-    code = ("import sys, xla_train, xla_train.models, xla_train.inference, xla_train.predict;"
+    code = ("import sys, xla_train, xla_train.models, xla_train.serve.predictor, xla_train.serve.command;"
             "bad = [m for m in ('lightning', 'pytorch_lightning', 'torch_xla') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -23,7 +23,7 @@ def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on
 
 
 def test_bf16_true_on_xla_is_refused_with_the_alternative(tmp_path, monkeypatch, capsys):
-    from xla_train.cli import main
+    from xla_train.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")

@@ -10,8 +10,8 @@ import shlex
 import pytest
 import yaml
 
-from xla_train.cli import main, split_argv
-from xla_train.recipes import available_recipes, lightning_args, load_recipe, recipe_path
+from xla_train.cli.main import main, split_argv
+from xla_train.config.recipes import available_recipes, lightning_args, load_recipe, recipe_path
 
 RECIPES = available_recipes()
 

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from conftest import run_cli
-from xla_train.cli import main
+from xla_train.cli.main import main
 from xla_train.errors import ConfigError
 from xla_train.models import NETS, CifarResNet, build_net
 

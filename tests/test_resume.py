@@ -9,7 +9,7 @@ import torch
 
 from conftest import cli_env, run_cli
 from xla_train.data.batching import BatchSampler
-from xla_train.resume import PREEMPTED_EXIT_CODE
+from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 # 200 fixture images at batch 32: 6 steps an epoch, 2 epochs = 12 steps; last.ckpt every 2 steps,
 # so a kill at step 9 (the 4th batch of epoch 2) finds the step-8 checkpoint, 2 batches into the epoch.

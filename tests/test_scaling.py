@@ -35,8 +35,8 @@ def _host_share_probe() -> None:
     import torch_xla.runtime as xr
     from probes import built_cli, rebuilt_trainer
 
-    from xla_train.cli import main
-    from xla_train.runtime import plan_hardware
+    from xla_train.cli.main import main
+    from xla_train.runtime.plan import plan_hardware
 
     def pretend(host: int, hosts: int) -> None:
         xr.process_index, xr.process_count = (lambda: host), (lambda: hosts)
@@ -247,7 +247,7 @@ def test_bad_pod_settings_are_one_line(host_shares, case, message):
 
 @pytest.mark.parametrize("accelerator", ["gpu", "cpu"])
 def test_num_nodes_below_one_is_one_line(torchrun_rank, tmp_path, monkeypatch, capsys, accelerator):
-    from xla_train.cli import main
+    from xla_train.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["recipe=quickstart", f"accelerator={accelerator}", "num_nodes=0"]) == 2

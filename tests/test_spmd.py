@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from conftest import cli_env, run_cli
-from xla_train.cli import main
+from xla_train.cli.main import main
 
 PREDICT_ROWS = 16  # a multiple of 8, so the live check can shard it like a batch
 
@@ -238,7 +238,7 @@ def test_bad_device_settings_on_eight_devices_are_one_line_each(tmp_path):
     }
     code = f"""
 import contextlib, io, json
-from xla_train.cli import main
+from xla_train.cli.main import main
 out = {{}}
 for arg in {list(cases)!r}:
     err = io.StringIO()
@@ -303,7 +303,7 @@ def _attach(module, devices: int, batches_per_epoch: int):
 
 def test_linear_lr_scaling_warms_up_to_devices_times_lr(capsys):
     from xla_train.models import CifarCNN
-    from xla_train.tasks import Classifier
+    from xla_train.training.module import Classifier
 
     task = _attach(Classifier(CifarCNN(), lr=0.01, optimizer="sgd", lr_scaling="linear", warmup_epochs=2), 8, 5)
     conf = task.configure_optimizers()
@@ -323,7 +323,7 @@ def test_linear_lr_scaling_warms_up_to_devices_times_lr(capsys):
                                                ({"momentum": 0.0}, False)])
 def test_sgd_uses_nesterov_momentum_unless_told_not_to(settings, nesterov):
     from xla_train.models import CifarCNN
-    from xla_train.tasks import Classifier
+    from xla_train.training.module import Classifier
 
     opt = _attach(Classifier(CifarCNN(), optimizer="sgd", **settings), 1, 5).configure_optimizers()
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["nesterov"] is nesterov
@@ -331,7 +331,7 @@ def test_sgd_uses_nesterov_momentum_unless_told_not_to(settings, nesterov):
 
 def test_lr_is_not_scaled_unless_asked():
     from xla_train.models import CifarCNN
-    from xla_train.tasks import Classifier
+    from xla_train.training.module import Classifier
 
     opt = _attach(Classifier(CifarCNN(), lr=0.01), 8, 5).configure_optimizers()
     assert isinstance(opt, torch.optim.Adam) and opt.param_groups[0]["lr"] == 0.01
@@ -339,10 +339,10 @@ def test_lr_is_not_scaled_unless_asked():
 
 def test_the_multi_process_strategy_sees_the_same_global_batches_as_spmd(monkeypatch):
     """strategy=xla_mp (TPU only): each of 8 processes loads its share; together they are SPMD's one batch."""
-    from xla_train.checkpoint_io import AtomicCheckpointIO
+    from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
     from xla_train.data.base import ArrayDataModule
     from xla_train.data.batching import BatchSampler
-    from xla_train.runtime.spmd import XLAMultiProcessStrategy
+    from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
 
     def share(world, rank):
         dm = ArrayDataModule(batch_size=8)

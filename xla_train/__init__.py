@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 def load_for_inference(path):
     """The checkpoint's plain nn.Module (eval mode, CPU), its preprocessing and its labels."""
-    from xla_train.inference import load_for_inference as _load
+    from xla_train.serve.predictor import load_for_inference as _load
 
     return _load(path)
 

@@ -1,5 +1,5 @@
 import sys
 
-from xla_train.cli import main
+from xla_train.cli.main import main
 
 sys.exit(main())

@@ -1,7 +1,7 @@
 """xla_train from Python, for notebooks: the CLI's commands as functions.
 
 Keyword arguments become the key=value pairs the command line takes and go
-through the same recipe lookup, key checks and LightningCLI (cli.run_lightning),
+through the same recipe lookup, key checks and LightningCLI (config/build.py),
 so `fit(recipe="cifar10", epochs=3)` and `python -m xla_train recipe=cifar10
 epochs=3` resolve the same config and write the same run folder. A wrong keyword
 raises the error whose one-line message the CLI would print. Keys with dots go
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from xla_train.errors import ConfigError, UserError
+from xla_train.errors import ConfigError, UserError, find_user_error
 
 SPLITS = {"test": "test", "val": "validate"}
 
@@ -53,7 +53,7 @@ class Run:
         return _read_yaml(self.folder / "config.yaml")
 
     def _history(self) -> tuple[list[dict], dict]:
-        from xla_train.metrics_log import epoch_history
+        from xla_train.training.hooks import epoch_history  # Lightning: imported on first use
 
         path = self.folder / "metrics.csv"
         if not path.is_file():
@@ -109,7 +109,7 @@ def fit(recipe: str, **settings) -> Run:
     trainer = cli.trainer
     best, last = trainer.checkpoint_callback.best_model_path, cli.last_checkpoint.path
     # absolute, so that the run is still found after the notebook changes its working directory
-    return Run(Path(trainer.log_dir).resolve(), cli._cfg("recipe_name"),
+    return Run(Path(trainer.log_dir).resolve(), cli.setting("recipe_name"),
                str(Path(best).resolve()) if best else None, str(Path(last).resolve()) if last else None)
 
 
@@ -138,7 +138,7 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
 
 def devices(accelerator: str = "auto"):
     """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU."""
-    from xla_train.runtime.devices import describe_devices
+    from xla_train.cli.devices import describe_devices
 
     return _raising(describe_devices, accelerator)
 
@@ -158,7 +158,7 @@ def benchmark(subcommand: str = "sweep", **settings) -> Path:
 
 
 def _lightning(command: str, recipe, settings: dict):
-    from xla_train.cli import run_lightning
+    from xla_train.config.build import run_lightning
 
     if "recipe" in settings:
         raise ConfigError("give the recipe once, as the first argument")
@@ -168,8 +168,6 @@ def _lightning(command: str, recipe, settings: dict):
 
 def _raising(fn, *args):
     """Call fn; our own error comes out as itself even when jsonargparse or Lightning wrapped it."""
-    from xla_train.cli import find_user_error
-
     try:
         return fn(*args)
     except UserError:

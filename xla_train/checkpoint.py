@@ -1,5 +1,8 @@
 """The checkpoint file: written atomically, read without running code, and self-sufficient for inference.
 
+`atomic_write` is also the one writer for the package's other files that a
+crash must not leave half-written (the IMDB token cache).
+
 A Lightning checkpoint plus one block, "xla_train", that names the net by its
 architecture key (never an import path), its constructor arguments, and the
 preprocessing and labels that raw inputs need. Only torch is imported here, so
@@ -36,26 +39,21 @@ def to_cpu(obj):
     return obj
 
 
-def atomic_save(obj, path: str | os.PathLike) -> None:
-    """Serialise fully in memory, write a temp file beside the target, fsync, then rename over it.
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """write(file) into a temp file beside `path`, fsync it, rename it over `path`, fsync the folder.
 
-    A crash or a full disk at any point leaves the previous file untouched.
+    A crash or a full disk at any point leaves the previous file untouched and no temp file behind;
+    an OSError propagates for the caller to word.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    torch.save(to_cpu(obj), buf)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(buf.getbuffer())
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; "
-                              f"the previous checkpoint, if any, is intact") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -64,6 +62,17 @@ def atomic_save(obj, path: str | os.PathLike) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_save(obj, path: str | os.PathLike) -> None:
+    """torch.save of plain CPU tensors, serialised fully in memory first, then written atomically."""
+    buf = io.BytesIO()
+    torch.save(to_cpu(obj), buf)
+    try:
+        atomic_write(path, lambda f: f.write(buf.getbuffer()))
+    except OSError as e:
+        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; "
+                              f"the previous checkpoint, if any, is intact") from None
 
 
 def safe_load(path: str | os.PathLike) -> dict:

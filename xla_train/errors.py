@@ -3,6 +3,7 @@
 Raise these where the wrong input is detected; the CLI prints the message and
 exits non-zero. Anything else is a bug and keeps its traceback.
 """
+from __future__ import annotations
 
 
 class UserError(Exception):
@@ -25,3 +26,14 @@ class CheckpointError(UserError):
 
 class HardwareError(UserError):
     """The requested accelerator or device count is not on this machine."""
+
+
+def find_user_error(exc: BaseException | None) -> UserError | None:
+    """Our own error, even when jsonargparse or Lightning re-raised it wrapped in theirs."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, UserError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None

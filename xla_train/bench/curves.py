@@ -17,9 +17,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
-from xla_train.bench import report
-from xla_train.metrics_log import epoch_history
+from jsonargparse.typing import PositiveFloat, PositiveInt
+
+from xla_train.bench import charts, report
+from xla_train.bench.sweep import Accelerator, DeviceCount
+from xla_train.config.build import build_parts
+from xla_train.data.base import check_batch_size
+from xla_train.training.hooks import epoch_history
 
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_seconds")
 
@@ -59,14 +65,18 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
     return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())
 
 
-def curves_command(opts: dict) -> int:
+def curves(recipe: str, batch_sizes: list[PositiveInt] = [32, 128, 512], epochs: Optional[PositiveInt] = None,
+           accelerator: Optional[Accelerator] = None, devices: Optional[DeviceCount] = None,
+           timeout: PositiveFloat = 7200.0, runs_dir: str = "runs", overrides: Optional[dict] = None,
+           command: str = "") -> tuple[int, Path]:
     from tqdm import tqdm
 
-    from xla_train.bench import charts
-    from xla_train.bench.build import recipe_parts
-
-    recipe_parts(opts["recipe"], dict(opts["overrides"]))  # bad recipes and keys fail here, once
-    run_dir = report.new_results_dir(opts)
+    opts = dict(locals())
+    opts["overrides"] = dict(overrides or {})
+    for b in batch_sizes:
+        check_batch_size(b)
+    build_parts(recipe, opts["overrides"])  # bad recipes and keys fail here, once
+    run_dir = report.new_run_dir(runs_dir)
     rows, failed, hardware = [], [], set()
     bar = tqdm(opts["batch_sizes"], desc="curves", unit="fit", disable=None)
     for batch in bar:
@@ -83,7 +93,7 @@ def curves_command(opts: dict) -> int:
     bar.close()
     if not rows:
         print("no fit finished; see the logs under " + str(run_dir / "fits"))
-        return 1
+        return 1, run_dir
     prov = report.provenance(opts["command"], sorted(hardware))
     report.write_csv(run_dir / "curves.csv", rows, ["batch", "epoch", *METRICS], prov)
     batches = sorted({r["batch"] for r in rows})
@@ -105,4 +115,4 @@ def curves_command(opts: dict) -> int:
     print("validation accuracy by epoch:")
     print(report.text_table(headers, table))
     print(f"results: {run_dir} (curves.csv, curves.md{''.join(', ' + p.name for p in made)})")
-    return 0 if not failed else 1
+    return (0 if not failed else 1), run_dir

@@ -16,55 +16,34 @@ batches.
 from __future__ import annotations
 
 import statistics
-import time
+from pathlib import Path
+from typing import Optional
+
+from jsonargparse.typing import PositiveInt
 
 from xla_train.bench import report
+from xla_train.bench.data import synthetic_reviews
+from xla_train.bench.timing import percentile, time_calls
+from xla_train.serve.predictor import load_for_inference
 
 
 def raw_inputs(predictor, n: int):
     import numpy as np
 
     if predictor.kind == "text":
-        from xla_train.bench.text import synthetic_reviews
-
         return synthetic_reviews(n)
     s = int(predictor.info["image_size"])
     return np.random.default_rng(0).integers(0, 256, (n, s, s, 3), dtype=np.uint8)
 
 
-def timings(fns: list, repeats: int, warmup: int) -> list[list[float]]:
-    """Seconds per call of each function, the calls interleaved, so that a slow spell on a shared machine
-    falls on all of them alike."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    out = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, times in zip(fns, out):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return out
-
-
-def percentile(xs: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def predict_bench_command(opts: dict) -> int:
+def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100,
+            threads: Optional[PositiveInt] = None, runs_dir: str = "runs", command: str = "") -> tuple[int, Path]:
     import torch
 
-    from xla_train.inference import load_for_inference
-
-    if opts["threads"]:
-        torch.set_num_threads(opts["threads"])
-    predictor = load_for_inference(opts["ckpt"])
-    batch, repeats = opts["batch_size"], opts["repeats"]
+    if threads:
+        torch.set_num_threads(threads)
+    predictor = load_for_inference(ckpt)
+    batch = batch_size
     raw = raw_inputs(predictor, batch)
     x = predictor.preprocess(raw)
     net = predictor.model.eval()
@@ -81,8 +60,8 @@ def predict_bench_command(opts: dict) -> int:
 
     rows = []
     modes = (("net only", net_only), ("end to end", end_to_end))
-    latencies = timings([make(1) for _, make in modes], repeats, warmup=10)
-    batches = timings([make(batch) for _, make in modes], max(5, repeats // 10), warmup=2)
+    latencies = time_calls([make(1) for _, make in modes], repeats, warmup=10)
+    batches = time_calls([make(batch) for _, make in modes], max(5, repeats // 10), warmup=2)
     for (what, _), lat, big in zip(modes, latencies, batches):
         rows.append({"what": what, "latency_ms_median": statistics.median(lat) * 1e3,
                      "latency_ms_p95": percentile(lat, 0.95) * 1e3, "batch": batch,
@@ -90,19 +69,17 @@ def predict_bench_command(opts: dict) -> int:
                      "samples_per_s": batch / statistics.median(big), "repeats": repeats})
     arch = f"{predictor.info['arch']} {predictor.info.get('config', {})}"
     threads = torch.get_num_threads()
-    prov = report.provenance(opts["command"], [f"CPU, eager PyTorch, {threads} thread(s)"])
-    run_dir = report.new_results_dir(opts)
+    prov = report.provenance(command, [f"CPU, eager PyTorch, {threads} thread(s)"])
+    run_dir = report.new_run_dir(runs_dir)
     columns = ["what", "latency_ms_median", "latency_ms_p95", "batch", "batch_ms_median", "samples_per_s", "repeats"]
     report.write_csv(run_dir / "predict.csv", rows, columns, prov)
     headers = ["", "batch 1 median ms", "batch 1 p95 ms", f"batch {batch} ms", f"batch {batch} samples/s"]
     table = [[r["what"], report.fmt(r["latency_ms_median"], 2), report.fmt(r["latency_ms_p95"], 2),
               report.fmt(r["batch_ms_median"], 1), report.fmt(r["samples_per_s"], 0)] for r in rows]
     inputs = "synthetic reviews" if predictor.kind == "text" else f"random {predictor.info['image_size']}px images"
-    notes = [f"checkpoint {opts['ckpt']}: {arch}", f"inputs: {inputs}; {repeats} timed calls at batch 1 after 10 "
+    notes = [f"checkpoint {ckpt}: {arch}", f"inputs: {inputs}; {repeats} timed calls at batch 1 after 10 "
              f"warm-up calls; median of {max(5, repeats // 10)} batches of {batch}",
              "end to end = preprocessing + net + softmax, as `python -m xla_train predict` runs it"]
     (run_dir / "predict.md").write_text(report.markdown("xla_train CPU inference", prov, headers, table, notes))
-    print(f"{prov['hardware']}\n{prov['versions']}; {prov['date']}")
-    print(report.text_table(headers, table))
-    print(f"results: {run_dir}")
-    return 0
+    report.show(prov, notes, headers, table, run_dir, ["predict.csv", "predict.md"])
+    return 0, run_dir

@@ -57,12 +57,6 @@ def provenance(command: str, accelerators: list[str] | None = None) -> dict[str,
     }
 
 
-def new_results_dir(opts: dict) -> Path:
-    """A new folder for one benchmark's results, also kept in opts["results"] for the caller to show."""
-    opts["results"] = new_run_dir(opts["runs_dir"])
-    return opts["results"]
-
-
 def new_run_dir(runs_dir: str, name: str = "bench") -> Path:
     """runs_dir/name/version_N, with N one more than any existing; created here, so two runs never share one."""
     root = Path(runs_dir) / name
@@ -94,11 +88,6 @@ def fmt_csv(v) -> str:
     return str(v)
 
 
-def read_csv(path: Path) -> list[dict]:
-    with open(path) as f:
-        return list(csv.DictReader(ln for ln in f if not ln.startswith("#")))
-
-
 def fmt(v, digits: int = 1) -> str:
     """A table cell: blanks for nothing, thousands separators for big numbers."""
     if v is None or v == "":
@@ -126,6 +115,16 @@ def text_table(headers: list[str], rows: list[list]) -> str:
     out = ["  ".join(str(h).rjust(w) for h, w in zip(headers, widths))]
     out += ["  ".join(str(c).rjust(w) for c, w in zip(row, widths)) for row in rows]
     return "\n".join(out)
+
+
+def show(prov: dict[str, str], notes: list[str], headers: list[str], table: list[list], run_dir: Path,
+         files: list[str]) -> None:
+    """The results on the terminal: the evidence, the notes, the table, and where the files are."""
+    print(f"\n{prov['hardware']}\n{prov['versions']}; {prov['date']}")
+    for n in notes:
+        print(f"- {n}")
+    print(text_table(headers, table))
+    print(f"results: {run_dir} ({', '.join(files)})")
 
 
 def figure(title: str):

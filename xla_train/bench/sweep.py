@@ -1,145 +1,149 @@
-"""`bench` (the sweep): every accelerator x batch size for a recipe, one process per cell, into a table and charts.
+"""`bench` (the sweep) and its presets: a grid of cells for a recipe, one process each, into a table and charts.
 
     python -m xla_train bench recipe=cifar10 accelerators=cpu,xla batch_sizes=32,128,512,1024 steps=20
+    python -m xla_train bench replicas recipe=quickstart devices=1,8 batch_sizes=16   (1 vs n XLA devices)
+    python -m xla_train bench lstm maxlens=100,200,500                                 (the scan's compile time)
+    python -m xla_train bench pipeline recipe=quickstart progress_every=0,10 rounds=2   (the live bar's cost)
 
-Per cell (bench/cell.py says how it is timed): the first step (trace and
-compile on XLA), the steady step as the median of the timed steps, samples/s,
-the epoch it projects for the recipe's full training set, XLA compilations,
-peak host memory and, where the runtime reports it, peak device memory. A cell
-that fails (out of memory at a large batch, say) is recorded with its error
-and the sweep goes on. This process never starts an XLA runtime itself: on a
-TPU only one process at a time may hold the chips, and each cell needs them.
+Each cell (bench/timing.py says how it is timed) records the first step (trace
+and compile on XLA), the steady step as the median of the timed steps,
+samples/s, the epoch it projects for the recipe's full training set, XLA
+compilations, host syncs, and peak host and device memory. With rounds>1 the
+grid runs again in reverse order, so that a slow spell on a shared machine
+falls on every cell, and the steps of all rounds are pooled. A cell that fails
+(out of memory at a large batch, say) is recorded with its error and the rest
+go on. This process never starts an XLA runtime: on a TPU only one process at a
+time may hold the chips, and each cell needs them.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+import itertools
+import statistics
 from pathlib import Path
+from typing import Literal, Optional, Union
 
-from xla_train.errors import HardwareError
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 
-COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "data", "precision", "warmup",
-           "steps", "first_step_s", "compile_s", "compiles", "timed_compiles", "timed_host_syncs", "step_ms",
-           "step_ms_mean",
-           "samples_per_s", "train_size", "train_size_source", "steps_per_epoch", "epoch_s", "host_peak_mb",
-           "device_peak_mb", "threads", "error"]
+from xla_train.bench import charts, report
+from xla_train.bench.data import train_size
+from xla_train.bench.timing import run_cell
+from xla_train.config.build import build_parts
+from xla_train.data.base import check_batch_size
+from xla_train.errors import ConfigError
+from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerator
 
-
-def available_accelerators() -> list[str]:
-    """cpu, plus the machine's accelerator: a TPU if the PCI bus has one, else a CUDA GPU, else XLA on the CPU."""
-    from xla_train.runtime.accelerators import tpu_chips_on_pci_bus
-
-    try:
-        if tpu_chips_on_pci_bus():
-            return ["cpu", "tpu"]
-    except ImportError:
-        pass
-    import torch
-
-    return ["cpu", "gpu" if torch.cuda.is_available() else "xla"]
-
-
-def check_available(accelerators: list[str]) -> None:
-    """Fail before the first cell, not in every one of them."""
-    if "tpu" in accelerators:
-        from xla_train.runtime.accelerators import tpu_chips_on_pci_bus
-
-        if not tpu_chips_on_pci_bus():
-            raise HardwareError("accelerators= includes tpu but this machine has no TPU; use xla (XLA on the CPU) "
-                                "or cpu")
-    if "gpu" in accelerators:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise HardwareError("accelerators= includes gpu but no CUDA GPU is visible; use cpu or xla")
-
-
-def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
-    """Run bench/cell.py in a fresh process; its output goes to STEM.log, its result to STEM.json."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    result_path = stem.with_suffix(".json")
-    result_path.unlink(missing_ok=True)
-    spec = {**spec, "result_path": str(result_path)}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with open(stem.with_suffix(".log"), "w") as log:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "xla_train.bench.cell", json.dumps(spec)],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"did not finish in {timeout:g} s (timeout=)"}
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
-    how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
-    return {"error": f"the cell process died ({how}; out of memory?)"}
-
-
-def project_epoch(row: dict, train_size: int) -> None:
-    """Training drops each epoch's last partial batch, so an epoch is train_size // global batch steps."""
-    row["train_size"] = train_size
-    if row.get("step_ms") is not None and row.get("global_batch"):
-        row["steps_per_epoch"] = train_size // row["global_batch"]
-        row["epoch_s"] = row["steps_per_epoch"] * row["step_ms"] / 1e3
-
-
-def sweep_command(opts: dict) -> int:
-    from tqdm import tqdm
-
-    from xla_train.bench import report
-    from xla_train.bench.build import recipe_parts, train_size
-
-    accelerators = opts["accelerators"] or available_accelerators()
-    check_available(accelerators)
-    _, dm = recipe_parts(opts["recipe"], dict(opts["overrides"]))  # bad recipes and keys fail here, once
-    n_train, source = train_size(dm)
-    run_dir = report.new_results_dir(opts)
-    cells = [(a, b) for a in accelerators for b in opts["batch_sizes"]]
-    rows = []
-    bar = tqdm(cells, desc="bench", unit="cell", disable=None)
-    for accelerator, batch in bar:
-        bar.set_postfix_str(f"{accelerator} batch {batch}")
-        spec = {"recipe": opts["recipe"], "overrides": opts["overrides"], "accelerator": accelerator,
-                "devices": opts["devices"], "precision": opts["precision"], "batch": batch,
-                "warmup": opts["warmup"], "steps": opts["steps"], "data": opts["data"]}
-        res = run_cell(spec, run_dir / "cells" / f"{accelerator}-b{batch}", opts["timeout"])
-        row = {**{k: v for k, v in spec.items() if k != "overrides"}, "train_size_source": source, **res}
-        if "global_batch" not in row and isinstance(opts["devices"], int):
-            row["global_batch"] = batch * (1 if accelerator == "cpu" else opts["devices"])
-        project_epoch(row, n_train)
-        rows.append(row)
-        done = (f"{row['step_ms']:.1f} ms/step, epoch {row['epoch_s']:.1f} s" if row.get("epoch_s") is not None
-                else f"failed: {row.get('error')}")
-        bar.write(f"{accelerator:>4} batch {batch:>5}: {done}")
-    bar.close()
-    write_sweep(run_dir, rows, opts, n_train, source)
-    return 0 if any(r.get("step_ms") is not None for r in rows) else 1
-
-
+Accelerator = Literal["cpu", "gpu", "tpu", "xla"]
+DeviceCount = Union[PositiveInt, Literal["auto"]]
+Data = Literal["synthetic", "real"]
+COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "progress_every", "data",
+           "precision", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
+           "timed_host_syncs", "step_ms", "step_ms_mean", "samples_per_s", "train_size", "train_size_source",
+           "steps_per_epoch", "epoch_s", "host_peak_mb", "device_peak_mb", "threads", "error"]
 HEADERS = ["accelerator", "device", "batch", "first step s", "compile s", "compiles", "step ms", "samples/s",
            "epoch s", "host MB", "device MB", "note"]
 
 
-def table_row(r: dict) -> list:
-    from xla_train.bench.report import fmt
+def check_accelerators(accelerators: list[str] | None) -> list[str]:
+    """The accelerators asked for, each checked before any cell starts; by default cpu and this machine's own."""
+    if not accelerators:
+        own = resolve_accelerator("auto")
+        return ["cpu", own if own != "cpu" else "xla"]
+    if len(set(accelerators)) != len(accelerators):
+        raise ConfigError(f"accelerators={','.join(accelerators)} repeats an accelerator")
+    if "tpu" in accelerators:
+        require_tpu("accelerators= includes tpu")
+    if "gpu" in accelerators:
+        require_cuda("accelerators= includes gpu")
+    return accelerators
 
+
+def run_rounds(cells: dict[str, dict], run_dir: Path, rounds: int, timeout: float, note=print) -> dict[str, dict]:
+    """{name: result} for each cell spec, run `rounds` times in alternating order, steps of all rounds pooled."""
+    runs: dict[str, list[dict]] = {name: [] for name in cells}
+    for r in range(rounds):
+        for name in (list(cells) if r % 2 == 0 else list(cells)[::-1]):
+            res = run_cell(cells[name], run_dir / "cells" / (name + (f"-round{r}" if rounds > 1 else "")), timeout)
+            runs[name].append(res)
+            note(f"{name}: " + (f"{res['step_ms']:.1f} ms/step" if "step_ms" in res else f"failed: {res['error']}"))
+    out = {}
+    for name, results in runs.items():
+        ok = [r for r in results if "error" not in r]
+        if not ok:
+            out[name] = results[0]
+            continue
+        pooled = [t for r in ok for t in r["step_times_ms"]]
+        out[name] = {**ok[0], "step_ms": statistics.median(pooled), "step_ms_mean": statistics.fmean(pooled),
+                     "step_times_ms": pooled, "rounds": len(ok),
+                     "first_step_s": statistics.median(r["first_step_s"] for r in ok),
+                     "samples_per_s": ok[0]["global_batch"] / (statistics.median(pooled) / 1e3)}
+    return out
+
+
+def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
+          batch_sizes: list[PositiveInt] = [32, 128, 512, 1024], devices: list[DeviceCount] = [1],
+          progress_every: list[NonNegativeInt] = [0], steps: PositiveInt = 20, warmup: PositiveInt = 3,
+          rounds: PositiveInt = 1, precision: Optional[str] = None, data: Data = "synthetic",
+          chart_batch: Optional[PositiveInt] = None, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
+          overrides: Optional[dict] = None, grid: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
+    """Every accelerator x devices x batch size (x live-bar refresh, x any recipe key in `grid`) of a recipe."""
+    from tqdm import tqdm
+
+    accelerators = check_accelerators(accelerators)
+    for b in batch_sizes:
+        check_batch_size(b)
+    overrides, grid = dict(overrides or {}), dict(grid or {})
+    _, dm = build_parts(recipe, {**overrides, **{k: str(v[0]) for k, v in grid.items()}})  # bad keys fail here
+    n_train, source = train_size(dm)
+    run_dir = report.new_run_dir(runs_dir)
+    cells = {}
+    for a, d, b, p, *values in itertools.product(accelerators, devices, batch_sizes, progress_every, *grid.values()):
+        d = 1 if a == "cpu" else d
+        keys = dict(zip(grid, map(str, values)))
+        name = f"{a}-d{d}-b{b}" + (f"-p{p}" if p else "") + "".join(f"-{k}{v}" for k, v in keys.items())
+        cells[name] = {"recipe": recipe, "overrides": {**overrides, **keys}, "accelerator": a, "devices": d,
+                       "batch": b, "progress_every": p, "precision": precision, "warmup": warmup, "steps": steps,
+                       "data": data, **keys}
+    bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
+    results = run_rounds(cells, run_dir, rounds, timeout, note=lambda line: (bar.update(), bar.write(line)))
+    bar.close()
+    rows = []
+    for name, spec in cells.items():
+        row = {**{k: v for k, v in spec.items() if k != "overrides"}, "train_size_source": source, **results[name]}
+        row.setdefault("global_batch", spec["batch"] * spec["devices"] if isinstance(spec["devices"], int) else None)
+        row["train_size"] = n_train
+        if row.get("step_ms") is not None and row.get("global_batch"):
+            row["steps_per_epoch"] = n_train // row["global_batch"]  # training drops each epoch's partial batch
+            row["epoch_s"] = row["steps_per_epoch"] * row["step_ms"] / 1e3
+        rows.append(row)
+    write_sweep(run_dir, rows, locals(), n_train, source, list(grid))
+    return (0 if any(r.get("step_ms") is not None for r in rows) else 1), run_dir
+
+
+def table_row(r: dict, grid: list[str]) -> list:
+    fmt = report.fmt
     note = r.get("error") or ("recompiled while timed: more warmup=?" if r.get("timed_compiles") else "")
-    return [r["accelerator"], r.get("device", "-"), r.get("global_batch", "-"), fmt(r.get("first_step_s"), 2),
-            fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1), fmt(r.get("samples_per_s")),
-            fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0), fmt(r.get("device_peak_mb"), 0), note]
+    extra = [r.get("progress_every") or "-"] if "progress_every" in grid else []
+    return [r["accelerator"], r.get("device", "-"), r.get("global_batch", "-"), *extra,
+            *(r.get(k) for k in grid if k != "progress_every"), fmt(r.get("first_step_s"), 2),
+            fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
+            fmt(r.get("samples_per_s")), fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
+            fmt(r.get("device_peak_mb"), 0), note]
 
 
-def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str) -> None:
-    from xla_train.bench import charts, report
-
+def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:
+    if len(opts["progress_every"]) > 1:
+        grid = ["progress_every", *grid]
+    headers = HEADERS[:3] + [("bar every" if k == "progress_every" else k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
-    report.write_csv(run_dir / "bench.csv", rows, COLUMNS, prov)
-    table = [table_row(r) for r in rows]
+    report.write_csv(run_dir / "bench.csv", rows, COLUMNS + [k for k in grid if k not in COLUMNS], prov)
+    table = [table_row(r, grid) for r in rows]
     data = sorted({r["data"] for r in rows if r.get("data")})
     notes = [f"recipe {opts['recipe']}" + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
              + (f", precision {opts['precision']}" if opts["precision"] else ""),
-             f"step ms: median of {opts['steps']} timed steps after {opts['warmup']} warm-up steps, pipelined as in "
-             f"training; samples/s = batch / step; epoch s = {n_train:,} training samples ({source}) // batch x step",
+             f"step ms: median of {opts['steps']} timed steps after {opts['warmup']} warm-up steps"
+             + (f", x {opts['rounds']} rounds in alternating order" if opts["rounds"] > 1 else "")
+             + f", pipelined as in training; samples/s = batch / step; epoch s = {n_train:,} training samples "
+               f"({source}) // batch x step",
              "first step: the first training step to the end of its execution (on XLA: trace + compile + run); "
              "compiles: XLA graphs compiled in the cell (- for eager CPU)",
              "data: " + (" and ".join(data) or "-") + (" (random inputs of the recipe's exact shapes and dtypes "
@@ -147,12 +151,34 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
                                                        if "synthetic" in data else "")]
     if any("XLA:CPU" in (r.get("device") or "") for r in rows):
         notes.append("XLA:CPU is XLA compiling for this machine's CPU (PJRT_DEVICE=CPU): not a TPU figure")
-    md = report.markdown(f"xla_train bench: {opts['recipe']}", prov, HEADERS, table, notes)
+    md = report.markdown(f"xla_train bench: {opts['recipe']}", prov, headers, table, notes)
     made = charts.sweep_charts(run_dir, rows, prov, opts["recipe"], opts.get("chart_batch"))
-    md += "".join(f"\n![{p.stem}]({p.name})\n" for p in made)
-    (run_dir / "bench.md").write_text(md)
-    print(f"\n{prov['hardware']}\n{prov['versions']}; {prov['date']}")
-    for n in notes:
-        print(f"- {n}")
-    print(report.text_table(HEADERS, table))
-    print(f"results: {run_dir} (bench.csv, bench.md{''.join(', ' + p.name for p in made)})")
+    (run_dir / "bench.md").write_text(md + "".join(f"\n![{p.stem}]({p.name})\n" for p in made))
+    report.show(prov, notes, headers, table, run_dir, ["bench.csv", "bench.md", *(p.name for p in made)])
+
+
+def replicas(recipe: str = "quickstart", devices: list[DeviceCount] = [1, 8], batch_sizes: list[PositiveInt] = [16],
+             steps: PositiveInt = 10, warmup: PositiveInt = 3, data: Data = "synthetic",
+             timeout: PositiveFloat = 1800.0, runs_dir: str = "runs", overrides: Optional[dict] = None,
+             command: str = "") -> tuple[int, Path]:
+    """One against n XLA devices (SPMD), at one per-device batch: the cost of the partitioned program."""
+    return sweep(recipe, ["xla"], batch_sizes, devices, steps=steps, warmup=warmup, data=data, timeout=timeout,
+                 runs_dir=runs_dir, overrides=overrides, command=command)
+
+
+def lstm(recipe: str = "imdb", maxlens: list[PositiveInt] = [100, 200, 500],
+         accelerators: list[Accelerator] = ["xla"], batch_sizes: list[PositiveInt] = [128], steps: PositiveInt = 10,
+         warmup: PositiveInt = 3, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
+         overrides: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
+    """The LSTM at each sequence length: on XLA the scan's compile time stays flat as maxlen grows."""
+    return sweep(recipe, accelerators, batch_sizes, steps=steps, warmup=warmup, timeout=timeout, runs_dir=runs_dir,
+                 overrides=overrides, grid={"maxlen": maxlens}, command=command)
+
+
+def pipeline(recipe: str = "quickstart", progress_every: list[NonNegativeInt] = [0, 10],
+             accelerators: list[Accelerator] = ["xla"], batch_sizes: list[PositiveInt] = [32],
+             steps: PositiveInt = 30, warmup: PositiveInt = 3, rounds: PositiveInt = 2, timeout: PositiveFloat = 900.0,
+             runs_dir: str = "runs", overrides: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
+    """Training with the live progress bar off and on: its host syncs and what they cost per step."""
+    return sweep(recipe, accelerators, batch_sizes, progress_every=progress_every, steps=steps, warmup=warmup,
+                 rounds=rounds, timeout=timeout, runs_dir=runs_dir, overrides=overrides, command=command)

@@ -12,7 +12,9 @@ import os
 import lightning.pytorch as pl
 import numpy as np
 from torch.utils.data import DataLoader
+from typing_extensions import override
 
+from xla_train import compat
 from xla_train.data.batching import ArrayDataset, BatchSampler
 from xla_train.errors import ConfigError
 
@@ -53,6 +55,7 @@ class ArrayDataModule(pl.LightningDataModule):
         """Refuse a net that cannot take this data (a ConfigError); the CLI asks before any run folder exists."""
 
     # --- shared machinery -----------------------------------------------------
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self._arrays is None:
             self._arrays = self.load_arrays()
@@ -69,7 +72,7 @@ class ArrayDataModule(pl.LightningDataModule):
         devices_per_process = max(1, t.num_devices * t.num_nodes // t.world_size)
         return self.batch_size * devices_per_process, t.global_rank, t.world_size
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def _split_loader(self, split: str, train: bool) -> DataLoader:
         inputs, labels = self.arrays(split)
         batch, rank, world = self.process_share()
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
@@ -84,22 +87,26 @@ class ArrayDataModule(pl.LightningDataModule):
                           sampler=sampler, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)
 
+    @override
     def state_dict(self) -> dict:
         """Where training is in the data order, so that a resumed run neither skips nor repeats a batch."""
         t = self.trainer
         if t is None or not t.training:
             return {}
-        # "processed": a checkpoint written in on_train_batch_end already counts its batch as done, as Lightning does
-        return {"epoch": t.current_epoch, "batches_done": t.fit_loop.epoch_loop.batch_progress.current.processed}
+        return {"epoch": t.current_epoch, "batches_done": compat.batches_done(t)}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self._resume = dict(state) if state else None
 
+    @override
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
+        return self._split_loader("train", train=True)
 
+    @override
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
+        return self._split_loader("val", train=False)
 
+    @override
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
+        return self._split_loader("test", train=False)

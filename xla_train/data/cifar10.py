@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 
+from xla_train import compat
 from xla_train.data.download import staged_download
 from xla_train.data.images import ImageDataModule
 from xla_train.errors import DataError
-from xla_train.preprocess import CIFAR10_MEAN, CIFAR10_STD
+from xla_train.preprocess.images import CIFAR10_MEAN, CIFAR10_STD
 
 DEFAULT_DATA_DIR = os.path.join(os.path.expanduser("~"), ".cache", "xla_train", "cifar10")
 
@@ -31,12 +32,10 @@ def download_cifar10(root: str) -> None:
 def load_cifar10(root: str, download: bool) -> dict:
     cls = _cifar_class()
     folder = os.path.join(root, cls.base_folder)
-    probe = cls.__new__(cls)
-    probe.root = root
-    if not probe._check_integrity():
+    if not compat.cifar10_files_intact(cls, root):
         if download:
             download_cifar10(root)
-        if not probe._check_integrity():
+        if not compat.cifar10_files_intact(cls, root):
             what = "is incomplete or fails its checksums" if os.path.isdir(folder) else "is missing"
             raise DataError(f"CIFAR-10 at {folder} {what}; download {cls.url} ({cls.filename}) and extract it "
                             f"into {root}, or run with download=true on a machine with network")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from xla_train.data.images import ImageDataModule
-from xla_train.preprocess import resize_images
+from xla_train.preprocess.images import resize_images
 
 
 def load_digits_rgb32() -> tuple[np.ndarray, np.ndarray]:

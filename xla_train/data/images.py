@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 from xla_train.data.base import ArrayDataModule
-from xla_train.preprocess import images_to_tensor
+from xla_train.preprocess.images import images_to_tensor
 
 
 class ImageTransform:

@@ -17,15 +17,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
+from typing_extensions import override
 
-from xla_train.data import text
+from xla_train.checkpoint import atomic_write
+from xla_train.preprocess import text
 from xla_train.data.base import ArrayDataModule
 from xla_train.data.download import staged_download
 from xla_train.errors import ConfigError, DataError
@@ -120,16 +121,9 @@ def _write_cache(path: Path, data: dict, key: dict) -> None:
     arrays = {"tokenizer": np.array(data["tokenizer"]), "key": np.array(json.dumps(key))}
     for s in ("train", "test"):
         arrays[f"{s}_x"], arrays[f"{s}_y"] = data[s][0].astype(dtype), data[s][1].astype(np.int8)
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tokens-", suffix=".npz", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: np.savez(f, **arrays))
     except OSError as e:
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
         warnings.warn(f"could not cache the tokenised reviews in {path.parent} ({e.strerror or e}); "
                       f"the next run tokenises again", stacklevel=2)
 
@@ -159,6 +153,7 @@ class IMDBDataModule(ArrayDataModule):
     def labels(self) -> list[str]:
         return list(LABELS)
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
         if self.trainer is not None and self.trainer.lightning_module is not None:

@@ -12,17 +12,10 @@ import os
 
 import torch
 from lightning.pytorch.accelerators import XLAAccelerator
+from typing_extensions import override
 
 from xla_train.errors import HardwareError
-
-
-def tpu_chips_on_pci_bus() -> int:
-    """TPU chips attached to this host; reads /sys only, never the network."""
-    # torch_xla picks a PJRT_DEVICE on import unless told not to; configure_pjrt picks it instead.
-    os.environ.setdefault("PJRT_SELECT_DEFAULT_DEVICE", "0")
-    from torch_xla._internal import tpu
-
-    return tpu.num_available_chips()
+from xla_train.runtime.probe import require_tpu, tpu_chips
 
 
 def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
@@ -31,13 +24,11 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
         if os.environ.get("PJRT_DEVICE", "TPU").upper() != "TPU":
             raise HardwareError(f"accelerator=tpu but PJRT_DEVICE={os.environ['PJRT_DEVICE']}; "
                                 f"unset PJRT_DEVICE or use accelerator=xla")
-        if tpu_chips_on_pci_bus() == 0:
-            raise HardwareError("accelerator=tpu but this machine has no TPU; use accelerator=xla "
-                                "(XLA on the CPU, PJRT_DEVICE=CPU) or accelerator=cpu")
+        require_tpu()
         os.environ["PJRT_DEVICE"] = "TPU"
         return
     if not os.environ.get("PJRT_DEVICE"):  # unset or empty: choose
-        os.environ["PJRT_DEVICE"] = "TPU" if tpu_chips_on_pci_bus() else "CPU"
+        os.environ["PJRT_DEVICE"] = "TPU" if tpu_chips() else "CPU"
     if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
         if isinstance(devices, int) and devices > 0:
             os.environ["CPU_NUM_DEVICES"] = str(devices)
@@ -63,10 +54,12 @@ class PJRTAccelerator(XLAAccelerator):
     kind = "xla"
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         return runtime_device_count()
 
     @staticmethod
+    @override
     def is_available() -> bool:
         try:
             return runtime_device_count() > 0
@@ -74,15 +67,18 @@ class PJRTAccelerator(XLAAccelerator):
             return False
 
     @staticmethod
+    @override
     def parse_devices(devices):
         return parse_device_count(devices, runtime_device_count())
 
     @staticmethod
+    @override
     def get_parallel_devices(devices) -> list[torch.device]:
         n = parse_device_count(devices, runtime_device_count())
         return [torch.device("xla", i) for i in range(n)]
 
     @staticmethod
+    @override
     def name() -> str:
         return "xla"
 
@@ -93,6 +89,7 @@ class TPUAccelerator(PJRTAccelerator):
     kind = "tpu"
 
     @staticmethod
+    @override
     def name() -> str:
         return "tpu"
 

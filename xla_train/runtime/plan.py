@@ -11,12 +11,13 @@ Every choice writes checkpoints through the same atomic writer.
 """
 from __future__ import annotations
 
+import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from xla_train.errors import ConfigError, HardwareError
+from xla_train.runtime.probe import require_cuda, resolve_accelerator
 
-ACCELERATORS = ("auto", "tpu", "xla", "gpu", "cpu")
 XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 
 
@@ -24,29 +25,11 @@ XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 class HardwarePlan:
     kind: str
     trainer_kwargs: dict
-    callbacks: list = field(default_factory=list)
     spmd_hosts: int = 1  # hosts that run one SPMD program in lockstep: a device read on one host alone would hang
 
     @property
     def is_xla(self) -> bool:
         return self.kind in ("tpu", "xla")
-
-
-def resolve_accelerator(accelerator: str) -> str:
-    if accelerator not in ACCELERATORS:
-        raise ConfigError(f"accelerator={accelerator!r} is not known; use one of {', '.join(ACCELERATORS)}")
-    if accelerator != "auto":
-        return accelerator
-    from xla_train.runtime.accelerators import tpu_chips_on_pci_bus
-
-    try:
-        if tpu_chips_on_pci_bus():
-            return "tpu"
-    except ImportError:
-        pass
-    import torch
-
-    return "gpu" if torch.cuda.is_available() else "cpu"
 
 
 def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
@@ -59,11 +42,8 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
             warnings.warn(f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA "
                           f"compilations", stacklevel=2)
         if kind == "gpu":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise HardwareError("accelerator=gpu but no CUDA GPU is visible; use accelerator=cpu or xla")
-        from xla_train.checkpoint_io import AtomicCheckpointIO  # Lightning's plugin base: imported only to train
+            require_cuda()
+        from xla_train.runtime.checkpoint_io import AtomicCheckpointIO  # Lightning's plugin base: imported only to train
 
         kwargs = {"accelerator": kind, "devices": devices, "plugins": [AtomicCheckpointIO()]}
         if strategy != "auto":
@@ -89,8 +69,6 @@ def xla_precision_plugin(precision):
 
 def configure_compile_cache(path: str | None) -> None:
     """The persistent compile cache: on a TPU a second run skips compilation. It must precede any compilation."""
-    import os
-
     if not path:
         return
     if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
@@ -105,7 +83,6 @@ def configure_compile_cache(path: str | None) -> None:
 
 def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, num_nodes=1) -> HardwarePlan:
     from xla_train.runtime.accelerators import PJRTAccelerator, TPUAccelerator, configure_pjrt, parse_device_count
-    from xla_train.runtime.compile_guard import CompileAccounting
     from xla_train.runtime.multihost import host_topology
 
     if strategy not in XLA_STRATEGIES:
@@ -147,13 +124,11 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
     # The accelerator and the precision travel inside the strategy; Lightning refuses them twice.
     kwargs = {"accelerator": "auto", "strategy": strat, "devices": n, "precision": None,
               "num_nodes": topo.process_count}
-    return HardwarePlan(kind, kwargs, callbacks=[CompileAccounting()], spmd_hosts=topo.process_count)
+    return HardwarePlan(kind, kwargs, spmd_hosts=topo.process_count)
 
 
 def _check_spmd_devices(n: int, topo) -> None:
     """An SPMD mesh spans every device of the runtime (an XLA rule), so n must be all of this host's."""
-    import os
-
     if topo.multi_host and n != topo.local_devices:
         raise HardwareError(f"devices={n} but data parallelism (SPMD) spans every XLA device, and this host has "
                             f"{topo.local_devices} (of {topo.global_devices} on {topo.process_count} hosts); "
@@ -169,12 +144,9 @@ def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> Har
     """strategy=xla_mp: Lightning's XLAStrategy, one process per TPU core. TPU only, and the parent process
     must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator counts the cores
     without starting it."""
-    import os
-
     from lightning.pytorch.accelerators import XLAAccelerator
 
-    from xla_train.runtime.compile_guard import CompileAccounting
-    from xla_train.runtime.spmd import XLAMultiProcessStrategy
+    from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
 
     if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
         raise HardwareError(f"strategy=xla_mp runs one process per TPU core and needs a TPU; on "
@@ -184,5 +156,4 @@ def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> Har
         raise ConfigError("strategy=xla_mp needs several devices; for one device leave strategy=auto")
     strat = XLAMultiProcessStrategy(accelerator=XLAAccelerator(), precision_plugin=plugin)
     return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto",
-                               "precision": None},
-                        callbacks=[CompileAccounting()])
+                               "precision": None})

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 
 import torch
 from lightning.pytorch.plugins.precision.xla import XLAPrecision
+from typing_extensions import override
 
 BF16_NAMES = ("bf16", "bf16-mixed")
 
@@ -20,19 +21,24 @@ class XLABf16Autocast(XLAPrecision):
         super().__init__("32-true")  # float32 storage; nothing is set in the environment
         self.precision = "bf16-mixed"
 
+    @override
     @contextmanager
     def forward_context(self):
         with torch.autocast("xla", dtype=torch.bfloat16):
             yield
 
+    @override
     def train_step_context(self):
         return self.forward_context()
 
+    @override
     def val_step_context(self):
         return self.forward_context()
 
+    @override
     def test_step_context(self):
         return self.forward_context()
 
+    @override
     def predict_step_context(self):
         return self.forward_context()

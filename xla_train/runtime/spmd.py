@@ -1,4 +1,4 @@
-"""Data parallelism over every XLA device of the host: SPMD by default, Lightning's multi-process strategy on request.
+"""Data parallelism over every XLA device of the host (and of every host of a pod slice): one SPMD program.
 
 `SPMDStrategy` is one process that drives all devices through torch_xla's SPMD
 partitioner: a 1-D `data` mesh over the devices, each batch sharded along its
@@ -12,7 +12,7 @@ processes or threads of `torch_xla.launch` (pytorch/xla#5005).
 Batch normalisation is the one layer that needs help: GSPMD cannot split XLA's
 fused batch-norm ops along the batch, so it would gather the whole batch onto
 every device before each BatchNorm and normalise it n times over (seen in the
-partitioned HLO, and ~5x slower steps on XLA:CPU). While this strategy runs,
+partitioned HLO; README, "Hardware"). While this strategy runs,
 BatchNorm layers compute the same statistics from plain reductions, which the
 partitioner splits into local sums and all-reduces: batch statistics stay
 global, as on one device. The layers keep their parameters, buffers and
@@ -25,26 +25,24 @@ extra reduction: xm.reduce_gradients is a no-op when the world is one process.
 On a pod slice (runtime/multihost.py) the world is one process per host: each
 host reports its own devices on one of `process_count` nodes, so the same data
 module hands it only its share of the global batch.
-
-`XLAMultiProcessStrategy` (strategy=xla_mp) is Lightning's XLAStrategy, one
-process per device, kept for TPU users who want it; it is refused elsewhere.
 """
 from __future__ import annotations
 
 import builtins
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment
-from lightning.pytorch.strategies import ParallelStrategy, XLAStrategy
+from lightning.pytorch.strategies import ParallelStrategy
 from torch import nn
+from typing_extensions import override
 
+from xla_train import compat
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
 from xla_train.runtime.multihost import HostChannel, HostTopology
-from xla_train.runtime.strategies import ScanLSTMOnXLA, XLASingleDeviceStrategy, device_loader
+from xla_train.runtime.strategies import XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
 
@@ -98,8 +96,8 @@ def _reduction_batch_norm(self, x: torch.Tensor) -> torch.Tensor:
     shape = (1, -1) + (1,) * (x.dim() - 2)
     if self.training or not self.track_running_stats:
         # Two passes: E[(x - mean)^2] costs a second all-reduce, but E[x^2] - E[x]^2 loses float32 precision
-        # to cancellation when a channel's mean is large against its spread (the first gradients of this
-        # CNN were 4e-3 off the float64 ones that way, against 1e-6 with two passes).
+        # to cancellation when a channel's mean is large against its spread (tests/test_spmd.py compares
+        # the gradients with float64 ones).
         mean = x.mean(dims)
         centred = x - mean.reshape(shape)
         var = (centred * centred).mean(dims)  # biased, as the normalisation uses
@@ -127,7 +125,7 @@ def use_reduction_batch_norm(module: nn.Module) -> dict[nn.Module, type]:
     changed = {}
     for layer in module.modules():
         cls = type(layer)
-        if isinstance(layer, nn.modules.batchnorm._BatchNorm) and cls not in _REDUCTION_CLASSES.values():
+        if isinstance(layer, compat.batch_norm_base()) and cls not in _REDUCTION_CLASSES.values():
             if cls not in _REDUCTION_CLASSES:
                 _REDUCTION_CLASSES[cls] = type(cls.__name__, (cls,), {"forward": _reduction_batch_norm,
                                                                       "__module__": cls.__module__})
@@ -167,10 +165,12 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         self._batch_norms: dict[nn.Module, type] = {}
         self._channel: HostChannel | None = None
 
+    @override
     def setup(self, trainer) -> None:
         self._batch_norms = use_reduction_batch_norm(self.model)
         super().setup(trainer)
 
+    @override
     def teardown(self) -> None:
         super().teardown()
         restore_batch_norm(self._batch_norms)
@@ -180,19 +180,23 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     global_rank, local_rank, node_rank, world_size = 0, 0, 0, 1
 
     @property
+    @override
     def num_nodes(self) -> int:
         return self.topology.process_count
 
     @num_nodes.setter
+    @override
     def num_nodes(self, n: int) -> None:  # Lightning passes on Trainer(num_nodes=...)
         if n != self.topology.process_count:
             raise HardwareError(f"num_nodes={n} but the XLA runtime has {self.topology.process_count} host(s); "
                                 f"leave num_nodes unset on XLA, the runtime knows its hosts")
 
     @property
+    @override
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
+    @override
     def set_world_ranks(self) -> None:
         if self.topology.multi_host:  # Lightning's rank_zero_only loggers and messages: host 0 only
             from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
@@ -203,6 +207,7 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
             rank_zero_only.rank = fabric_rank_zero_only.rank = self.global_rank
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> dict:
         return {"num_replicas": self.world_size, "rank": self.global_rank}  # one host loads its global-batch share
 
@@ -212,16 +217,18 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
             self._channel = HostChannel()
         return self._channel
 
+    @override
     def broadcast(self, obj, src: int = 0):
         if not self.topology.multi_host:
             return obj
-        caller = sys._getframe(1)
-        return self.channel.broadcast(obj, src, site=f"{caller.f_code.co_filename}:{caller.f_lineno}")
+        return self.channel.broadcast(obj, src, site=compat.caller_site())
 
+    @override
     def barrier(self, *args, **kwargs) -> None:
         if self.topology.multi_host:
             self.channel.barrier()
 
+    @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         # no device tensor, no device sync: on one host there is nothing to agree with
         if not self.topology.multi_host:
@@ -229,9 +236,11 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         decisions = self.channel.all_gather(bool(decision))
         return builtins.all(decisions) if all else any(decisions)
 
+    @override
     def reduce(self, tensor, *args, **kwargs):
         return tensor  # sums over a sharded batch are already global: every host holds the same total
 
+    @override
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not self.topology.multi_host:
             return super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
@@ -245,23 +254,11 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
             self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     @contextmanager
+    @override
     def block_backward_sync(self):
         yield None
 
+    @override
     def process_dataloader(self, dataloader):
         sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
         return device_loader(dataloader, self.root_device, input_sharding=sharding)
-
-
-class XLAMultiProcessStrategy(ScanLSTMOnXLA, XLAStrategy):
-    """Lightning's XLAStrategy (one process per device), with the atomic checkpoint writer, the device
-    loader that shows Lightning the sampler to reshuffle, and the scan LSTM.
-
-    TPU only: on XLA:CPU its collectives cannot run (pytorch/xla#5005); plan.py refuses it there.
-    """
-
-    strategy_name = "xla_mp"
-    checkpoint_io = XLASingleDeviceStrategy.checkpoint_io
-
-    def process_dataloader(self, dataloader):
-        return device_loader(dataloader, self.root_device)  # so that Lightning can reshuffle each epoch

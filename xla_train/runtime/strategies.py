@@ -11,20 +11,24 @@ not grow with the sequence length.
 from __future__ import annotations
 
 from lightning.pytorch.strategies import SingleDeviceStrategy, SingleDeviceXLAStrategy
+from typing_extensions import override
 
-from xla_train.checkpoint_io import AtomicCheckpointIO
+from xla_train import compat
+from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
 
 
 class ScanLSTMOnXLA:
     """For any XLA strategy: nn.LSTM would be unrolled over time on XLA, so the scan runs it as one loop,
     with the same parameters, until teardown gives the model its nn.LSTM back for the CPU."""
 
+    @override
     def model_to_device(self) -> None:
         from xla_train.runtime.scan_lstm import use_scan_lstm
 
         use_scan_lstm(self.model)
         super().model_to_device()
 
+    @override
     def teardown(self) -> None:
         super().teardown()  # moves the model back to the CPU
         from xla_train.runtime.scan_lstm import restore_lstm
@@ -32,7 +36,7 @@ class ScanLSTMOnXLA:
         restore_lstm(self.model)  # ...where nn.LSTM, not the scan, runs it
 
 
-class XLASingleDeviceStrategy(ScanLSTMOnXLA, SingleDeviceXLAStrategy):
+class XLASingleDeviceStrategy(ScanLSTMOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
     strategy_name = "xla_single"
 
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
@@ -42,16 +46,10 @@ class XLASingleDeviceStrategy(ScanLSTMOnXLA, SingleDeviceXLAStrategy):
                                       checkpoint_io=None, precision_plugin=precision_plugin)
         self.debug = False
 
-    @property
-    def checkpoint_io(self) -> AtomicCheckpointIO:
-        if self._checkpoint_io is None:
-            self._checkpoint_io = AtomicCheckpointIO()
-        return self._checkpoint_io
+    def default_checkpoint_io(self) -> AtomicCheckpointIO:
+        return AtomicCheckpointIO()
 
-    @checkpoint_io.setter
-    def checkpoint_io(self, io) -> None:
-        self._checkpoint_io = io
-
+    @override
     def process_dataloader(self, dataloader):
         return device_loader(dataloader, self.root_device)
 
@@ -75,9 +73,10 @@ def device_loader(dataloader, device, **kwargs):
         return dataloader
 
     class DeviceLoader(MpDeviceLoader):
-        sampler = property(lambda self: getattr(self._loader, "sampler", None))
-        batch_sampler = property(lambda self: getattr(self._loader, "batch_sampler", None))
+        sampler = property(lambda self: getattr(compat.wrapped_loader(self), "sampler", None))
+        batch_sampler = property(lambda self: getattr(compat.wrapped_loader(self), "batch_sampler", None))
 
+        @override
         def __iter__(self):
             start = super().__iter__
 

@@ -4,14 +4,14 @@ key=value pairs become LightningCLI flags, so every Trainer option is reachable
 and jsonargparse checks every type. Before that, each key is checked against
 the recipe's classes so that a typo gets the nearest valid keys, not a usage
 dump. `predict` never imports Lightning or torch_xla: it is plain torch on the
-CPU. The Python API (api.py) goes through the same path as fit/validate/test.
+CPU. The Python API (api.py) goes through the same path as fit/validate/test
+(config/build.py). Nothing imports this module but the entry points.
 """
 from __future__ import annotations
 
-import re
 import sys
 
-from xla_train.errors import ConfigError, UserError
+from xla_train.errors import ConfigError, find_user_error
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 COMMANDS = LIGHTNING_COMMANDS + ("predict", "devices", "bench")
@@ -57,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
 
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
-        if command == "predict":
-            from xla_train.predict import predict_command
+        if command == "predict":  # plain torch on the CPU: imports neither Lightning nor torch_xla
+            from xla_train.serve.command import predict_command
 
             return predict_command(pairs, flags)
         if command == "devices":
+            from xla_train.cli.devices import devices_command
+
             return devices_command(pairs)
         return lightning_command(command, pairs, flags)
     except Exception as e:
@@ -75,40 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def find_user_error(exc: BaseException | None) -> UserError | None:
-    """Our own error, even when jsonargparse or Lightning re-raised it wrapped in theirs."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, UserError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def run_lightning(command: str, pairs: dict[str, str], flags: list[str]):
-    """The one way from a recipe and key=value pairs to a finished LightningCLI run; the CLI and the Python
-    API (api.py) both come through here, so they resolve the same config and raise the same errors."""
-    from jsonargparse import ArgumentError
-
-    from xla_train.recipes import lightning_args
-
-    args = lightning_args(command, pairs, flags)
-    from xla_train.lightning_cli import XlaTrainCLI
-
-    saved_argv, sys.argv = sys.argv, sys.argv[:1]  # the args are given explicitly; keep Lightning from re-reading argv
-    try:
-        return XlaTrainCLI(args)
-    except ArgumentError as e:
-        raise ConfigError(one_line(str(e))) from None
-    finally:
-        sys.argv = saved_argv
-
-
 def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from xla_train.resume import PREEMPTED_EXIT_CODE
+    from xla_train.config.build import run_lightning
+    from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
     try:
         run_lightning(command, pairs, flags)
@@ -116,30 +89,4 @@ def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> 
         return PREEMPTED_EXIT_CODE
     except SystemExit as e:  # --help / --print_config end here, as Lightning intends
         return int(e.code or 0)
-    return 0
-
-
-def one_line(message: str) -> str:
-    """jsonargparse explains a type error over many lines; keep the key, what it expected and what it got."""
-    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
-    lines = [ln.strip(" -") for ln in message.strip().splitlines() if ln.strip(" -")]
-    key = ".".join(re.findall(r'Parser key "([^"]+)"', message))
-    expected = next((ln for ln in lines if ln.startswith("Expected")), None)
-    if key and expected:
-        expected, _, got = expected.partition(". Got value: ")
-        got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
-        expected = re.sub(r"^Expected (a )?", "expected ", expected)
-        return f"{key}: {expected}" + (f", got {got!r}" if got else "")
-    return lines[0] if lines else "invalid arguments"
-
-
-def devices_command(pairs: dict[str, str]) -> int:
-    """What a user checks first on a new machine: which devices each accelerator= would train on."""
-    from xla_train.runtime.devices import describe_devices
-    from xla_train.runtime.plan import ACCELERATORS
-
-    unknown = set(pairs) - {"accelerator"}
-    if unknown:
-        raise ConfigError(f"devices takes only accelerator={'|'.join(ACCELERATORS)}, not {', '.join(sorted(unknown))}")
-    print(describe_devices(pairs.get("accelerator", "xla")))
     return 0

@@ -38,7 +38,7 @@ TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_af
 
 
 def recipes_dir() -> Path:
-    return Path(os.environ.get("XLA_TRAIN_RECIPES", Path(__file__).resolve().parents[1] / "recipes"))
+    return Path(os.environ.get("XLA_TRAIN_RECIPES", Path(__file__).resolve().parents[2] / "recipes"))
 
 
 def available_recipes() -> list[str]:
@@ -83,7 +83,7 @@ def valid_keys(recipe: dict, pairs: dict[str, str]) -> dict[str, str]:
     """User-facing dotted key -> the LightningCLI flag that sets it."""
     from lightning.pytorch import Trainer
 
-    from xla_train.tasks import Classifier
+    from xla_train.training.module import Classifier
 
     keys = {f"trainer.{n}": f"--trainer.{n}" for n in _params(Trainer.__init__)}
     keys.update({f"model.{n}": f"--model.{n}" for n in _params(Classifier.__init__) if n != "net"})

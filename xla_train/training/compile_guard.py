@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 import warnings
 
+from typing_extensions import override
+
 from xla_train.errors import UserError
-from xla_train.metrics_log import publish
-from xla_train.resume import EpochCallback
+from xla_train.runtime.device import xla_counters
+from xla_train.training.hooks import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")
 PHASES = ("train", "validate", "test", "predict")
@@ -29,16 +31,6 @@ class RecompilationError(UserError):
 
 class RecompilationWarning(UserWarning):
     pass
-
-
-def xla_counters() -> tuple[int, float, int]:
-    """(graphs compiled, seconds compiling, device-to-host transfers) so far in this process."""
-    from torch_xla.debug import metrics as met
-
-    compile_time = met.metric_data("CompileTime")
-    transfers = met.metric_data("TransferFromDeviceTime")
-    return (int(met.counter_value("UncachedCompile") or 0), compile_time[1] / 1e9 if compile_time else 0.0,
-            int(transfers[0]) if transfers else 0)
 
 
 def batch_shapes(batch) -> tuple:
@@ -96,16 +88,19 @@ class CompileAccounting(EpochCallback):
         seen.add(shapes)
 
     # train
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start("train")
         self._epoch_start = (*xla_counters(), time.perf_counter())
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._check("train", batch)
         if batch_idx + 1 >= trainer.num_training_batches and self._epoch_start is not None:
             self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
             self._end("train")  # validation, which runs before on_train_epoch_end, is its own phase
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._epoch_start is None:
             return
@@ -120,6 +115,7 @@ class CompileAccounting(EpochCallback):
                           "xla_host_syncs": row["host_syncs"]})
         self._epoch_start = None
 
+    @override
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero and self.per_epoch:
             print("  |  ".join(f"epoch {r['epoch'] + 1}  {r['wall_s']:.1f} s (compile {r['compile_s']:.1f} s)"
@@ -129,29 +125,38 @@ class CompileAccounting(EpochCallback):
                 flush=True)
 
     # evaluation phases: the sanity check warms validation up too
+    @override
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._start("validate")
 
+    @override
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._check("validate", batch)
 
+    @override
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         self._end("validate")
 
+    @override
     def on_test_epoch_start(self, trainer, pl_module) -> None:
         self._start("test")
 
+    @override
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._check("test", batch)
 
+    @override
     def on_test_epoch_end(self, trainer, pl_module) -> None:
         self._end("test")
 
+    @override
     def on_predict_epoch_start(self, trainer, pl_module) -> None:
         self._start("predict")
 
+    @override
     def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._check("predict", batch)
 
+    @override
     def on_predict_epoch_end(self, trainer, pl_module) -> None:
         self._end("predict")

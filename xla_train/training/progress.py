@@ -15,7 +15,9 @@ from __future__ import annotations
 import sys
 import time
 
-from xla_train.resume import EpochCallback
+from typing_extensions import override
+
+from xla_train.training.hooks import EpochCallback
 
 
 def _fmt_time(seconds: float) -> str:
@@ -30,11 +32,13 @@ class KerasProgress(EpochCallback):
         self._steps = 0  # steps this process ran in the epoch
         self.live = self.stream.isatty() and every > 0
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._t0, self._steps = time.perf_counter(), 0
         if trainer.is_global_zero:
             print(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}", file=self.stream, flush=True)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
         done, total = batch_idx + 1, trainer.num_training_batches
@@ -50,6 +54,7 @@ class KerasProgress(EpochCallback):
         self.stream.write(f"\r{done}/{total} [{bar}] - ETA: {_fmt_time(eta)} - {metrics}")
         self.stream.flush()
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return

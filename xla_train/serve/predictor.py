@@ -17,7 +17,9 @@ from torch import nn
 from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
 from xla_train.errors import CheckpointError, UserError
 from xla_train.models import build_net
-from xla_train.preprocess import images_to_tensor, resize_images
+from xla_train.objective import probabilities
+from xla_train.preprocess import text
+from xla_train.preprocess.images import images_to_tensor, resize_images
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Predictor:
     model: nn.Module
     labels: list[str]
     info: dict
-    _tokenizer: object = field(default=None, init=False, repr=False)
+    tokenizer: object = field(default=None, init=False, repr=False)
 
     @property
     def kind(self) -> str:
@@ -40,8 +42,6 @@ class Predictor:
 
     def _preprocess_text(self, raw) -> torch.Tensor:
         """Reviews of any length -> int64 (N, maxlen) ids, cut and padded at the front as in training."""
-        from xla_train.data import text
-
         maxlen = int(self.info["maxlen"])
         if isinstance(raw, np.ndarray) and np.issubdtype(raw.dtype, np.integer):  # already token ids
             ids = text.fit_to_length([row[row != text.PAD_ID] for row in np.atleast_2d(raw)], maxlen)
@@ -51,9 +51,9 @@ class Predictor:
                 if not isinstance(t, str) or not t.strip():
                     raise UserError(f"text {i} is {'empty' if isinstance(t, str) else type(t).__name__}; "
                                     f"give each review as a non-empty string")
-            if self._tokenizer is None:  # a Predictor built by hand rather than by load_for_inference
-                self._tokenizer = text.tokenizer_from_json(self.info["tokenizer"])
-            ids = text.encode(self._tokenizer, texts, maxlen)
+            if self.tokenizer is None:  # a Predictor built by hand rather than by load_for_inference
+                self.tokenizer = text.tokenizer_from_json(self.info["tokenizer"])
+            ids = text.encode(self.tokenizer, texts, maxlen)
         empty = np.flatnonzero(text.token_counts(ids) == 0)
         if len(empty):
             raise UserError(f"text {int(empty[0])} has no words once tokenised; give a review with some text")
@@ -62,15 +62,8 @@ class Predictor:
     @torch.no_grad()
     def probabilities(self, raw, batch_size: int = 256) -> torch.Tensor:
         x = self.preprocess(raw)
-        out = [self._probs(self.model(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
+        out = [probabilities(self.model(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
         return torch.cat(out) if out else torch.empty(0, len(self.labels))
-
-    @staticmethod
-    def _probs(logits: torch.Tensor) -> torch.Tensor:
-        if logits.ndim == 1 or logits.shape[-1] == 1:
-            p = torch.sigmoid(logits.reshape(-1, 1))
-            return torch.cat([1 - p, p], dim=1)
-        return torch.softmax(logits, dim=-1)
 
     def predict(self, raw, batch_size: int = 256) -> list[tuple[str, float]]:
         probs = self.probabilities(raw, batch_size)
@@ -93,10 +86,8 @@ def load_for_inference(path) -> Predictor:
     net.eval()
     predictor = Predictor(model=net, labels=list(block["labels"]), info=block)
     if predictor.kind == "text":
-        from xla_train.data.text import tokenizer_from_json
-
         try:
-            predictor._tokenizer = tokenizer_from_json(block["tokenizer"])
+            predictor.tokenizer = text.tokenizer_from_json(block["tokenizer"])
             int(block["maxlen"])
         except Exception as e:  # missing keys, or a tokenizer JSON that does not parse
             raise CheckpointError(f"{path} is a text checkpoint without a usable tokenizer and maxlen "

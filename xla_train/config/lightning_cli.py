@@ -1,6 +1,6 @@
 """The LightningCLI behind fit/validate/test: recipes in, a versioned run folder out.
 
-Hardware comes from runtime.plan_hardware, so accelerator=tpu|xla|gpu|cpu is
+Hardware comes from runtime.plan.plan_hardware, so accelerator=tpu|xla|gpu|cpu is
 one switch. Each run gets its own version folder (never overwritten) holding
 the resolved config, the checkpoints and the metrics log.
 """
@@ -11,18 +11,20 @@ from typing import Literal, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from typing_extensions import override
 
-from xla_train.callbacks import RunReport
+from xla_train import compat
 from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError
-from xla_train.progress import KerasProgress
-from xla_train.resume import LastCheckpoint, Preemption, RngState
-from xla_train.runtime import plan_hardware
-from xla_train.runtime.compile_guard import CompileAccounting
-from xla_train.tasks import Classifier
+from xla_train.runtime.plan import plan_hardware
+from xla_train.serve.predictor import load_for_inference
+from xla_train.training.compile_guard import CompileAccounting
+from xla_train.training.module import Classifier
+from xla_train.training.progress import KerasProgress
+from xla_train.training.report import RunReport
+from xla_train.training.resume import LastCheckpoint, Preemption, RngState
 
 
 LIGHTNING_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
@@ -40,25 +42,20 @@ class _DropMisleading(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMisleading())
 
 
-def _limits_int_first(parser) -> None:
-    """trainer.limit_*_batches=1 means one batch, and 1.0 all of them. The Trainer annotates these
-    Optional[Union[int, float]], but typing caches unions up to argument order, so jsonargparse can be
-    handed Union[float, int, None], try float first and read 1 as 1.0. The PEP 604 union keeps int first."""
-    for action in parser._actions:
-        if action.dest.startswith("trainer.limit_") and hasattr(action, "_typehint"):
-            action._typehint = int | float | None
+class XlaTrainCLI(compat.CheckpointReadingCLI):
+    """run=False builds the model, the data module and (unless build_trainer is off) the Trainer, and runs nothing."""
 
-
-class XlaTrainCLI(LightningCLI):
-    def __init__(self, args: list[str]):
+    def __init__(self, args: list[str], run: bool = True, build_trainer: bool = True):
+        self.build_trainer = build_trainer
         super().__init__(
-            Classifier, ArrayDataModule, subclass_mode_data=True, args=args,
+            Classifier, ArrayDataModule, subclass_mode_data=True, args=args, run=run,
             auto_configure_optimizers=False, seed_everything_default=0,
             trainer_defaults={"use_distributed_sampler": False, "enable_progress_bar": False},
             parser_kwargs={"exit_on_error": False, "parser_mode": "yaml"},
             save_config_kwargs={"overwrite": False},
         )
 
+    @override
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--recipe_name", type=str, default="run", help="names the run folder")
         parser.add_argument("--runs_dir", type=str, default="runs", help="where run folders go")
@@ -75,49 +72,50 @@ class XlaTrainCLI(LightningCLI):
                             help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)")
         parser.add_argument("--checkpoint_every", type=int, default=0,
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
-        _limits_int_first(parser)
+        # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
+        compat.set_type(parser, "trainer.limit_", int | float | None)
 
-    def _cfg(self, key: str):
+    def setting(self, key: str):
+        """A resolved run setting (runs_dir, xla_guard, ...) of the subcommand that runs."""
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         return cfg.get(key)
 
-    def instantiate_trainer(self, **kwargs) -> Trainer:
-        t = self._get(self.config_init, "trainer", default={})
+    @override
+    def instantiate_trainer(self, **kwargs) -> Trainer | None:
+        if not self.build_trainer:
+            return None
+        init = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        t = init.get("trainer") or {}
         plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
-                             t.get("strategy", "auto"), t.get("precision"), self._cfg("compile_cache"),
+                             t.get("strategy", "auto"), t.get("precision"), self.setting("compile_cache"),
                              num_nodes=t.get("num_nodes", 1))
         kwargs.update(plan.trainer_kwargs)
-        name = self._cfg("recipe_name")
+        name = self.setting("recipe_name")
         if t.get("logger") in (None, True):
-            if self._cfg("logger_kind") == "tensorboard":
-                kwargs["logger"] = TensorBoardLogger(self._cfg("runs_dir"), name=name)
+            if self.setting("logger_kind") == "tensorboard":
+                kwargs["logger"] = TensorBoardLogger(self.setting("runs_dir"), name=name)
             else:
-                kwargs["logger"] = CSVLogger(self._cfg("runs_dir"), name=name)
+                kwargs["logger"] = CSVLogger(self.setting("runs_dir"), name=name)
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename="best-{epoch}"))
-        self.last_checkpoint = LastCheckpoint(self._cfg("checkpoint_every"))
-        for c in plan.callbacks:
-            if isinstance(c, CompileAccounting):
-                c.mode = self._cfg("xla_guard")
+        self.last_checkpoint = LastCheckpoint(self.setting("checkpoint_every"))
+        if plan.is_xla:
+            callbacks.append(CompileAccounting(self.setting("xla_guard")))
         self.preemption = Preemption()
         # The live bar reads the device mid-epoch on host 0 only; hosts that share one SPMD program must not differ.
-        every = self._cfg("progress_every") if plan.spmd_hosts == 1 else 0
-        callbacks += plan.callbacks + [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption,
-                                       KerasProgress(every)]
+        every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
+        callbacks += [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption, KerasProgress(every)]
         kwargs["callbacks"] = callbacks
         return super().instantiate_trainer(**kwargs)
 
-    def _parse_ckpt_path(self) -> None:
-        # Lightning reads the file's hyperparameters here; read it safely first, so that a truncated,
-        # foreign or malicious file is a one-line error rather than a traceback.
-        self._ckpt_block = None
-        sub = self.config.get("subcommand")
-        path = self.config[sub].get("ckpt_path") if sub else None
-        if path and path not in LIGHTNING_CKPT_KEYWORDS:
+    _ckpt_block: dict | None = None
+
+    @override
+    def read_checkpoint_first(self, path: str) -> None:
+        if path not in LIGHTNING_CKPT_KEYWORDS:
             self._ckpt_block = read_inference_block(safe_load(path), path)
             self._ckpt_path = path
-        super()._parse_ckpt_path()
 
     def _check_ckpt_matches_recipe(self) -> None:
         block, net = self._ckpt_block, self.model.net
@@ -126,14 +124,15 @@ class XlaTrainCLI(LightningCLI):
         theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
         if theirs != ours:
             raise CheckpointError(f"{self._ckpt_path} holds a {theirs[0]} net {theirs[1]}, but recipe "
-                                  f"{self._cfg('recipe_name')} builds a {ours[0]} net {ours[1]}; "
+                                  f"{self.setting('recipe_name')} builds a {ours[0]} net {ours[1]}; "
                                   f"use a checkpoint written by this recipe")
 
-    def _run_subcommand(self, subcommand: str) -> None:
+    def _before_run(self) -> None:
         self._check_ckpt_matches_recipe()
         self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
         self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
-        super()._run_subcommand(subcommand)
+
+    before_fit = before_validate = before_test = _before_run  # LightningCLI calls before_<subcommand>
 
     def _report(self, stage: str) -> None:
         m = self.model.epoch_metrics
@@ -148,15 +147,13 @@ class XlaTrainCLI(LightningCLI):
 
     def after_fit(self) -> None:
         best = self.trainer.checkpoint_callback.best_model_path or self.last_checkpoint.path
-        if self._cfg("test_after_fit") and best:
+        if self.setting("test_after_fit") and best:
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")
             if acc is not None and self.trainer.is_global_zero:
                 print(f"held-out test accuracy: {acc:.4f} (best checkpoint {best})", flush=True)
-        n = self._cfg("predict_samples")
+        n = self.setting("predict_samples")
         if n and best and self.trainer.is_global_zero:
-            from xla_train.inference import load_for_inference
-
             predictor = load_for_inference(best)  # the plain nn.Module, on the CPU
             images, labels = self.datamodule.arrays("test")
             print(f"CPU predictions from {best}:")

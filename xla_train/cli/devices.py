@@ -1,4 +1,4 @@
-"""What this process can train on: `python -m xla_train devices` and `xla_train.devices()`.
+"""`python -m xla_train devices` and `xla_train.devices()`: what this process can train on.
 
 A notebook's first cell asks this to pick its settings, so `auto` answers the
 way a fit with accelerator=auto would choose (a TPU on the PCI bus, then a CUDA
@@ -11,7 +11,8 @@ import os
 import platform
 from dataclasses import dataclass
 
-from xla_train.errors import HardwareError
+from xla_train.errors import ConfigError
+from xla_train.runtime.probe import ACCELERATORS, require_cuda, resolve_accelerator
 
 
 @dataclass(frozen=True)
@@ -31,24 +32,30 @@ class DeviceReport:
         return "\n".join(lines + [f"  {name}  {self.hardware}" for name in self.names])
 
 
-def describe_devices(accelerator: str = "auto") -> DeviceReport:
-    from xla_train.runtime.plan import resolve_accelerator
+def devices_command(pairs: dict[str, str]) -> int:
+    """What a user checks first on a new machine: which devices each accelerator= would train on."""
+    unknown = set(pairs) - {"accelerator"}
+    if unknown:
+        raise ConfigError(f"devices takes only accelerator={'|'.join(ACCELERATORS)}, not {', '.join(sorted(unknown))}")
+    print(describe_devices(pairs.get("accelerator", "xla")))
+    return 0
 
+
+def describe_devices(accelerator: str = "auto") -> DeviceReport:
     kind = resolve_accelerator(str(accelerator))
     if kind in ("tpu", "xla"):
+        from importlib.metadata import version
+
         from xla_train.runtime.accelerators import configure_pjrt, device_kind, runtime_device_count
 
         configure_pjrt(kind)
-        import torch_xla
-
         names = tuple(f"xla:{i}" for i in range(runtime_device_count()))
         return DeviceReport(kind, device_kind(), names,
-                            f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, torch_xla {torch_xla.__version__}")
+                            f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, torch_xla {version('torch_xla')}")
     import torch
 
     if kind == "gpu":
-        if not torch.cuda.is_available():
-            raise HardwareError("accelerator=gpu but no CUDA GPU is visible; use accelerator=cpu or xla")
+        require_cuda()
         names = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count()))
         return DeviceReport("gpu", torch.cuda.get_device_name(0), names,
                             f"torch {torch.__version__}, CUDA {torch.version.cuda}")

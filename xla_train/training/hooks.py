@@ -1,4 +1,4 @@
-"""Publishing epoch metrics without putting them on the accelerator.
+"""The leaf every training callback stands on: per-epoch hooks that survive a resume, and metrics kept off the device.
 
 Lightning's `self.log` turns every value into a tensor on the model's device.
 On XLA those tensors become small graphs of their own and, worse, leftovers
@@ -8,7 +8,11 @@ as CPU tensors, where ModelCheckpoint and EarlyStopping read them.
 """
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import torch
+from typing_extensions import override
+
+from xla_train import compat
 
 
 def publish(trainer, metrics: dict[str, float]) -> None:
@@ -39,3 +43,17 @@ def epoch_history(metrics_csv) -> tuple[list[dict], dict]:
                 entry = epochs.setdefault(int(row["epoch"]), {"epoch": int(row["epoch"])})
                 entry.update(rest, step=int(row["step"]))
     return [epochs[e] for e in sorted(epochs)], test
+
+
+class EpochCallback(pl.Callback):
+    """A callback with per-epoch clocks or counters, started again in the epoch a run resumes inside.
+
+    Lightning calls on_train_epoch_start once per epoch, and not again when a run
+    resumes from a mid-epoch checkpoint (it ran before the interruption, in the
+    process that died). Whatever a callback starts there must start again here.
+    """
+
+    @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        if compat.restarted_mid_epoch(trainer):
+            self.on_train_epoch_start(trainer, pl_module)

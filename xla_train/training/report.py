@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 
-from xla_train.metrics_log import publish
-from xla_train.resume import EpochCallback
-from xla_train.runtime import wait_for_device
+from typing_extensions import override
+
+from xla_train.runtime.device import wait_for_device
+from xla_train.training.hooks import EpochCallback, publish
 
 
 class RunReport(EpochCallback):
@@ -19,6 +20,7 @@ class RunReport(EpochCallback):
         self._samples = 0
         self._train_s: float | None = None
 
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         folder = trainer.log_dir  # every process asks: with several, it is a broadcast from the first
         if trainer.is_global_zero:
@@ -26,9 +28,11 @@ class RunReport(EpochCallback):
             print(f"run folder: {folder}  (accelerator {self.hardware}, "
                   f"{trainer.num_devices} device(s){hosts})", flush=True)
 
+    @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._t0, self._samples, self._train_s = time.perf_counter(), 0, None
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._samples += self._rows_loaded(trainer, batch)
         if batch_idx + 1 >= trainer.num_training_batches:
@@ -46,12 +50,14 @@ class RunReport(EpochCallback):
             wait_for_device(pl_module.device)
             self._train_s = time.perf_counter() - self._t0
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._stop_clock(pl_module)
         world = trainer.world_size
         rate = self._samples * world / self._train_s if self._train_s else 0.0
         publish(trainer, {"samples_per_s": rate, "train_seconds": self._train_s})
 
+    @override
     def on_fit_end(self, trainer, pl_module) -> None:
         folder = trainer.log_dir
         if trainer.is_global_zero:

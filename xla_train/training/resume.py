@@ -18,8 +18,10 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from typing_extensions import override
 
-from xla_train.runtime import device_rng_state, set_device_rng_state
+from xla_train import compat
+from xla_train.runtime.device import device_rng_state, set_device_rng_state
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
 
@@ -41,16 +43,20 @@ class RngState(pl.Callback):
         self._device = None
         self._pending: dict | None = None
 
+    @override
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._device = trainer.strategy.root_device
 
+    @override
     def state_dict(self) -> dict:
         return {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": list(random.getstate()),
                 "device": device_rng_state(self._device) if self._device is not None else None}
 
+    @override
     def load_state_dict(self, state: dict) -> None:
         self._pending = state
 
+    @override
     def on_train_start(self, trainer, pl_module) -> None:
         s, self._pending = self._pending, None
         if not s:
@@ -60,19 +66,6 @@ class RngState(pl.Callback):
         version, internal, gauss = s["python"]
         random.setstate((version, tuple(internal), gauss))
         set_device_rng_state(self._device, s["device"])
-
-
-class EpochCallback(pl.Callback):
-    """A callback with per-epoch clocks or counters, started again in the epoch a run resumes inside.
-
-    Lightning calls on_train_epoch_start once per epoch, and not again when a run
-    resumes from a mid-epoch checkpoint (it ran before the interruption, in the
-    process that died). Whatever a callback starts there must start again here.
-    """
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.fit_loop.restarted_mid_epoch:
-            self.on_train_epoch_start(trainer, pl_module)
 
 
 def checkpoint_dir(trainer) -> str:
@@ -96,10 +89,12 @@ class LastCheckpoint(pl.Callback):
         self.path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
         trainer.save_checkpoint(self.path, weights_only=False)  # the full state, to resume from
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
             self._save(trainer)
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._save(trainer)
 
@@ -111,16 +106,19 @@ class Preemption(pl.Callback):
         self.saved_to: str | None = None
         self._old_sigint = None
 
+    @override
     def on_fit_start(self, trainer, pl_module) -> None:
         def stop_after_this_step(signum, frame):
-            trainer._signal_connector.received_sigterm = True
+            compat.request_stop_after_step(trainer)
 
         if os.name == "posix":
             self._old_sigint = signal.signal(signal.SIGINT, stop_after_this_step)
 
+    @override
     def on_fit_end(self, trainer, pl_module) -> None:
         self._restore()
 
+    @override
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         self._restore()
         if not isinstance(exception, SIGTERMException):

@@ -36,12 +36,12 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     except ValueError:
         raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
 
-    from xla_train.inference import load_for_inference
+    from xla_train.serve.predictor import load_for_inference
 
     predictor = load_for_inference(pairs["ckpt"])
     specs = [s for s in pairs.get("inputs", "").split(",") if s]
     if predictor.kind == "text":
-        from xla_train.inputs import read_texts
+        from xla_train.serve.inputs import read_texts
 
         names, raw = read_texts(specs, per_line="--lines" in flags) if specs or "text" not in pairs else ([], [])
         if "text" in pairs:
@@ -50,7 +50,7 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     else:
         if "text" in pairs or "--lines" in flags:
             raise ConfigError(f"{pairs['ckpt']} classifies images; give them as inputs=FILE[,FILE...], not text")
-        from xla_train.inputs import read_images
+        from xla_train.serve.inputs import read_images
 
         names, raw = read_images(specs, predictor.info["image_size"])
         show_all = "--probs" in flags

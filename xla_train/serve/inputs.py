@@ -71,7 +71,7 @@ def read_array(path: Path) -> np.ndarray:
 
 def read_images(specs: list[str], size: int) -> tuple[list[str], np.ndarray]:
     """(one name per image, uint8 (N, H, W, 3) with every image resized to size x size)."""
-    from xla_train.preprocess import resize_images
+    from xla_train.preprocess.images import resize_images
 
     names, arrays = [], []
     for p in expand_paths(specs):

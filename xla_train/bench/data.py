@@ -1,12 +1,6 @@
-"""The recipe's own Classifier and data module, built as `fit` builds them, for benchmarks that drive the Trainer.
+"""What benchmarks feed the recipe's own data module when the real data set is not on the machine.
 
-A benchmark that built its own model would measure something other than the
-product. So the recipe file and its key=value overrides go through the same
-LightningCLI parser as `fit` (same type checks, same seed, same net init); only
-the Trainer is left out, because each benchmark builds it from
-`runtime.plan_hardware` with the steps it needs.
-
-The real data sets usually cannot be on a benchmark machine, and speed does
+The model and data module come from config/build.py, as fit builds them. The real data sets usually cannot be on a benchmark machine, and speed does
 not depend on pixel values, so `data=synthetic` (the default) swaps only the
 arrays the data module loads for random ones of the recipe's exact shapes and
 dtypes: uint8 NHWC images at the module's size, or front-padded token ids with
@@ -15,46 +9,35 @@ host-side transform, the loader and the device transfer are the recipe's own.
 """
 from __future__ import annotations
 
-import logging
-import sys
-
 import numpy as np
 
 from xla_train.errors import ConfigError, DataError
 
 # Training-set sizes of the real data sets, for projecting an epoch when the data is not on this machine.
 TRAIN_SIZES = {"CIFAR10DataModule": 50_000, "IMDBDataModule": 25_000}
-DATA_MODES = ("synthetic", "real")
+PUNCT = np.array([".", ",", "!", "?", "...", ";", ":"])
 
 
-def recipe_parts(recipe: str, overrides: dict[str, str]):
-    """(Classifier, data module) for a recipe with model./data. overrides, seeded as fit seeds them."""
-    from xla_train.lightning_cli import XlaTrainCLI
-    from xla_train.recipes import lightning_args
+def review_lengths(rng, n: int, longest: int) -> np.ndarray:
+    """Words per review as in aclImdb: log-normal around its median of ~174, at least 10."""
+    return np.clip(rng.lognormal(np.log(174), 0.75, n).astype(int), 10, longest)
 
-    class RecipeOnly(XlaTrainCLI):
-        def instantiate_trainer(self, **kwargs):
-            return None
 
-        def _run_subcommand(self, subcommand: str) -> None:
-            pass
-
-    args = lightning_args("fit", {"recipe": recipe, **overrides}, [])
-    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per cell
-    saved, sys.argv = sys.argv, sys.argv[:1]
-    try:
-        cli = RecipeOnly(args)
-    except Exception as e:  # jsonargparse's errors: one line, as the CLI gives them
-        from jsonargparse import ArgumentError
-
-        from xla_train.cli import one_line
-
-        if isinstance(e, ArgumentError):
-            raise ConfigError(one_line(str(e))) from None
-        raise
-    finally:
-        sys.argv = saved
-    return cli.model, cli.datamodule
+def synthetic_reviews(n: int, seed: int = 0, words: int = 60_000) -> list[str]:
+    """Review texts of aclImdb's lengths over a Zipf vocabulary, with capitals, punctuation and <br /> breaks."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("etaoinshrdlcumwfgypbvkjxqz"))
+    vocab = np.array(["".join(rng.choice(letters, k)) for k in rng.integers(1, 11, words)])
+    cdf = np.cumsum(1.0 / np.arange(1, words + 1))
+    cdf /= cdf[-1]
+    counts = review_lengths(rng, n, 2500)
+    toks = vocab[np.minimum(np.searchsorted(cdf, rng.random(counts.sum())), words - 1)]
+    marks = rng.random(len(toks))
+    toks = np.where(marks < 0.03, np.char.capitalize(toks), toks)
+    toks = np.where(marks < 0.06, np.char.add(toks, rng.choice(PUNCT, len(toks))), toks)
+    toks = np.where(marks > 0.995, np.char.add(toks, ".<br /><br />"), toks)
+    ends = np.cumsum(counts)
+    return [" ".join(toks[e - c:e]).capitalize() + "." for c, e in zip(counts, ends)]
 
 
 def train_size(dm) -> tuple[int, str]:
@@ -69,7 +52,7 @@ def train_size(dm) -> tuple[int, str]:
     name = type(dm).__name__
     if name not in TRAIN_SIZES:
         raise DataError(f"the {name} data is not on this machine and its training-set size is not in "
-                        f"xla_train.bench.build.TRAIN_SIZES; point data_dir= at the data")
+                        f"xla_train.bench.data.TRAIN_SIZES; point data_dir= at the data")
     n = TRAIN_SIZES[name]
     held_out = getattr(dm, "val_fraction", 0.0) or 0.0
     return n - round(n * held_out), "published size"
@@ -84,9 +67,9 @@ def synthetic_arrays(dm, net, n: int, seed: int = 0) -> dict:
         x = rng.integers(0, 256, (n, s, s, 3), dtype=np.uint8)
         classes = int(net.config.get("num_classes", 10))
     elif kind == "text":
-        from xla_train.data.text import PAD_ID
+        from xla_train.preprocess.text import PAD_ID
 
-        lengths = np.clip(rng.lognormal(np.log(174), 0.75, n).astype(int), 10, dm.maxlen)
+        lengths = review_lengths(rng, n, dm.maxlen)
         x = rng.integers(2, dm.vocab_size, (n, dm.maxlen), dtype=np.int64)
         x[np.arange(dm.maxlen)[None, :] < (dm.maxlen - lengths)[:, None]] = PAD_ID
         classes = 2

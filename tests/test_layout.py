@@ -1,0 +1,193 @@
+"""The architecture, checked from the source: one room per stage, arrows down the story, internals fenced off.
+
+Every import is counted, including those deferred into functions, so a cycle
+cannot hide behind a late import.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "xla_train"
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = modules()
+
+
+def imports(name: str) -> set[str]:
+    """xla_train modules that `name` imports anywhere in its body (a package import counts as its __init__)."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES]
+            targets = submodules or [node.module]  # `from pkg import module` runs module, not only pkg/__init__
+        found |= {t for t in targets if t in MODULES and t != name}
+    return found
+
+
+def third_party(name: str) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def test_no_import_cycles_counting_deferred_imports():
+    state, cycles = {}, []
+
+    def visit(m, path):
+        state[m] = "open"
+        for n in sorted(GRAPH[m]):
+            if state.get(n) == "open":
+                cycles.append(path[path.index(n):] + [n])
+            elif n not in state:
+                visit(n, path + [n])
+        state[m] = "done"
+
+    for m in MODULES:
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_at_most_eight_modules_at_the_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+@pytest.mark.parametrize("rooms, forbidden", [
+    (("models", "data", "preprocess"), ("runtime", "training", "config", "cli", "serve", "bench", "api")),
+    (("training",), ("config", "cli", "serve", "bench", "api")),
+    (("runtime",), ("training", "config", "cli", "serve", "bench", "api", "data", "models")),
+    (("serve",), ("data", "training", "runtime", "config", "cli", "bench")),
+    (("config", "serve", "bench", "training", "runtime", "data", "models", "preprocess"), ("cli", "api")),
+])
+def test_arrows_point_down_the_story(rooms, forbidden):
+    wrong = [(m, n) for m in MODULES for n in GRAPH[m]
+             if m.split(".")[1:2] and m.split(".")[1] in rooms and n.split(".")[1:2]
+             and n.split(".")[1] in forbidden]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("room_name, packages", [
+    ("models", {"lightning", "torch_xla"}),
+    ("preprocess", {"lightning", "torch_xla"}),
+    ("serve", {"lightning", "torch_xla"}),
+    ("data", {"torch_xla"}),
+    ("training", {"torch_xla"}),
+])
+def test_rooms_that_must_not_know_a_framework(room_name, packages):
+    wrong = {m: third_party(m) & packages for m in MODULES if m.startswith(f"xla_train.{room_name}")}
+    assert not any(wrong.values()), wrong
+
+
+def test_only_runtime_imports_torch_xla():
+    users = sorted(m for m in MODULES if "torch_xla" in third_party(m)
+                   and not m.startswith(("xla_train.runtime", "xla_train.compat")))
+    assert not users, users
+
+
+def framework_private_names() -> set[str]:
+    """Private names the frameworks' classes define (what a subclass or a caller could reach into), and the
+    private modules and functions xla_train is known to need."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceXLAStrategy, XLAStrategy
+
+    roots = [pl.LightningModule, pl.LightningDataModule, pl.Callback, pl.Trainer, LightningCLI, ParallelStrategy,
+             SingleDeviceXLAStrategy, XLAStrategy, TorchCheckpointIO, torch.nn.LSTM, torch.utils.data.DataLoader]
+    names = {n for root in roots for cls in root.__mro__ for n in vars(cls)
+             if n.startswith("_") and not n.startswith("__")}
+    return names | {"_getframe", "_actions", "_typehint", "_check_integrity", "_loader", "_internal", "_BatchNorm",
+                    "_signal_connector"}
+
+
+def test_private_apis_of_other_packages_are_touched_only_in_compat():
+    """Reaching a framework's private name (an attribute, an import, or overriding its private method) outside
+    compat.py is a finding."""
+    private = framework_private_names()
+    findings = []
+    for name, path in MODULES.items():
+        if name == "xla_train.compat":
+            continue
+        where = str(path.relative_to(PACKAGE.parent))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in private:
+                findings.append(f"{where}:{node.lineno} .{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and any(
+                    part.startswith("_") and not part.startswith("__") for part in node.module.split(".")
+            ) | any(a.name.startswith("_") for a in node.names):
+                findings.append(f"{where}:{node.lineno} from {node.module}")
+            if isinstance(node, ast.FunctionDef) and node.name in private:
+                findings.append(f"{where}:{node.lineno} def {node.name}")
+    assert not findings, "\n".join(findings)
+
+
+LIGHTNING_BASES = {"Callback", "LightningModule", "LightningDataModule", "LightningCLI", "CheckpointReadingCLI",
+                   "SingleDeviceXLAStrategy", "XLAStrategy", "ParallelStrategy", "SingleDeviceStrategy",
+                   "XLAAccelerator", "TorchCheckpointIO", "XLAPrecision"}
+LIGHTNING_HOOKS = {"setup", "teardown", "state_dict", "load_state_dict", "forward", "training_step",
+                   "validation_step", "test_step", "configure_optimizers", "on_save_checkpoint",
+                   "save_checkpoint", "load_checkpoint", "process_dataloader", "model_to_device", "reduce",
+                   "broadcast", "barrier", "reduce_boolean_decision", "instantiate_trainer", "set_world_ranks",
+                   "add_arguments_to_parser", "auto_device_count", "is_available", "parse_devices",
+                   "get_parallel_devices", "name", "block_backward_sync", "is_global_zero", "num_nodes",
+                   "distributed_sampler_kwargs", "train_step_context", "val_step_context", "test_step_context",
+                   "predict_step_context", "forward_context"} | {
+                   f"on_{w}" for w in ("fit_start", "fit_end", "train_start", "train_epoch_start", "train_epoch_end",
+                                       "train_batch_end", "validation_epoch_start", "validation_epoch_end",
+                                       "validation_batch_end", "test_epoch_start", "test_epoch_end", "test_batch_end",
+                                       "predict_epoch_start", "predict_epoch_end", "predict_batch_end", "exception")}
+
+
+def test_lightning_hook_overrides_are_marked():
+    classes = {}
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                classes[node.name] = (bases, node, path)
+
+    def lightning(name, seen=()):
+        bases = classes[name][0] if name in classes else set()
+        return bool(bases & LIGHTNING_BASES) or any(lightning(b, seen + (name,)) for b in bases - set(seen))
+
+    missing = []
+    for name, (_, node, path) in classes.items():
+        if not lightning(name):
+            continue
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name in LIGHTNING_HOOKS:
+                marks = {d.id if isinstance(d, ast.Name) else getattr(d, "attr", "") for d in item.decorator_list}
+                if "override" not in marks:
+                    missing.append(f"{path.relative_to(PACKAGE.parent)}:{item.lineno} {name}.{item.name}")
+    assert not missing, "\n".join(missing)
+
+
+def code_lines(path: Path) -> int:
+    return sum(1 for ln in path.read_text().splitlines() if ln.strip())
+
+
+def test_benchmarks_are_at_most_a_quarter_of_the_package():
+    total = sum(code_lines(p) for p in MODULES.values())
+    bench = sum(code_lines(p) for m, p in MODULES.items() if m.startswith("xla_train.bench"))
+    assert bench <= 0.25 * total, f"bench/ is {bench} of {total} lines ({bench / total:.0%})"

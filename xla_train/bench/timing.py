@@ -1,0 +1,278 @@
+"""How every benchmark times: one clock for training steps, one for host calls, one subprocess per cell.
+
+A cell is one recipe on one accelerator at one setting, run in a fresh process
+(`python -m xla_train.bench.timing SPEC`): XLA's compile cache, the runtime's
+device count and a process's peak memory last as long as the process, so a
+shared one would inherit the previous cell's graphs and high-water mark.
+
+`Loop` is the base timing loop: it plans the hardware and builds the recipe's
+own Classifier and data module as fit does, then runs warm-up plus timed steps
+under a Stopwatch. Its variants override one method, `steps`: `LightningLoop`
+drives Lightning's fit loop (what users run), `PlainLoop` a hand-written
+torch_xla loop over the same net, batches and objective (bench overhead).
+
+The Stopwatch reads a clock each time a batch is in hand, before its step. On
+XLA the runtime lets the host trace step n+1 while step n runs, so the gap
+between two readings is one pipelined step, as in a real epoch; on a GPU the
+host could queue many, so each timed step waits for the device there. The
+first step (trace and compile on XLA) is timed to the end of its execution and
+kept out of the steady figure with the rest of the warm-up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from xla_train.errors import UserError
+
+
+class Stopwatch:
+    def __init__(self, warmup: int, steps: int, device) -> None:
+        from xla_train.runtime.device import counters
+
+        self.warmup, self.steps, self.device = warmup, steps, device
+        self.xla, self.wait_each = device.type == "xla", device.type == "cuda"
+        self.readings: list[float] = []
+        self.first_step_s = self.first_loss = None
+        self._t0 = 0.0
+        self._counters = [counters(device)]
+
+    def _wait(self) -> None:
+        from xla_train.runtime.device import cut_graph, wait_for_device
+
+        cut_graph(self.device)  # a no-op when the step already cut its graph
+        wait_for_device(self.device)
+
+    @property
+    def last(self) -> int:
+        return self.warmup + self.steps - 1
+
+    def batch_ready(self, i: int) -> None:
+        from xla_train.runtime.device import counters
+
+        if i == 1:  # the first step, to the end of its execution
+            self._wait()
+            self.first_step_s = time.perf_counter() - self._t0
+        if i == self.warmup:
+            self._wait()
+            self._counters.append(counters(self.device))
+        elif i > self.warmup and self.wait_each:
+            self._wait()
+        now = time.perf_counter()
+        if i == 0:
+            self._t0 = now
+        if i >= self.warmup:
+            self.readings.append(now)
+
+    def step_done(self, i: int, loss=None) -> None:
+        from xla_train.runtime.device import counters
+
+        if i == 0 and loss is not None:
+            self.first_loss = loss.detach()
+        if i == self.last:
+            self._wait()
+            self.readings.append(time.perf_counter())
+            self._counters.append(counters(self.device))
+
+    def result(self) -> dict:
+        if len(self.readings) != self.steps + 1:
+            raise RuntimeError(f"the run ended after {len(self.readings)} of {self.steps + 1} clock readings")
+        times = [b - a for a, b in zip(self.readings, self.readings[1:])]
+        (c0, s0, _), (c1, s1, h1), (c2, _, h2) = self._counters
+        xla = (lambda v: v) if self.xla else (lambda v: None)
+        return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
+                "step_ms_mean": statistics.fmean(times) * 1e3, "step_times_ms": [t * 1e3 for t in times],
+                "compiles": xla(c2 - c0), "timed_compiles": xla(c2 - c1), "compile_s": xla(s1 - s0),
+                "timed_host_syncs": xla(h2 - h1),
+                "first_loss": float(self.first_loss) if self.first_loss is not None else None}
+
+
+def time_calls(fns: list, repeats: int, warmup: int) -> list[list[float]]:
+    """Seconds per call of each host function, the calls interleaved so that a slow spell falls on all alike."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    out = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, times in zip(fns, out):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return out
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+class Loop:
+    """Warm-up + timed training steps of a recipe on the planned hardware; a variant overrides `steps`."""
+
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+
+    def run(self) -> dict:
+        from xla_train.bench.data import use_data
+        from xla_train.bench.report import cpu_model
+        from xla_train.config.build import build_parts
+        from xla_train.runtime.device import device_name, device_peak_mb
+        from xla_train.runtime.plan import plan_hardware
+
+        s = self.spec
+        accelerator = s["accelerator"]
+        plan = plan_hardware(accelerator, 1 if accelerator == "cpu" else s.get("devices", 1), "auto",
+                             s.get("precision"))
+        model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
+        n = plan.trainer_kwargs.get("devices", 1)
+        n = n if isinstance(n, int) else 1
+        data = use_data(dm, model.net, s.get("data", "synthetic"), (s["warmup"] + s["steps"]) * s["batch"] * n)
+        watch = self.steps(plan, model, dm)
+        out = watch.result()
+        out.update(device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""), devices=n,
+                   global_batch=s["batch"] * n, data=data, samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
+                   device_peak_mb=device_peak_mb(watch.device))
+        return out
+
+    def steps(self, plan, model, dm) -> Stopwatch:
+        raise NotImplementedError
+
+
+class LightningLoop(Loop):
+    """The product's path: Lightning's fit loop with the planned strategy and the run's XLA callback."""
+
+    def steps(self, plan, model, dm) -> Stopwatch:
+        import lightning.pytorch as pl
+        from typing_extensions import override
+
+        from xla_train.training.compile_guard import CompileAccounting
+        from xla_train.training.progress import KerasProgress
+
+        s = self.spec
+
+        class Clock(pl.Callback):
+            @override
+            def on_train_start(self, trainer, pl_module):
+                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device)
+
+            @override
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                self.watch.batch_ready(batch_idx)
+
+            @override
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                self.watch.step_done(batch_idx, outputs["loss"] if isinstance(outputs, dict) else outputs)
+
+        clock = Clock()
+        callbacks = [CompileAccounting()] if plan.is_xla else []
+        if s.get("progress_every"):  # the live bar as a terminal would get it, drawn into nothing
+            callbacks.append(KerasProgress(s["progress_every"], stream=_Terminal()))
+        kwargs = {"precision": s["precision"]} if s.get("precision") else {}
+        with tempfile.TemporaryDirectory(prefix="xla_train-bench-") as tmp:
+            pl.Trainer(**{**kwargs, **plan.trainer_kwargs}, callbacks=[*callbacks, clock], max_epochs=1,
+                       limit_train_batches=s["warmup"] + s["steps"], limit_val_batches=0, num_sanity_val_steps=0,
+                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                       enable_model_summary=False, use_distributed_sampler=False,
+                       default_root_dir=tmp).fit(model, datamodule=dm)
+        return clock.watch
+
+
+class PlainLoop(Loop):
+    """What the torch_xla docs teach, on one device: device loader, loss, backward, step; no Lightning."""
+
+    def steps(self, plan, model, dm) -> Stopwatch:
+        from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
+        from xla_train.runtime.scan_lstm import use_scan_lstm
+        from xla_train.runtime.strategies import device_loader
+
+        s, hp, net = self.spec, model.hparams, model.net
+        device = plan.trainer_kwargs["strategy"].root_device
+        use_scan_lstm(net, verbose=False)  # as the XLA strategies do, so both sides run the same graph
+        net.to(device).train()
+        opt = make_optimizer(hp, net.parameters())
+        total = s["warmup"] + s["steps"]  # Lightning's estimated_stepping_batches for this run
+        sched = lr_scheduler(opt, [cosine_decay(total)] if hp.schedule == "cosine" else [])
+        watch = Stopwatch(s["warmup"], s["steps"], device)
+        for i, (x, y) in enumerate(device_loader(dm.train_dataloader(), device)):
+            watch.batch_ready(i)
+            loss, _ = masked_stats(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if sched is not None:
+                sched.step()
+            watch.step_done(i, loss)
+            if i == watch.last:
+                break
+        return watch
+
+
+LOOPS = {"lightning": LightningLoop, "plain": PlainLoop}
+
+
+class _Terminal:
+    """A stream that says it is a terminal, so the live bar draws; what it draws is dropped."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
+    """One cell in a fresh process; its output goes to STEM.log, its result to STEM.json."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    result_path = stem.with_suffix(".json")
+    result_path.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if spec["accelerator"] == "xla":  # the cell's devices= sets XLA:CPU's device count (runtime/accelerators.py)
+        env.pop("CPU_NUM_DEVICES", None)
+    with open(stem.with_suffix(".log"), "w") as log:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "xla_train.bench.timing",
+                                   json.dumps({**spec, "result_path": str(result_path)})],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"did not finish in {timeout:g} s (timeout=)"}
+    if result_path.is_file():
+        return json.loads(result_path.read_text())
+    how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+    return {"error": f"the cell process died ({how}; out of memory?)"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    try:
+        result, code = LOOPS[spec.get("loop", "lightning")](spec).run(), 0
+    except UserError as e:
+        result, code = {"error": str(e)}, e.exit_code
+    except Exception as e:  # recorded in the table; the traceback goes to the cell's log
+        traceback.print_exc()
+        result, code = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}, 1
+    import resource
+
+    import torch
+
+    result.update(host_peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10,
+                  threads=torch.get_num_threads())
+    Path(spec["result_path"]).write_text(json.dumps(result))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Every use of a private API of Lightning, torch_xla, torch, torchvision or jsonargparse, in one place.
+
+Each entry says what it relies on and was read in the installed sources of:
+lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0, torchvision 0.24.0, jsonargparse 4.53.0
+(pyproject.toml bounds them). When one of these is upgraded, this file is the
+audit: check each entry against the new source; nothing else in xla_train
+reaches behind a public API. tests/test_layout.py keeps it that way.
+"""
+from __future__ import annotations
+
+import sys
+
+from lightning.pytorch.cli import LightningCLI
+
+
+# --- Lightning ------------------------------------------------------------------------------------------------
+
+class CheckpointReadingCLI(LightningCLI):
+    """LightningCLI with a public hook before it reads a checkpoint's hyperparameters.
+
+    LightningCLI._parse_ckpt_path (called from __init__, before any class is built) opens
+    `ckpt_path` itself; `read_checkpoint_first(path)` runs before it, so that a truncated,
+    foreign or malicious file is refused by xla_train's safe reader with one line.
+    """
+
+    def read_checkpoint_first(self, path: str) -> None:
+        """Called with the subcommand's ckpt_path, if one is given."""
+
+    def _parse_ckpt_path(self) -> None:
+        sub = self.config.get("subcommand")
+        path = self.config[sub].get("ckpt_path") if sub else None
+        if path:
+            self.read_checkpoint_first(path)
+        super()._parse_ckpt_path()
+
+
+def request_stop_after_step(trainer) -> None:
+    """What Lightning's own SIGTERM handler sets: the fit loop raises SIGTERMException after the current step."""
+    trainer._signal_connector.received_sigterm = True
+
+
+def attached_trainer(module):
+    """The module's Trainer, or None: LightningModule.trainer raises when there is none."""
+    return module._trainer
+
+
+class OwnCheckpointIO:
+    """For XLA strategies: Lightning's SingleDeviceXLAStrategy.checkpoint_io asserts an XLACheckpointIO;
+    this one keeps whatever plugin is set in Strategy._checkpoint_io, else `default_checkpoint_io()`."""
+
+    def default_checkpoint_io(self):
+        raise NotImplementedError
+
+    @property
+    def checkpoint_io(self):
+        if self._checkpoint_io is None:
+            self._checkpoint_io = self.default_checkpoint_io()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io) -> None:
+        self._checkpoint_io = io
+
+
+def restarted_mid_epoch(trainer) -> bool:
+    """_FitLoop.restarted_mid_epoch: this fit resumed from a checkpoint written inside an epoch."""
+    return trainer.fit_loop.restarted_mid_epoch
+
+
+def batches_done(trainer) -> int:
+    """Training batches finished in the current epoch, as Lightning counts them for a checkpoint (a checkpoint
+    written in on_train_batch_end already counts its batch)."""
+    return trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
+
+def setup_train_data(trainer) -> None:
+    """Make trainer.num_training_batches known before fit's data setup (configure_optimizers runs first)."""
+    if trainer.train_dataloader is None:
+        trainer.fit_loop.setup_data()
+
+
+# --- jsonargparse ---------------------------------------------------------------------------------------------
+
+def set_type(parser, dest_prefix: str, typehint) -> None:
+    """Give the parser's actions whose dest starts with `dest_prefix` another type.
+
+    The Trainer annotates limit_*_batches Optional[Union[int, float]], but typing caches unions up to argument
+    order, so jsonargparse can be handed Union[float, int, None], try float first and read 1 as 1.0.
+    """
+    for action in parser._actions:
+        if action.dest.startswith(dest_prefix) and hasattr(action, "_typehint"):
+            action._typehint = typehint
+
+
+# --- torch_xla ------------------------------------------------------------------------------------------------
+
+def tpu_chips_on_pci_bus() -> int:
+    """TPU chips attached to this host: torch_xla._internal.tpu reads /sys only, never the network."""
+    from torch_xla._internal import tpu
+
+    return tpu.num_available_chips()
+
+
+def wrapped_loader(device_loader):
+    """The DataLoader inside torch_xla's MpDeviceLoader (its `_loader`)."""
+    return device_loader._loader
+
+
+# --- torch, torchvision, Python -------------------------------------------------------------------------------
+
+def batch_norm_base():
+    """torch.nn.modules.batchnorm._BatchNorm: the base of BatchNorm1d/2d/3d (and SyncBatchNorm's)."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    return _BatchNorm
+
+
+def cifar10_files_intact(cls, root: str) -> bool:
+    """torchvision's CIFAR10._check_integrity (every file present with its MD5), without building the data set."""
+    probe = cls.__new__(cls)
+    probe.root = root
+    return probe._check_integrity()
+
+
+def caller_site(depth: int = 2) -> str:
+    """file:line of the caller's caller, naming a call site that every host must reach in the same order."""
+    frame = sys._getframe(depth)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"

@@ -1,0 +1,64 @@
+"""The one way from a recipe and key=value settings to a built (and usually run) LightningCLI.
+
+The command line, the Python API and the benchmarks all come through here, so
+they resolve the same config, check the same keys and raise the same one-line
+errors. `build_parts` stops before the Trainer: the benchmarks build their own
+from runtime.plan with the steps they need.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from contextlib import contextmanager
+
+from jsonargparse import ArgumentError
+
+from xla_train.config.lightning_cli import XlaTrainCLI
+from xla_train.config.recipes import lightning_args
+from xla_train.errors import ConfigError
+
+
+@contextmanager
+def own_argv():
+    """The args are given explicitly; keep Lightning and jsonargparse from reading (or warning about) sys.argv."""
+    saved, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        yield
+    except ArgumentError as e:
+        raise ConfigError(one_line(str(e))) from None
+    finally:
+        sys.argv = saved
+
+
+def run_lightning(command: str, pairs: dict[str, str], flags: list[str]) -> XlaTrainCLI:
+    """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI."""
+    args = lightning_args(command, pairs, flags)
+    with own_argv():
+        return XlaTrainCLI(args)
+
+
+def build_parts(recipe: str, overrides: dict[str, str]):
+    """(Classifier, data module) of a recipe with key=value overrides, seeded and initialised as fit does."""
+    args = lightning_args("fit", {"recipe": recipe, **overrides}, [])[1:]  # no subcommand: run=False
+    logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
+    with own_argv():
+        cli = XlaTrainCLI(args, run=False, build_trainer=False)
+    return cli.model, cli.datamodule
+
+
+def one_line(message: str) -> str:
+    """jsonargparse explains a type error over many lines; keep the key, what it expected and what it got."""
+    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
+    lines = [ln.strip(" -") for ln in message.strip().splitlines() if ln.strip(" -")]
+    key = ".".join(re.findall(r'Parser key "([^"]+)"', message))
+    expected = next((ln for ln in lines if ln.startswith("Expected")), None)
+    if key and expected:
+        expected, _, got = expected.partition(". Got value: ")
+        got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
+        expected = re.sub(r"^Expected (a )?", "expected ", expected)
+        return f"{key}: {expected}" + (f", got {got!r}" if got else "")
+    reason = next((ln for ln in lines if ln.startswith("Not of type")), None)
+    if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."
+        return f"{key}: {reason[0].lower()}{reason[1:]}"
+    return lines[0] if lines else "invalid arguments"

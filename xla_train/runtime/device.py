@@ -1,0 +1,101 @@
+"""What callers off the runtime ask of a device: wait for it, save and restore its RNG, count its compiles, name it.
+
+Training callbacks and the benchmarks call these instead of torch_xla or
+torch.cuda, so that the device kinds stay in runtime/.
+"""
+from __future__ import annotations
+
+
+def wait_for_device(device) -> None:
+    """Block until queued device work is done, so host clocks measure the device."""
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        xm.wait_device_ops()
+    elif device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def cut_graph(device) -> None:
+    """End the pending lazy graph and dispatch it (XLA); nothing elsewhere."""
+    if device.type == "xla":
+        import torch_xla
+
+        torch_xla.sync()
+
+
+def device_rng_state(device):
+    """The device's own RNG state where it has one apart from torch's (XLA keeps a seed per device)."""
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        return int(xm.get_rng_state(device))
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_rng_state(device)
+    return None
+
+
+def set_device_rng_state(device, state) -> None:
+    if state is None:
+        return
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        xm.set_rng_state(int(state), device)
+    elif device.type == "cuda":
+        import torch
+
+        torch.cuda.set_rng_state(state, device)
+
+
+def xla_counters() -> tuple[int, float, int]:
+    """(graphs compiled, seconds compiling, device-to-host transfers) so far in this process: torch_xla's own
+    host-side counters, so reading them costs no device sync."""
+    from torch_xla.debug import metrics as met
+
+    compile_time = met.metric_data("CompileTime")
+    transfers = met.metric_data("TransferFromDeviceTime")
+    return (int(met.counter_value("UncachedCompile") or 0), compile_time[1] / 1e9 if compile_time else 0.0,
+            int(transfers[0]) if transfers else 0)
+
+
+def counters(device) -> tuple[int, float, int]:
+    """xla_counters() on XLA; zeros elsewhere, where nothing is compiled ahead."""
+    return xla_counters() if device.type == "xla" else (0, 0.0, 0)
+
+
+def device_name(device, cpu_model: str = "") -> str:
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        try:
+            kind = xm.xla_device_kind(device)  # e.g. "TPU v4"
+        except RuntimeError:  # under SPMD the device is a virtual one, which has no kind
+            kind = None
+        return f"XLA:{xr.device_type()}" + (f" ({kind})" if kind and kind.lower() != "cpu" else "")
+    if device.type == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(device)
+    return f"CPU, eager ({cpu_model})" if cpu_model else "CPU, eager"
+
+
+def device_peak_mb(device) -> float | None:
+    """Peak device memory where the runtime reports it (TPU, GPU); None on XLA:CPU and the CPU."""
+    try:
+        if device.type == "cuda":
+            import torch
+
+            return torch.cuda.max_memory_allocated(device) / 2 ** 20
+        if device.type == "xla":
+            import torch_xla.core.xla_model as xm
+
+            return xm.get_memory_info(device)["peak_bytes_used"] / 2 ** 20
+    except (RuntimeError, KeyError):  # XLA:CPU: "GetAllocatorStats is not supported"
+        pass
+    return None

@@ -1,0 +1,50 @@
+"""What hardware this machine has: the one probe behind accelerator=auto, `devices` and the benchmarks.
+
+It reads the PCI bus for TPU chips (never a metadata server) and asks torch
+for CUDA, and it starts no XLA runtime: on a TPU only one process may hold
+the chips, and the one that asks is often not the one that will train.
+"""
+from __future__ import annotations
+
+import os
+
+from xla_train import compat
+from xla_train.errors import ConfigError, HardwareError
+
+ACCELERATORS = ("auto", "tpu", "xla", "gpu", "cpu")
+
+
+def tpu_chips() -> int:
+    """TPU chips attached to this host (0 where torch_xla is not installed)."""
+    # torch_xla picks a PJRT_DEVICE on import unless told not to; accelerators.configure_pjrt picks it instead.
+    os.environ.setdefault("PJRT_SELECT_DEFAULT_DEVICE", "0")
+    try:
+        return compat.tpu_chips_on_pci_bus()
+    except ImportError:
+        return 0
+
+
+def require_cuda(what: str = "accelerator=gpu") -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise HardwareError(f"{what} but no CUDA GPU is visible; use accelerator=cpu or xla")
+
+
+def require_tpu(what: str = "accelerator=tpu") -> None:
+    if tpu_chips() == 0:
+        raise HardwareError(f"{what} but this machine has no TPU; use accelerator=xla (XLA on the CPU, "
+                            f"PJRT_DEVICE=CPU) or accelerator=cpu")
+
+
+def resolve_accelerator(accelerator: str) -> str:
+    """The accelerator itself, or for `auto` a TPU if the PCI bus has one, else a CUDA GPU, else the CPU."""
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"accelerator={accelerator!r} is not known; use one of {', '.join(ACCELERATORS)}")
+    if accelerator != "auto":
+        return accelerator
+    if tpu_chips():
+        return "tpu"
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
