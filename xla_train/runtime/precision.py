@@ -23,22 +23,6 @@ class XLABf16Autocast(XLAPrecision):
 
     @override
     @contextmanager
-    def forward_context(self):
+    def forward_context(self):  # Lightning's train/val/test/predict step contexts all enter this one
         with torch.autocast("xla", dtype=torch.bfloat16):
             yield
-
-    @override
-    def train_step_context(self):
-        return self.forward_context()
-
-    @override
-    def val_step_context(self):
-        return self.forward_context()
-
-    @override
-    def test_step_context(self):
-        return self.forward_context()
-
-    @override
-    def predict_step_context(self):
-        return self.forward_context()

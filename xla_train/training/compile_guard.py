@@ -124,39 +124,21 @@ class CompileAccounting(EpochCallback):
                 f"{p} {v['graphs']} ({v['compile_s']:.1f} s)" for p, v in self.per_phase.items() if v["graphs"]),
                 flush=True)
 
-    # evaluation phases: the sanity check warms validation up too
-    @override
-    def on_validation_epoch_start(self, trainer, pl_module) -> None:
-        self._start("validate")
 
-    @override
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._check("validate", batch)
+def _evaluation_hooks(phase: str, stage: str) -> dict:
+    """An evaluation phase's three hooks (the sanity check warms validation up too)."""
+    def start(self, trainer, pl_module) -> None:
+        self._start(phase)
 
-    @override
-    def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        self._end("validate")
+    def batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._check(phase, batch)
 
-    @override
-    def on_test_epoch_start(self, trainer, pl_module) -> None:
-        self._start("test")
+    def end(self, trainer, pl_module) -> None:
+        self._end(phase)
 
-    @override
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._check("test", batch)
+    return {f"on_{stage}_epoch_start": start, f"on_{stage}_batch_end": batch_end, f"on_{stage}_epoch_end": end}
 
-    @override
-    def on_test_epoch_end(self, trainer, pl_module) -> None:
-        self._end("test")
 
-    @override
-    def on_predict_epoch_start(self, trainer, pl_module) -> None:
-        self._start("predict")
-
-    @override
-    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._check("predict", batch)
-
-    @override
-    def on_predict_epoch_end(self, trainer, pl_module) -> None:
-        self._end("predict")
+for _phase, _stage in (("validate", "validation"), ("test", "test"), ("predict", "predict")):
+    for _name, _hook in _evaluation_hooks(_phase, _stage).items():
+        setattr(CompileAccounting, _name, override(_hook))

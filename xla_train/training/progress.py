@@ -5,6 +5,7 @@ reads them at most every `every` steps (a live bar on a terminal) and once at
 epoch end, where it prints the line Keras users know:
 
     40/40 - 5s 125ms/step - loss: 0.1585 - acc: 0.9437 - val_loss: 0.1161 - val_acc: 0.9722 - 257 samples/s
+    (the format; README's quick start shows a real run)
 
 A log file (no TTY) gets only the epoch lines. `every=0` turns the live bar off.
 An epoch resumed from a mid-epoch checkpoint says so (`6/6 (3 after resume)`):
