@@ -89,8 +89,13 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         if r["accelerator"] == "xla":
             assert int(r["compiles"]) > 0 and float(r["compile_s"]) > 0, r
             assert r["device"] == "XLA:CPU"
-        else:
+            # the host's and the device's share of a step, from split steps after the timed ones
+            host, device = float(r["host_ms_per_step"]), float(r["device_ms_per_step"])
+            assert host > 0 and device > 0 and int(r["split_steps"]) == 2, r
+            assert r["host_bound"] == str(host >= device)
+        else:  # eager CPU: the host does everything, so there is nothing to split
             assert r["compiles"] == "" and r["compile_s"] == "" and r["device"].startswith("CPU, eager")
+            assert (r["host_ms_per_step"], r["device_ms_per_step"], r["split_steps"]) == ("", "", "0"), r
 
     md = (run / "bench.md").read_text()
     for key in PROVENANCE:
@@ -120,6 +125,12 @@ def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
     assert 0.3 < float(plain["first_loss"]) < 2.0  # a binary cross-entropy near ln 2, not a placeholder
     assert float(ours["ratio"]) == pytest.approx(float(ours["step_ms"]) / float(plain["step_ms"]), rel=1e-4)
     assert float(ratio.group(1)) == pytest.approx(float(ours["ratio"]), abs=1e-3)
+    host_ratio = re.search(r"xla_train / plain host ms per step: ([\d.]+) \(goal <= 1\.10: (met|NOT met)\)", proc.stdout)
+    assert host_ratio, proc.stdout
+    assert float(ours["host_ratio"]) == pytest.approx(
+        float(ours["host_ms_per_step"]) / float(plain["host_ms_per_step"]), rel=1e-4)
+    assert float(host_ratio.group(1)) == pytest.approx(float(ours["host_ratio"]), abs=1e-3)
+    assert all(float(side["host_ms_per_step"]) > 0 and float(side["device_ms_per_step"]) > 0 for side in rows)
     assert int(plain["compiles"]) > 0 and int(ours["compiles"]) > 0
 
 

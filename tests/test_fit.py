@@ -39,9 +39,14 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
 def test_keras_style_lines_agree_with_the_logged_metrics(xla_run):
     run, proc = xla_run
     rows = metrics_rows(run)
-    lines = [ln for ln in proc.stdout.splitlines() if re.match(r"\d+/\d+ - \d+m?s \d+ms/step - loss: ", ln)]
+    lines = [ln for ln in proc.stdout.splitlines()
+             if re.match(r"\d+/\d+ - \d+m?s \d+ms/step \(host [\d.]+ms\) - loss: ", ln)]
     assert len(lines) == 2, proc.stdout
+    host = epoch_value(rows, "xla_host_ms_per_step")  # the host's share of a step, from host clocks alone
     for epoch, line in enumerate(lines):
+        step_ms = float(re.search(r"(\d+)ms/step", line).group(1))
+        shown_host = float(re.search(r"\(host ([\d.]+)ms\)", line).group(1))
+        assert shown_host == pytest.approx(host[epoch], abs=0.051) and 0 < host[epoch] <= step_ms * 1.1 + 1, line
         shown = dict(re.findall(r"(\w+): ([\d.]+)", line))
         for name, key in (("loss", "train_loss"), ("acc", "train_acc"), ("val_loss", "val_loss"), ("val_acc", "val_acc")):
             assert float(shown[name]) == pytest.approx(epoch_value(rows, key)[epoch], abs=1e-4), (name, line)

@@ -37,10 +37,11 @@ DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
 COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "progress_every", "data",
            "precision", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
-           "timed_host_syncs", "step_ms", "step_ms_mean", "samples_per_s", "train_size", "train_size_source",
+           "timed_host_syncs", "step_ms", "step_ms_mean", "host_ms_per_step", "device_ms_per_step", "host_bound",
+           "split_steps", "samples_per_s", "train_size", "train_size_source",
            "steps_per_epoch", "epoch_s", "host_peak_mb", "device_peak_mb", "threads", "error"]
-HEADERS = ["accelerator", "device", "batch", "first step s", "compile s", "compiles", "step ms", "samples/s",
-           "epoch s", "host MB", "device MB", "note"]
+HEADERS = ["accelerator", "device", "batch", "first step s", "compile s", "compiles", "step ms", "host ms",
+           "device ms", "samples/s", "epoch s", "host MB", "device MB", "note"]
 
 
 def check_accelerators(accelerators: list[str] | None) -> list[str]:
@@ -75,8 +76,19 @@ def run_rounds(cells: dict[str, dict], run_dir: Path, rounds: int, timeout: floa
         out[name] = {**ok[0], "step_ms": statistics.median(pooled), "step_ms_mean": statistics.fmean(pooled),
                      "step_times_ms": pooled, "rounds": len(ok),
                      "first_step_s": statistics.median(r["first_step_s"] for r in ok),
-                     "samples_per_s": ok[0]["global_batch"] / (statistics.median(pooled) / 1e3)}
+                     "samples_per_s": ok[0]["global_batch"] / (statistics.median(pooled) / 1e3),
+                     **split_medians(ok)}
     return out
+
+
+def split_medians(results: list[dict]) -> dict:
+    """Host and device ms per step over the split steps of every round (bench/timing.py)."""
+    host = [t for r in results for t in r.get("host_times_ms") or []]
+    device = [t for r in results for t in r.get("device_times_ms") or []]
+    if not host:
+        return {}
+    h, d = statistics.median(host), statistics.median(device)
+    return {"host_ms_per_step": h, "device_ms_per_step": d, "host_bound": h >= d}
 
 
 def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
@@ -121,12 +133,14 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
 
 def table_row(r: dict, grid: list[str]) -> list:
     fmt = report.fmt
-    note = r.get("error") or ("recompiled while timed: more warmup=?" if r.get("timed_compiles") else "")
+    note = r.get("error") or "; ".join(filter(None, [
+        "recompiled while timed: more warmup=?" if r.get("timed_compiles") else "",
+        "host-bound" if r.get("host_bound") else ""]))
     extra = [r.get("progress_every") or "-"] if "progress_every" in grid else []
     return [r["accelerator"], r.get("device", "-"), r.get("global_batch", "-"), *extra,
             *(r.get(k) for k in grid if k != "progress_every"), fmt(r.get("first_step_s"), 2),
             fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
-            fmt(r.get("samples_per_s")), fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
+            fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")), fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
             fmt(r.get("device_peak_mb"), 0), note]
 
 
@@ -146,6 +160,10 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
                f"({source}) // batch x step",
              "first step: the first training step to the end of its execution (on XLA: trace + compile + run); "
              "compiles: XLA graphs compiled in the cell (- for eager CPU)",
+             "host ms / device ms: medians of split steps run after the timed ones, each started on an idle device: "
+             "host = fetch, hooks, trace and sync up to dispatch; device = the wait for the execution after it "
+             "(- for eager CPU, where the host does everything); host-bound: host ms >= device ms, so the "
+             "accelerator idles for part of every step",
              "data: " + (" and ".join(data) or "-") + (" (random inputs of the recipe's exact shapes and dtypes "
                                                        "through its own loader and transform)"
                                                        if "synthetic" in data else "")]

@@ -17,6 +17,15 @@ between two readings is one pipelined step, as in a real epoch; on a GPU the
 host could queue many, so each timed step waits for the device there. The
 first step (trace and compile on XLA) is timed to the end of its execution and
 kept out of the steady figure with the rest of the warm-up.
+
+After the timed steps come a few split steps, which start on an idle device:
+host time runs from the end of the previous step's execution (the host's turn
+begins: fetch, hooks, trace) to the return of the step's own sync (graph hash,
+cache lookup, dispatch), and device time is the wait for the execution after
+that. A pipelined step cannot be split this way: its sync waits for the
+previous step's execution (torch_xla lets one execution per device run at a
+time), and on XLA:CPU the trace competes with that execution for the same
+cores. On eager CPU the host does everything, so there is nothing to split.
 """
 from __future__ import annotations
 
@@ -31,66 +40,89 @@ import traceback
 from pathlib import Path
 
 from xla_train.errors import UserError
+from xla_train.runtime.device import counters, cut_graph, wait_for_device
+
+
+def split_steps(steps: int, accelerator: str) -> int:
+    """How many split steps follow the timed ones: none on eager CPU, where the host does everything."""
+    return 0 if accelerator == "cpu" else min(steps, 10)
 
 
 class Stopwatch:
     def __init__(self, warmup: int, steps: int, device) -> None:
-        from xla_train.runtime.device import counters
-
         self.warmup, self.steps, self.device = warmup, steps, device
         self.xla, self.wait_each = device.type == "xla", device.type == "cuda"
+        self.split = split_steps(steps, device.type)
         self.readings: list[float] = []
+        self.host_s: list[float] = []
+        self.device_s: list[float] = []
         self.first_step_s = self.first_loss = None
-        self._t0 = 0.0
+        self._t0 = self._idle = 0.0
         self._counters = [counters(device)]
 
     def _wait(self) -> None:
-        from xla_train.runtime.device import cut_graph, wait_for_device
-
         cut_graph(self.device)  # a no-op when the step already cut its graph
         wait_for_device(self.device)
 
     @property
     def last(self) -> int:
+        """The last timed step; the split steps come after it."""
         return self.warmup + self.steps - 1
 
-    def batch_ready(self, i: int) -> None:
-        from xla_train.runtime.device import counters
+    @property
+    def total(self) -> int:
+        """Every step the loop must run: warm-up, timed and split."""
+        return self.last + 1 + self.split
 
+    def batch_ready(self, i: int) -> None:
         if i == 1:  # the first step, to the end of its execution
             self._wait()
             self.first_step_s = time.perf_counter() - self._t0
         if i == self.warmup:
             self._wait()
             self._counters.append(counters(self.device))
-        elif i > self.warmup and self.wait_each:
+        elif self.warmup < i <= self.last and self.wait_each:
             self._wait()
         now = time.perf_counter()
         if i == 0:
             self._t0 = now
-        if i >= self.warmup:
+        if self.warmup <= i <= self.last:
             self.readings.append(now)
 
     def step_done(self, i: int, loss=None) -> None:
-        from xla_train.runtime.device import counters
-
         if i == 0 and loss is not None:
             self.first_loss = loss.detach()
         if i == self.last:
             self._wait()
-            self.readings.append(time.perf_counter())
+            self._idle = time.perf_counter()
+            self.readings.append(self._idle)
             self._counters.append(counters(self.device))
+        elif i > self.last:  # a split step: it began on an idle device at self._idle
+            cut_graph(self.device)
+            dispatched = time.perf_counter()
+            wait_for_device(self.device)
+            idle = time.perf_counter()
+            self.host_s.append(dispatched - self._idle)
+            self.device_s.append(idle - dispatched)
+            self._idle = idle
 
     def result(self) -> dict:
         if len(self.readings) != self.steps + 1:
             raise RuntimeError(f"the run ended after {len(self.readings)} of {self.steps + 1} clock readings")
+        if len(self.host_s) != self.split:
+            raise RuntimeError(f"the run ended after {len(self.host_s)} of {self.split} split steps")
         times = [b - a for a, b in zip(self.readings, self.readings[1:])]
         (c0, s0, _), (c1, s1, h1), (c2, _, h2) = self._counters
         xla = (lambda v: v) if self.xla else (lambda v: None)
+        split = {"host_ms_per_step": None, "device_ms_per_step": None, "host_bound": None}
+        if self.split:
+            host, dev = statistics.median(self.host_s) * 1e3, statistics.median(self.device_s) * 1e3
+            split = {"host_ms_per_step": host, "device_ms_per_step": dev, "host_bound": host >= dev,
+                     "host_times_ms": [t * 1e3 for t in self.host_s], "device_times_ms": [t * 1e3 for t in self.device_s]}
         return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
                 "step_ms_mean": statistics.fmean(times) * 1e3, "step_times_ms": [t * 1e3 for t in times],
                 "compiles": xla(c2 - c0), "timed_compiles": xla(c2 - c1), "compile_s": xla(s1 - s0),
-                "timed_host_syncs": xla(h2 - h1),
+                "timed_host_syncs": xla(h2 - h1), "split_steps": self.split, **split,
                 "first_loss": float(self.first_loss) if self.first_loss is not None else None}
 
 
@@ -137,7 +169,8 @@ class Loop:
         model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
-        data = use_data(dm, model.net, s.get("data", "synthetic"), (s["warmup"] + s["steps"]) * s["batch"] * n)
+        self.total = s["warmup"] + s["steps"] + split_steps(s["steps"], accelerator)
+        data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         watch = self.steps(plan, model, dm)
         out = watch.result()
         out.update(device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""), devices=n,
@@ -181,7 +214,7 @@ class LightningLoop(Loop):
         kwargs = {"precision": s["precision"]} if s.get("precision") else {}
         with tempfile.TemporaryDirectory(prefix="xla_train-bench-") as tmp:
             pl.Trainer(**{**kwargs, **plan.trainer_kwargs}, callbacks=[*callbacks, clock], max_epochs=1,
-                       limit_train_batches=s["warmup"] + s["steps"], limit_val_batches=0, num_sanity_val_steps=0,
+                       limit_train_batches=self.total, limit_val_batches=0, num_sanity_val_steps=0,
                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
                        enable_model_summary=False, use_distributed_sampler=False,
                        default_root_dir=tmp).fit(model, datamodule=dm)
@@ -201,7 +234,7 @@ class PlainLoop(Loop):
         use_scan_lstm(net, verbose=False)  # as the XLA strategies do, so both sides run the same graph
         net.to(device).train()
         opt = make_optimizer(hp, net.parameters())
-        total = s["warmup"] + s["steps"]  # Lightning's estimated_stepping_batches for this run
+        total = self.total  # Lightning's estimated_stepping_batches for this run
         sched = lr_scheduler(opt, [cosine_decay(total)] if hp.schedule == "cosine" else [])
         watch = Stopwatch(s["warmup"], s["steps"], device)
         for i, (x, y) in enumerate(device_loader(dm.train_dataloader(), device)):
@@ -213,7 +246,7 @@ class PlainLoop(Loop):
             if sched is not None:
                 sched.step()
             watch.step_done(i, loss)
-            if i == watch.last:
+            if i == watch.total - 1:
                 break
         return watch
 

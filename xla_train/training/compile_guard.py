@@ -4,14 +4,21 @@ A run with static shapes compiles its graphs in the first steps of each phase
 and never again. This callback reads torch_xla's own counters (host-side, so
 reading them costs no device sync) and makes that visible: per phase (train,
 validate, test, predict) how many graphs were compiled and how long that took,
-per epoch how the wall time splits into compile and run, and how many
-device-to-host transfers the training steps made. After a phase's first epoch
+per epoch how the wall time splits into compile and run, how many
+device-to-host transfers the training steps made, and the host's share of a
+step: the median time from a batch's arrival to the end of its step, in which
+Lightning's hooks run and forward, backward and the optimizer are traced. No
+device read happens there (the graph is cut and dispatched between steps), so
+host clocks alone measure it. On a TPU a step costs the larger of this and the
+device's execution: when it is close to the epoch line's ms/step, the chip
+waits on the host. After a phase's first epoch
 (its warm-up), any new compilation is reported as a warning (`xla_guard=warn`,
 the default) or stops the run (`strict`), naming the phase and the batch shapes
 that changed.
 """
 from __future__ import annotations
 
+import statistics
 import time
 import warnings
 
@@ -56,6 +63,8 @@ class CompileAccounting(EpochCallback):
         self._last = (0, 0.0, 0)
         self._epoch_start: tuple | None = None
         self.train_transfers: list[int] = []
+        self._batch_t0 = 0.0
+        self._host_s: list[float] = []  # this epoch's steps: batch arrival to step end, host clock
 
     # --- phases -----------------------------------------------------------------
     def _start(self, phase: str) -> None:
@@ -92,9 +101,15 @@ class CompileAccounting(EpochCallback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start("train")
         self._epoch_start = (*xla_counters(), time.perf_counter())
+        self._host_s = []
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._batch_t0 = time.perf_counter()
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._host_s.append(time.perf_counter() - self._batch_t0)
         self._check("train", batch)
         if batch_idx + 1 >= trainer.num_training_batches and self._epoch_start is not None:
             self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
@@ -109,10 +124,12 @@ class CompileAccounting(EpochCallback):
         self._end("train")
         row = {"epoch": trainer.current_epoch, "compiles": n1 - n0, "compile_s": s1 - s0,
                "wall_s": time.perf_counter() - t0,
-               "host_syncs": self.train_transfers[-1] if self.train_transfers else 0}
+               "host_syncs": self.train_transfers[-1] if self.train_transfers else 0,
+               "host_ms": statistics.median(self._host_s) * 1e3 if self._host_s else None}
         self.per_epoch.append(row)
         publish(trainer, {"xla_compiles": row["compiles"], "xla_compile_s": row["compile_s"],
-                          "xla_host_syncs": row["host_syncs"]})
+                          "xla_host_syncs": row["host_syncs"],
+                          **({"xla_host_ms_per_step": row["host_ms"]} if row["host_ms"] is not None else {})})
         self._epoch_start = None
 
     @override

@@ -4,7 +4,7 @@ The running loss and accuracy are the task's on-device sums; this callback
 reads them at most every `every` steps (a live bar on a terminal) and once at
 epoch end, where it prints the line Keras users know:
 
-    40/40 - 5s 125ms/step - loss: 0.1585 - acc: 0.9437 - val_loss: 0.1161 - val_acc: 0.9722 - 257 samples/s
+    40/40 - 5s 125ms/step (host 11.8ms) - loss: 0.1585 - acc: 0.9437 - val_loss: 0.1161 - val_acc: 0.9722 - 257 samples/s
     (the format; README's quick start shows a real run)
 
 A log file (no TTY) gets only the epoch lines. `every=0` turns the live bar off.
@@ -64,6 +64,8 @@ class KerasProgress(EpochCallback):
         train_s = m.get("train_seconds", time.perf_counter() - self._t0)
         done = f"{total}/{total}" + (f" ({steps} after resume)" if 0 < steps < total else "")
         parts = [done, f"{_fmt_time(train_s)} {train_s / max(steps, 1) * 1000:.0f}ms/step"]
+        if "xla_host_ms_per_step" in m:  # the host's share of a step (compile_guard.py): near ms/step = host-bound
+            parts[-1] += f" (host {m['xla_host_ms_per_step']:.1f}ms)"
         for key, name in (("train_loss", "loss"), ("train_acc", "acc"), ("val_loss", "val_loss"),
                           ("val_acc", "val_acc")):
             if key in m:
