@@ -183,6 +183,27 @@ def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
     assert all(not r["error"] and int(r["compiles"]) > 0 and r["timed_compiles"] == "0" for r in rows), rows
 
 
+def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
+    """K steps as one program: each cell times whole executions and reports per step (bench/timing.py)."""
+    run_cli("bench", f"recipe={tiny_recipe}", "accelerators=cpu,xla", "batch_sizes=8", "steps_per_execution=1,4",
+            "steps=4", "warmup=4", cwd=tmp_path, timeout=400)
+    run = tmp_path / "runs" / "bench" / "version_0"
+    _, rows = read_table(run / "bench.csv")
+    # eager CPU runs one step at a time, so it gets one cell
+    assert [(r["accelerator"], r["steps_per_execution"]) for r in rows] == [("cpu", "1"), ("xla", "1"),
+                                                                            ("xla", "4")], rows
+    one, four = rows[1], rows[2]
+    assert not one["error"] and not four["error"], rows
+    assert (one["split_steps"], four["split_steps"]) == ("4", "4")  # 4 single steps; 1 execution of 4
+    assert four["timed_compiles"] == "0" and int(four["compiles"]) >= 1
+    for r in (one, four):
+        assert float(r["host_ms_per_step"]) > 0 and float(r["device_ms_per_step"]) > 0 and float(r["step_ms"]) > 0
+        assert float(r["samples_per_s"]) == pytest.approx(8 / (float(r["step_ms"]) / 1e3), rel=1e-4)
+    assert "| steps/execution |" in (run / "bench.md").read_text()
+    assert sorted(p.name for p in (run / "cells").glob("*.json")) == ["cpu-d1-b8.json", "xla-d1-b8-k4.json",
+                                                                      "xla-d1-b8.json"]
+
+
 def test_lstm_and_pipeline_presets_vary_their_own_key(tiny_recipe, tmp_path):
     run_cli("bench", "lstm", f"recipe={tiny_recipe}", "maxlens=8,16", "accelerators=cpu", "batch_sizes=8",
             "steps=2", "warmup=1", cwd=tmp_path, timeout=300)

@@ -118,7 +118,7 @@ def framework_private_names() -> set[str]:
     names = {n for root in roots for cls in root.__mro__ for n in vars(cls)
              if n.startswith("_") and not n.startswith("__")}
     return names | {"_getframe", "_actions", "_typehint", "_check_integrity", "_loader", "_internal", "_BatchNorm",
-                    "_signal_connector"}
+                    "_signal_connector", "_XLAC", "_opt_called"}
 
 
 def test_private_apis_of_other_packages_are_touched_only_in_compat():
@@ -152,8 +152,10 @@ LIGHTNING_HOOKS = {"setup", "teardown", "state_dict", "load_state_dict", "forwar
                    "add_arguments_to_parser", "auto_device_count", "is_available", "parse_devices",
                    "get_parallel_devices", "name", "block_backward_sync", "is_global_zero", "num_nodes",
                    "distributed_sampler_kwargs", "train_step_context", "val_step_context", "test_step_context",
-                   "predict_step_context", "forward_context"} | {
-                   f"on_{w}" for w in ("fit_start", "fit_end", "train_start", "train_epoch_start", "train_epoch_end",
+                   "predict_step_context", "forward_context", "backward", "optimizer_step", "optimizer_state",
+                   "lightning_module_state_dict"} | {
+                   f"on_{w}" for w in ("fit_start", "fit_end", "train_start", "train_end", "validation_start",
+                                       "train_batch_start", "train_epoch_start", "train_epoch_end",
                                        "train_batch_end", "validation_epoch_start", "validation_epoch_end",
                                        "validation_batch_end", "test_epoch_start", "test_epoch_end", "test_batch_end",
                                        "predict_epoch_start", "predict_epoch_end", "predict_batch_end", "exception")}

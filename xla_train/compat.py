@@ -106,6 +106,65 @@ def wrapped_loader(device_loader):
     return device_loader._loader
 
 
+# The lazy-tensor internals behind runtime/step_program.py, as torch_xla's own
+# experimental/gradient_accumulation.py uses them (2.9.0).
+
+def xla_pending(tensors) -> bool:
+    """Whether any of these tensors holds pending (traced, not yet run) work instead of device data."""
+    import torch_xla
+
+    return any(torch_xla._XLAC._check_tensor_need_materialization(list(tensors)))
+
+
+def xla_materialize(tensors) -> None:
+    """Run the pending work behind these tensors as one graph, without ending the step: unlike torch_xla.sync(),
+    the device's random seed does not advance (SyncTensorsGraph, not MarkStep)."""
+    import torch_xla
+
+    torch_xla._XLAC._xla_sync_multi(list(tensors), devices=[], wait=False, sync_xla_data=False)
+
+
+def xla_graph_inputs(outputs, inputs) -> tuple[list[int], list]:
+    """(tensor ids, device data) of the inputs of the graph that computes `outputs`, in parameter order;
+    `inputs` names the tensors whose ids should be reported as theirs."""
+    import torch_xla
+
+    return torch_xla._XLAC._get_tensors_xla_device_data_node(list(outputs), list(inputs))
+
+
+def xla_hlo_module(outputs) -> bytes:
+    """The HLO module (serialised proto) of the graph that computes `outputs`, a tuple in their order."""
+    import torch_xla
+
+    return torch_xla._XLAC._get_xla_tensors_hlo_proto(list(outputs))
+
+
+def xla_tensor_id(tensor) -> int:
+    import torch_xla
+
+    return torch_xla._XLAC._xla_get_tensor_id(tensor)
+
+
+def xla_seed_input_id() -> int:
+    """The id under which a graph's random-number seed appears among its inputs."""
+    import torch_xla
+
+    return torch_xla._XLAC._get_seed_info_id()
+
+
+def xla_user_computation(name: str, inputs, computation) -> list:
+    """Pending tensors for the outputs of an xla_builder computation applied to `inputs`."""
+    import torch_xla
+
+    return torch_xla._XLAC._xla_user_computation(name, list(inputs), computation)
+
+
+def mark_optimizer_stepped(optimizer) -> None:
+    """What torch.optim.Optimizer.step sets for the LR scheduler's order check (lr_scheduler.py, `_opt_called`):
+    an optimizer whose update runs inside an XLA program is stepped without its step() being called."""
+    optimizer._opt_called = True
+
+
 # --- torch, torchvision, Python -------------------------------------------------------------------------------
 
 def batch_norm_base():

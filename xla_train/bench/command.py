@@ -1,6 +1,7 @@
 """`python -m xla_train bench [SUBCOMMAND] key=value ...`: each benchmark is a function, and its signature is its keys.
 
-    bench (sweep)  recipe= accelerators=cpu,xla batch_sizes=32,128 devices=1 progress_every=0 steps= warmup= rounds=
+    bench (sweep)  recipe= accelerators=cpu,xla batch_sizes=32,128 devices=1 steps_per_execution=1,8
+                   progress_every=0 steps= warmup= rounds=
     bench replicas recipe= devices=1,8 batch_sizes=16       bench lstm     recipe=imdb maxlens=100,200,500
     bench pipeline recipe= progress_every=0,10 rounds=2     bench overhead recipe= accelerator=xla|tpu rounds=
     bench curves   recipe= batch_sizes=32,128,512 epochs=   bench predict  ckpt=PATH batch_size=256 repeats=100
@@ -95,7 +96,7 @@ def recipe_overrides(sub: str, recipe, pairs: dict[str, str], params: dict) -> d
 
 def bench_command(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help", "help"):
-        print("usage: python -m xla_train [bench] [SUBCOMMAND] key=value ...")
+        print("usage: python -m xla_train bench [SUBCOMMAND] key=value ...")
         print(__doc__.split("\n\n")[1])
         return 0
     return run_bench(argv)[0]

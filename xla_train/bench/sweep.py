@@ -4,11 +4,13 @@
     python -m xla_train bench replicas recipe=quickstart devices=1,8 batch_sizes=16   (1 vs n XLA devices)
     python -m xla_train bench lstm maxlens=100,200,500                                 (the scan's compile time)
     python -m xla_train bench pipeline recipe=quickstart progress_every=0,10 rounds=2   (the live bar's cost)
+    python -m xla_train bench recipe=quickstart accelerators=xla batch_sizes=32 steps_per_execution=1,8
 
 Each cell (bench/timing.py says how it is timed) records the first step (trace
 and compile on XLA), the steady step as the median of the timed steps,
 samples/s, the epoch it projects for the recipe's full training set, XLA
-compilations, host syncs, and peak host and device memory. With rounds>1 the
+compilations, host syncs, the host's and the device's share of a step, and
+peak host and device memory. With rounds>1 the
 grid runs again in reverse order, so that a slow spell on a shared machine
 falls on every cell, and the steps of all rounds are pooled. A cell that fails
 (out of memory at a large batch, say) is recorded with its error and the rest
@@ -35,7 +37,8 @@ from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerat
 Accelerator = Literal["cpu", "gpu", "tpu", "xla"]
 DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
-COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "progress_every", "data",
+COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "steps_per_execution",
+           "progress_every", "data",
            "precision", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
            "timed_host_syncs", "step_ms", "step_ms_mean", "host_ms_per_step", "device_ms_per_step", "host_bound",
            "split_steps", "samples_per_s", "train_size", "train_size_source",
@@ -93,11 +96,13 @@ def split_medians(results: list[dict]) -> dict:
 
 def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
           batch_sizes: list[PositiveInt] = [32, 128, 512, 1024], devices: list[DeviceCount] = [1],
-          progress_every: list[NonNegativeInt] = [0], steps: PositiveInt = 20, warmup: PositiveInt = 3,
+          progress_every: list[NonNegativeInt] = [0], steps_per_execution: list[PositiveInt] = [1],
+          steps: PositiveInt = 20, warmup: PositiveInt = 3,
           rounds: PositiveInt = 1, precision: Optional[str] = None, data: Data = "synthetic",
           chart_batch: Optional[PositiveInt] = None, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
           overrides: Optional[dict] = None, grid: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
-    """Every accelerator x devices x batch size (x live-bar refresh, x any recipe key in `grid`) of a recipe."""
+    """Every accelerator x devices x batch size (x live-bar refresh, x steps per execution on XLA, x any recipe
+    key in `grid`) of a recipe."""
     from tqdm import tqdm
 
     accelerators = check_accelerators(accelerators)
@@ -108,13 +113,16 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
     n_train, source = train_size(dm)
     run_dir = report.new_run_dir(runs_dir)
     cells = {}
-    for a, d, b, p, *values in itertools.product(accelerators, devices, batch_sizes, progress_every, *grid.values()):
+    for a, d, b, p, k, *values in itertools.product(accelerators, devices, batch_sizes, progress_every,
+                                                     steps_per_execution, *grid.values()):
         d = 1 if a == "cpu" else d
+        k = 1 if a in ("cpu", "gpu") else k  # K steps as one program is for XLA
         keys = dict(zip(grid, map(str, values)))
-        name = f"{a}-d{d}-b{b}" + (f"-p{p}" if p else "") + "".join(f"-{k}{v}" for k, v in keys.items())
+        name = (f"{a}-d{d}-b{b}" + (f"-k{k}" if k > 1 else "") + (f"-p{p}" if p else "")
+                + "".join(f"-{n}{v}" for n, v in keys.items()))
         cells[name] = {"recipe": recipe, "overrides": {**overrides, **keys}, "accelerator": a, "devices": d,
-                       "batch": b, "progress_every": p, "precision": precision, "warmup": warmup, "steps": steps,
-                       "data": data, **keys}
+                       "batch": b, "progress_every": p, "steps_per_execution": k, "precision": precision,
+                       "warmup": warmup, "steps": steps, "data": data, **keys}
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
     results = run_rounds(cells, run_dir, rounds, timeout, note=lambda line: (bar.update(), bar.write(line)))
     bar.close()
@@ -136,18 +144,21 @@ def table_row(r: dict, grid: list[str]) -> list:
     note = r.get("error") or "; ".join(filter(None, [
         "recompiled while timed: more warmup=?" if r.get("timed_compiles") else "",
         "host-bound" if r.get("host_bound") else ""]))
-    extra = [r.get("progress_every") or "-"] if "progress_every" in grid else []
+    extra = [r.get(k) or "-" for k in ("steps_per_execution", "progress_every") if k in grid]
     return [r["accelerator"], r.get("device", "-"), r.get("global_batch", "-"), *extra,
-            *(r.get(k) for k in grid if k != "progress_every"), fmt(r.get("first_step_s"), 2),
+            *(r.get(k) for k in grid if k not in ("steps_per_execution", "progress_every")),
+            fmt(r.get("first_step_s"), 2),
             fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
             fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")), fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
             fmt(r.get("device_peak_mb"), 0), note]
 
 
 def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:
-    if len(opts["progress_every"]) > 1:
-        grid = ["progress_every", *grid]
-    headers = HEADERS[:3] + [("bar every" if k == "progress_every" else k) for k in grid] + HEADERS[3:]
+    for key in ("progress_every", "steps_per_execution"):
+        if len(opts[key]) > 1:
+            grid = [key, *grid]
+    names = {"progress_every": "bar every", "steps_per_execution": "steps/execution"}
+    headers = HEADERS[:3] + [names.get(k, k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
     report.write_csv(run_dir / "bench.csv", rows, COLUMNS + [k for k in grid if k not in COLUMNS], prov)
     table = [table_row(r, grid) for r in rows]
@@ -167,6 +178,9 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
              "data: " + (" and ".join(data) or "-") + (" (random inputs of the recipe's exact shapes and dtypes "
                                                        "through its own loader and transform)"
                                                        if "synthetic" in data else "")]
+    if any((r.get("steps_per_execution") or 1) > 1 for r in rows):
+        notes.append("steps/execution k > 1: k training steps traced once and run as one XLA program; its cells "
+                     "time whole executions and divide by k, and their first step is the first execution of k")
     if any("XLA:CPU" in (r.get("device") or "") for r in rows):
         notes.append("XLA:CPU is XLA compiling for this machine's CPU (PJRT_DEVICE=CPU): not a TPU figure")
     md = report.markdown(f"xla_train bench: {opts['recipe']}", prov, headers, table, notes)

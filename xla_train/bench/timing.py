@@ -20,12 +20,17 @@ kept out of the steady figure with the rest of the warm-up.
 
 After the timed steps come a few split steps, which start on an idle device:
 host time runs from the end of the previous step's execution (the host's turn
-begins: fetch, hooks, trace) to the return of the step's own sync (graph hash,
-cache lookup, dispatch), and device time is the wait for the execution after
-that. A pipelined step cannot be split this way: its sync waits for the
-previous step's execution (torch_xla lets one execution per device run at a
-time), and on XLA:CPU the trace competes with that execution for the same
-cores. On eager CPU the host does everything, so there is nothing to split.
+begins: fetch, hooks, trace) to the step's end, less the time inside XLA syncs,
+and device time is that time in syncs plus the wait for the execution after
+the step. A sync hashes the graph, looks it up and dispatches it (about a
+millisecond), but XLA:CPU at times runs the whole execution inside it, so it
+is counted with the device (runtime/device.py, sync_clock). A pipelined step
+cannot be split at all: its sync waits for the previous step's execution
+(torch_xla lets one execution per device run at a time), and on XLA:CPU the
+trace competes with that execution for the same cores. On eager CPU the host
+does everything, so there is nothing to split.
+With steps_per_execution=k the clock reads only where an execution of k steps
+begins and ends (the steps inside it only keep their batch) and divides by k.
 """
 from __future__ import annotations
 
@@ -40,25 +45,31 @@ import traceback
 from pathlib import Path
 
 from xla_train.errors import UserError
-from xla_train.runtime.device import counters, cut_graph, wait_for_device
+from xla_train.runtime.device import counters, cut_graph, sync_clock, wait_for_device
 
 
-def split_steps(steps: int, accelerator: str) -> int:
-    """How many split steps follow the timed ones: none on eager CPU, where the host does everything."""
-    return 0 if accelerator == "cpu" else min(steps, 10)
+def units(warmup: int, steps: int, accelerator: str, k: int = 1) -> tuple[int, int, int]:
+    """(warm-up, timed, split) executions. An execution is one step, or k with steps_per_execution=k, and is
+    what the clock times: steps inside one only keep their batch. No split ones on eager CPU, where the host
+    does everything."""
+    timed = -(-steps // k)
+    split = 0 if accelerator == "cpu" else min(timed, -(-10 // k))
+    return -(-warmup // k), timed, split
 
 
 class Stopwatch:
-    def __init__(self, warmup: int, steps: int, device) -> None:
-        self.warmup, self.steps, self.device = warmup, steps, device
+    def __init__(self, warmup: int, steps: int, device, k: int = 1) -> None:
+        self.device, self.k = device, k
+        self.warmup, self.steps, self.split = units(warmup, steps, device.type, k)
         self.xla, self.wait_each = device.type == "xla", device.type == "cuda"
-        self.split = split_steps(steps, device.type)
         self.readings: list[float] = []
         self.host_s: list[float] = []
         self.device_s: list[float] = []
         self.first_step_s = self.first_loss = None
         self._t0 = self._idle = 0.0
         self._counters = [counters(device)]
+        self._in_syncs = sync_clock(device) if self.split else (lambda: 0.0)
+        self._synced = 0.0
 
     def _wait(self) -> None:
         cut_graph(self.device)  # a no-op when the step already cut its graph
@@ -66,16 +77,19 @@ class Stopwatch:
 
     @property
     def last(self) -> int:
-        """The last timed step; the split steps come after it."""
+        """The last timed execution; the split ones come after it."""
         return self.warmup + self.steps - 1
 
     @property
     def total(self) -> int:
-        """Every step the loop must run: warm-up, timed and split."""
-        return self.last + 1 + self.split
+        """Every step the loop must run: warm-up, timed and split executions of k steps."""
+        return (self.last + 1 + self.split) * self.k
 
-    def batch_ready(self, i: int) -> None:
-        if i == 1:  # the first step, to the end of its execution
+    def batch_ready(self, step: int) -> None:
+        if step % self.k:
+            return
+        i = step // self.k
+        if i == 1:  # the first execution, to its end
             self._wait()
             self.first_step_s = time.perf_counter() - self._t0
         if i == self.warmup:
@@ -89,29 +103,33 @@ class Stopwatch:
         if self.warmup <= i <= self.last:
             self.readings.append(now)
 
-    def step_done(self, i: int, loss=None) -> None:
-        if i == 0 and loss is not None:
+    def step_done(self, step: int, loss=None) -> None:
+        if step == 0 and loss is not None and self.k == 1:  # with k > 1 a step's loss is never read back
             self.first_loss = loss.detach()
+        if step % self.k != self.k - 1:
+            return
+        i = step // self.k
         if i == self.last:
             self._wait()
-            self._idle = time.perf_counter()
+            self._idle, self._synced = time.perf_counter(), self._in_syncs()
             self.readings.append(self._idle)
             self._counters.append(counters(self.device))
-        elif i > self.last:  # a split step: it began on an idle device at self._idle
+        elif i > self.last:  # a split execution: it began on an idle device at self._idle
             cut_graph(self.device)
-            dispatched = time.perf_counter()
+            dispatched, synced = time.perf_counter(), self._in_syncs()
             wait_for_device(self.device)
             idle = time.perf_counter()
-            self.host_s.append(dispatched - self._idle)
-            self.device_s.append(idle - dispatched)
-            self._idle = idle
+            in_syncs = synced - self._synced  # graph lookup and dispatch, and on XLA:CPU at times the run itself
+            self.host_s.append((dispatched - self._idle - in_syncs) / self.k)
+            self.device_s.append((in_syncs + idle - dispatched) / self.k)
+            self._idle, self._synced = idle, self._in_syncs()
 
     def result(self) -> dict:
         if len(self.readings) != self.steps + 1:
             raise RuntimeError(f"the run ended after {len(self.readings)} of {self.steps + 1} clock readings")
         if len(self.host_s) != self.split:
             raise RuntimeError(f"the run ended after {len(self.host_s)} of {self.split} split steps")
-        times = [b - a for a, b in zip(self.readings, self.readings[1:])]
+        times = [(b - a) / self.k for a, b in zip(self.readings, self.readings[1:])]  # per step
         (c0, s0, _), (c1, s1, h1), (c2, _, h2) = self._counters
         xla = (lambda v: v) if self.xla else (lambda v: None)
         split = {"host_ms_per_step": None, "device_ms_per_step": None, "host_bound": None}
@@ -122,7 +140,7 @@ class Stopwatch:
         return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
                 "step_ms_mean": statistics.fmean(times) * 1e3, "step_times_ms": [t * 1e3 for t in times],
                 "compiles": xla(c2 - c0), "timed_compiles": xla(c2 - c1), "compile_s": xla(s1 - s0),
-                "timed_host_syncs": xla(h2 - h1), "split_steps": self.split, **split,
+                "timed_host_syncs": xla(h2 - h1), "split_steps": self.split * self.k, **split,
                 "first_loss": float(self.first_loss) if self.first_loss is not None else None}
 
 
@@ -165,11 +183,12 @@ class Loop:
         s = self.spec
         accelerator = s["accelerator"]
         plan = plan_hardware(accelerator, 1 if accelerator == "cpu" else s.get("devices", 1), "auto",
-                             s.get("precision"))
+                             s.get("precision"), steps_per_execution=s.get("steps_per_execution", 1))
         model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
-        self.total = s["warmup"] + s["steps"] + split_steps(s["steps"], accelerator)
+        self.k = s.get("steps_per_execution", 1)
+        self.total = sum(units(s["warmup"], s["steps"], accelerator, self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         watch = self.steps(plan, model, dm)
         out = watch.result()
@@ -197,7 +216,7 @@ class LightningLoop(Loop):
         class Clock(pl.Callback):
             @override
             def on_train_start(self, trainer, pl_module):
-                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device)
+                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, s.get("steps_per_execution", 1))
 
             @override
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

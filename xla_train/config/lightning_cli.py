@@ -11,13 +11,14 @@ from typing import Literal, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.data.base import ArrayDataModule
-from xla_train.errors import CheckpointError
+from xla_train.errors import CheckpointError, ConfigError
 from xla_train.runtime.plan import plan_hardware
 from xla_train.serve.predictor import load_for_inference
 from xla_train.training.compile_guard import CompileAccounting
@@ -72,6 +73,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)")
         parser.add_argument("--checkpoint_every", type=int, default=0,
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
+        parser.add_argument("--steps_per_execution", type=PositiveInt, default=1,
+                            help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
 
@@ -88,7 +91,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         t = init.get("trainer") or {}
         plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
                              t.get("strategy", "auto"), t.get("precision"), self.setting("compile_cache"),
-                             num_nodes=t.get("num_nodes", 1))
+                             num_nodes=t.get("num_nodes", 1),
+                             steps_per_execution=self.setting("steps_per_execution") or 1)
         kwargs.update(plan.trainer_kwargs)
         name = self.setting("recipe_name")
         if t.get("logger") in (None, True):
@@ -131,6 +135,18 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         self._check_ckpt_matches_recipe()
         self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
         self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
+        self._check_steps_per_execution()  # a group of steps longer than an epoch
+
+    def _check_steps_per_execution(self) -> None:
+        k, t = self.setting("steps_per_execution") or 1, self.trainer
+        if k == 1 or self.subcommand != "fit" or t is None:
+            return
+        steps = len(self.datamodule.arrays("train")[1]) // (self.datamodule.batch_size * t.num_devices * t.num_nodes)
+        limit = t.limit_train_batches
+        steps = min(steps, limit) if isinstance(limit, int) else int(steps * limit)
+        if k > steps:
+            raise ConfigError(f"steps_per_execution={k} is more than the {steps} training steps of an epoch; "
+                              f"use at most {steps}")
 
     before_fit = before_validate = before_test = _before_run  # LightningCLI calls before_<subcommand>
 

@@ -26,6 +26,37 @@ def cut_graph(device) -> None:
         torch_xla.sync()
 
 
+def sync_clock(device):
+    """A function returning the seconds spent so far inside XLA syncs (torch_xla.sync, xm.mark_step), for the
+    benchmarks' split steps. Such a call hashes the graph, looks it up and dispatches it, but XLA:CPU
+    sometimes runs the whole execution inside it, so a host clock around a step cannot tell the host's
+    share from the device's without knowing this. Installs timing wrappers for the life of the process
+    (a benchmark cell has one of its own); elsewhere than XLA it always returns 0."""
+    if device.type != "xla":
+        return lambda: 0.0
+    import time
+
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    spent, depth = [0.0], [0]
+
+    def timed(fn):
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:  # mark_step calls sync: count the outer call once
+                    spent[0] += time.perf_counter() - t0
+        return wrapper
+
+    torch_xla.sync, xm.mark_step = timed(torch_xla.sync), timed(xm.mark_step)
+    return lambda: spent[0]
+
+
 def device_rng_state(device):
     """The device's own RNG state where it has one apart from torch's (XLA keeps a seed per device)."""
     if device.type == "xla":

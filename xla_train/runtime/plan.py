@@ -33,10 +33,16 @@ class HardwarePlan:
 
 
 def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
-                  compile_cache: str | None = None, num_nodes=1) -> HardwarePlan:
+                  compile_cache: str | None = None, num_nodes=1, steps_per_execution: int = 1) -> HardwarePlan:
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
+    if not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1:
+        raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1")
     kind = resolve_accelerator(str(accelerator))
+    if steps_per_execution > 1 and (kind in ("cpu", "gpu") or strategy == "xla_mp"):
+        where = "strategy=xla_mp" if strategy == "xla_mp" else f"accelerator={kind}"
+        raise ConfigError(f"steps_per_execution={steps_per_execution} runs K steps as one XLA program (single "
+                          f"device or SPMD); {where} runs one step at a time, so leave it at 1")
     if kind in ("cpu", "gpu"):
         if compile_cache:
             warnings.warn(f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA "
@@ -49,7 +55,9 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
         if strategy != "auto":
             kwargs["strategy"] = strategy
         return HardwarePlan(kind, kwargs)
-    return _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
+    plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
+    plan.trainer_kwargs["strategy"].steps_per_execution = steps_per_execution
+    return plan
 
 
 def xla_precision_plugin(precision):

@@ -262,3 +262,22 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     def process_dataloader(self, dataloader):
         sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
         return device_loader(dataloader, self.root_device, input_sharding=sharding)
+
+    @override
+    def pad_like(self, t: torch.Tensor) -> torch.Tensor:
+        """Zeros sharded as a loaded batch is: each host sends its own rows (the global batch / hosts)."""
+        import torch_xla.core.xla_model as xm
+
+        rows = t.shape[0] // self.topology.process_count
+        cpu = torch.zeros((rows, *t.shape[1:]), dtype=t.dtype)
+        sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
+        return xm.send_cpu_data_to_device([cpu], self.root_device, input_sharding=sharding)[0]
+
+    @override
+    def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
+        """K stacked batches: each step's batch split over the mesh as a single batch is (dimension 1). An
+        annotation on pending work, so nothing runs here."""
+        import torch_xla.distributed.spmd as xs
+
+        xs.mark_sharding(stacked, self.mesh, (None, DATA_AXIS) + (None,) * (stacked.dim() - 2))
+        return stacked

@@ -6,7 +6,8 @@ writer, it feeds batches through torch_xla's MpDeviceLoader, which overlaps
 host-to-device copies with compute and cuts the lazy graph after every batch
 (training, validation and test alike), so each step is one cached graph, and
 it runs every nn.LSTM as a scan (runtime/scan_lstm.py), whose compile time does
-not grow with the sequence length.
+not grow with the sequence length, and with steps_per_execution > 1 it runs K
+steps as one program (runtime/multistep.py).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
+from xla_train.runtime.multistep import StepsPerExecution
 
 
 class ScanLSTMOnXLA:
@@ -36,7 +38,7 @@ class ScanLSTMOnXLA:
         restore_lstm(self.model)  # ...where nn.LSTM, not the scan, runs it
 
 
-class XLASingleDeviceStrategy(ScanLSTMOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
+class XLASingleDeviceStrategy(StepsPerExecution, ScanLSTMOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
     strategy_name = "xla_single"
 
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):

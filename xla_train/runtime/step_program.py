@@ -1,0 +1,139 @@
+"""K training steps as one XLA program, traced once: what `steps_per_execution=K` runs.
+
+torch_xla traces the whole step in Python on every step, and for the seed
+models that trace costs the host more than the step costs a TPU (README,
+"Keep a TPU fed"). Here one step is traced once, as a pure function from
+(state, batch, per-step scalars) to the new state, and its HLO is kept. Each
+execution then only stacks K batches and calls that HLO K times in one graph,
+which the runtime finds in its cache: no tracing, one dispatch for K steps.
+
+This is torch_xla's own `experimental.gradient_accumulation` technique (trace a
+step with lazy tensors, take its HLO and graph inputs, wrap it with
+xla_builder) carried to the whole step: forward, backward, optimizer update,
+BatchNorm buffers and the on-device metric sums are all in the state. Two
+choices differ from it:
+
+- The K calls are unrolled, not an XLA While loop. XLA:CPU does not give a
+  convolution inside a While body its fast layout (the optimised HLO keeps
+  NCHW convolutions, about 15x slower), and a TPU runs the unrolled program
+  just as well; the price is compile time, which grows with K.
+- The number of real steps is an input: steps past it leave the state as it
+  was (a select per state tensor), so an epoch's remainder, or a checkpoint
+  taken inside a group, runs the same compiled program on padding.
+
+Random numbers: the body's one seed input is fed, per step, the seed the
+device would have had at that step without grouping (the caller records it),
+so dropout draws what it would have drawn step by step.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from xla_train import compat
+
+MASK64 = (1 << 64) - 1
+
+
+def signed64(seed: int) -> int:
+    """A uint64 seed as the int64 an XLA seed tensor holds."""
+    seed &= MASK64
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+class StepProgram:
+    """`build` traces one step; `run` executes up to k of them as one graph and returns the new state."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.computation = None
+        self._sources: list[tuple[str, int]] = []  # per body input: ("state"|"batch"|"seed"|"const", index)
+        self._consts: list[torch.Tensor] = []
+        self._n_state = 0
+
+    @property
+    def built(self) -> bool:
+        return self.computation is not None
+
+    def build(self, step: Callable, state: Sequence[torch.Tensor], batch: Sequence[torch.Tensor],
+              scalars: torch.Tensor) -> None:
+        """Trace `step(state, batch, scalars) -> new state` once. Every input must be device data (not pending
+        work) and stay unmodified: the step must return new tensors instead of updating its inputs."""
+        import torch_xla.core.xla_builder as xb
+
+        state, batch = list(state), list(batch)
+        inputs = [*state, *batch, scalars]
+        if compat.xla_pending(inputs):
+            raise RuntimeError("steps_per_execution: the step's inputs must be materialised before tracing")
+        new_state = list(step(state, batch, scalars))
+        if len(new_state) != len(state):
+            raise RuntimeError(f"the step returned {len(new_state)} state tensors for {len(state)}")
+        if compat.xla_pending(inputs):
+            raise RuntimeError("steps_per_execution: the traced step modified one of its inputs in place")
+        ids, values = compat.xla_graph_inputs(new_state, inputs)
+        body = xb.computation_from_module_proto("xla_train_step", compat.xla_hlo_module(new_state))
+        where = {compat.xla_tensor_id(t): i for i, t in enumerate(inputs)}
+        seed_id = compat.xla_seed_input_id()
+        sources, consts = [], []
+        for tid, value in zip(ids, values):
+            i = where.get(tid)
+            if tid == seed_id:
+                sources.append(("seed", 0))
+            elif i is None:  # a constant the trace made (a scalar uploaded as data): the same in every step
+                sources.append(("const", len(consts)))
+                consts.append(value)
+            elif i < len(state):
+                sources.append(("state", i))
+            elif i < len(state) + len(batch):
+                sources.append(("batch", i - len(state)))
+            else:
+                sources.append(("scalars", 0))
+        self._sources, self._consts, self._n_state = sources, consts, len(state)
+        self.computation = self._unrolled(body, state, batch, scalars)
+
+    def _unrolled(self, body, state, batch, scalars):
+        import torch_xla.core.xla_builder as xb
+
+        k = self.k
+        builder = xb.create_builder("xla_train_steps")
+        shapes = [torch.zeros((), dtype=torch.int32), *state,
+                  *(torch.empty((k, *t.shape), dtype=t.dtype) for t in batch),
+                  torch.empty((k, *scalars.shape), dtype=scalars.dtype), torch.empty((k,), dtype=torch.int64),
+                  *self._consts]
+        ops = [xb.mkparam(builder, i, xb.tensor_shape(t)) for i, t in enumerate(shapes)]
+        n, carry = ops[0], list(ops[1:1 + len(state)])
+        rest = ops[1 + len(state):]
+        stacked, per_step, seeds, consts = rest[:len(batch)], rest[len(batch)], rest[len(batch) + 1], \
+            rest[len(batch) + 2:]
+
+        def at(op, i: int):
+            return op.slice_in_dim(i, i + 1, 0).reshape(list(op.shape().sizes)[1:])
+
+        for i in range(k):
+            args = []
+            for kind, j in self._sources:
+                args.append({"state": lambda: carry[j], "batch": lambda: at(stacked[j], i),
+                             "scalars": lambda: at(per_step, i), "seed": lambda: at(seeds, i),
+                             "const": lambda: consts[j]}[kind]())
+            result = xb.Op.call(body, args)
+            new = [result.get_tuple_element(j) for j in range(len(carry))]
+            if i == 0:  # the first step always runs: a group holds at least one
+                carry = new
+            else:
+                real = xb.Op.scalar(builder, i, dtype=xb.Type.S32) < n
+                carry = [real.broadcast(list(c.shape().sizes)).select(a, c) for a, c in zip(new, carry)]
+        return xb.Op.tuple(carry, builder=builder).build("xla_train_steps")
+
+    def run(self, state: Sequence[torch.Tensor], batches: Sequence[Sequence[torch.Tensor]], n: int,
+            scalars: Sequence[Sequence[float]], seeds: Sequence[int], shard: Callable = lambda t: t) -> list:
+        """The state after the first n of len(batches) == k steps (the rest are padding); pending, not run.
+        `scalars` and `seeds` hold one row per step; `shard` places each stacked batch tensor (SPMD)."""
+        device = state[0].device
+        stacked = [shard(torch.stack([b[j] for b in batches])) for j in range(len(batches[0]))]
+        per_step = torch.tensor(scalars, dtype=torch.float32).to(device)
+        seed_t = torch.tensor([signed64(s) for s in seeds], dtype=torch.int64).to(device)
+        count = torch.tensor(n, dtype=torch.int32).to(device)
+        return compat.xla_user_computation("xla::xla_train_steps",
+                                           [count, *state, *stacked, per_step, seed_t, *self._consts],
+                                           self.computation)
