@@ -176,6 +176,39 @@ def test_only_the_first_pod_host_writes_and_every_host_resumes(tmp_path):
     assert list(runs[1].parent.rglob("*")) == [] and p1.stdout == ""
 
 
+def test_pod_hosts_run_steps_per_execution_as_one_step_at_a_time(tmp_path):
+    """Two emulated hosts (1 XLA:CPU device each) train 4 steps with steps_per_execution=4 (one program, its
+    padding rows each host's own) and with K=1: host 0 writes the same weights both ways."""
+    import torch
+
+    def fit(k: int) -> dict:
+        port = str(_free_port())
+
+        def host(h: int):
+            work = tmp_path / f"k{k}" / f"host{h}"
+            work.mkdir(parents=True)
+            env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=port)
+            args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0", "epochs=1",
+                    "test_after_fit=false", f"steps_per_execution={k}", "--trainer.limit_train_batches=4",
+                    "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0"]
+            return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=work, env=env,
+                                  capture_output=True, text=True, timeout=180)
+
+        with ThreadPoolExecutor(2) as pool:
+            procs = list(pool.map(host, (0, 1)))
+        for p in procs:
+            assert p.returncode == 0, p.stderr[-4000:]
+        assert not (tmp_path / f"k{k}" / "host1" / "runs").exists()
+        ckpt = tmp_path / f"k{k}" / "host0" / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+        return torch.load(ckpt, weights_only=True)
+
+    one, four = fit(1), fit(4)
+    assert one["global_step"] == four["global_step"] == 4
+    for k in one["state_dict"]:
+        torch.testing.assert_close(four["state_dict"][k], one["state_dict"][k], atol=1e-5, rtol=0, msg=k)
+
+
 @pytest.fixture
 def torchrun_rank(monkeypatch):
     """Sets torchrun's variables for one of 2 nodes x 4 GPUs, with CUDA faked, and undoes it all after."""

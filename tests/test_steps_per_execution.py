@@ -126,6 +126,24 @@ def test_eight_steps_per_execution_train_as_one_at_a_time_resnet(cifar_root, tmp
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("net", ["lstm", "resnet"])
+def test_eight_steps_per_execution_under_spmd_lstm_and_resnet(net, cifar_root, tmp_path):
+    """The scan LSTM and the ResNet's BatchNorm (reduction form under SPMD) on 8 devices, with SGD as below."""
+    if net == "lstm":
+        data = write_aclimdb(tmp_path / "data", per_class=256)  # 513 reviews: 8 steps of 8 x 8 an epoch
+        args = ("recipe=imdb", "maxlen=64", "model.net.embed_dim=32", "epochs=2")
+    else:
+        data = write_cifar10(tmp_path / "data", per_batch=205)
+        args = ("recipe=cifar10_resnet", "depth=8", "epochs=2", "batch_size=16")
+    args = (*args, "accelerator=xla", "devices=8", "model.optimizer=sgd", "lr=0.01", "trainer.limit_val_batches=1",
+            "download=false", "test_after_fit=false", f"data_dir={data}")
+    for k in (1, 8):
+        fit(tmp_path / f"k{k}", *args, *(("batch_size=8",) if net == "lstm" else ()), f"steps_per_execution={k}",
+            devices=8)
+    assert_same_training(tmp_path / "k1", tmp_path / "k8")
+
+
 def test_eight_steps_per_execution_under_spmd_on_eight_devices(tmp_path):
     """8 devices x 16 images: 1,025 fixture images make 8 steps an epoch, 16 in two epochs.
 

@@ -54,14 +54,14 @@ def overhead(recipe: str, accelerator: Literal["xla", "tpu"] = "xla", batch_size
         print("\n".join(failed))
         return 1, run_dir
     plain, plain_host = results["plain"]["step_ms"], results["plain"]["host_ms_per_step"]
-    rows = [{"side": side, "ratio": r["step_ms"] / plain, "host_ratio": r["host_ms_per_step"] / plain_host, **r}
-            for side, r in results.items()]
+    rows = [{"side": side, "steps_per_execution": 1, "ratio": r["step_ms"] / plain,  # one step at a time
+             "host_ratio": r["host_ms_per_step"] / plain_host, **r} for side, r in results.items()]
     ratio = results["xla_train"]["step_ms"] / plain
     host_ratio = results["xla_train"]["host_ms_per_step"] / plain_host
     prov = report.provenance(command, sorted({r["device"] for r in rows}))
-    columns = ["side", "device", "global_batch", "data", "rounds", "first_step_s", "compiles", "timed_compiles",
-               "step_ms", "step_ms_mean", "samples_per_s", "ratio", "host_ms_per_step", "device_ms_per_step",
-               "host_bound", "host_ratio", "first_loss", "host_peak_mb"]
+    columns = ["side", "device", "global_batch", "steps_per_execution", "data", "rounds", "first_step_s", "compiles",
+               "timed_compiles", "step_ms", "step_ms_mean", "samples_per_s", "ratio", "host_ms_per_step",
+               "device_ms_per_step", "host_bound", "host_ratio", "first_loss", "host_peak_mb"]
     report.write_csv(run_dir / "overhead.csv", rows, columns, prov)
     headers = ["side", "first step s", "compiles", "step ms (median)", "step ms (mean)", "samples/s",
                "vs plain", "host ms", "device ms", "host vs plain", "first-step loss"]

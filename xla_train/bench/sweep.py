@@ -149,7 +149,8 @@ def table_row(r: dict, grid: list[str]) -> list:
             *(r.get(k) for k in grid if k not in ("steps_per_execution", "progress_every")),
             fmt(r.get("first_step_s"), 2),
             fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
-            fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")), fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
+            fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")),
+            fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
             fmt(r.get("device_peak_mb"), 0), note]
 
 

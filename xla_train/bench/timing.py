@@ -136,7 +136,8 @@ class Stopwatch:
         if self.split:
             host, dev = statistics.median(self.host_s) * 1e3, statistics.median(self.device_s) * 1e3
             split = {"host_ms_per_step": host, "device_ms_per_step": dev, "host_bound": host >= dev,
-                     "host_times_ms": [t * 1e3 for t in self.host_s], "device_times_ms": [t * 1e3 for t in self.device_s]}
+                     "host_times_ms": [t * 1e3 for t in self.host_s],
+                     "device_times_ms": [t * 1e3 for t in self.device_s]}
         return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
                 "step_ms_mean": statistics.fmean(times) * 1e3, "step_times_ms": [t * 1e3 for t in times],
                 "compiles": xla(c2 - c0), "timed_compiles": xla(c2 - c1), "compile_s": xla(s1 - s0),
