@@ -176,6 +176,7 @@ def test_only_the_first_pod_host_writes_and_every_host_resumes(tmp_path):
     assert list(runs[1].parent.rglob("*")) == [] and p1.stdout == ""
 
 
+@pytest.mark.slow
 def test_pod_hosts_run_steps_per_execution_as_one_step_at_a_time(tmp_path):
     """Two emulated hosts (1 XLA:CPU device each) train 4 steps with steps_per_execution=4 (one program, its
     padding rows each host's own) and with K=1: host 0 writes the same weights both ways."""

@@ -144,6 +144,7 @@ def test_eight_steps_per_execution_under_spmd_lstm_and_resnet(net, cifar_root, t
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
 
 
+@pytest.mark.slow
 def test_eight_steps_per_execution_under_spmd_on_eight_devices(tmp_path):
     """8 devices x 16 images: 1,025 fixture images make 8 steps an epoch, 16 in two epochs.
 
