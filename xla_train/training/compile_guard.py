@@ -7,10 +7,11 @@ validate, test, predict) how many graphs were compiled and how long that took,
 per epoch how the wall time splits into compile and run, how many
 device-to-host transfers the training steps made, and the host's share of a
 step: the median time from a batch's arrival to the end of its step, in which
-Lightning's hooks run and forward, backward and the optimizer are traced
-(compile time, counted apart, is left out). No
-device read happens there (the graph is cut and dispatched between steps), so
-host clocks alone measure it. On a TPU a step costs the larger of this and the
+Lightning's hooks run and forward, backward and the optimizer are traced.
+Compile time, counted apart, is left out, and so is the time inside the
+step's sync, which waits for the device whenever the previous step still runs
+(runtime/device.py, sync_clock). No device read happens there, so host clocks
+alone measure it. On a TPU a step costs the larger of this and the
 device's execution: when it is close to the epoch line's ms/step, the chip
 waits on the host. After a phase's first epoch
 (its warm-up), any new compilation is reported as a warning (`xla_guard=warn`,
@@ -26,7 +27,7 @@ import warnings
 from typing_extensions import override
 
 from xla_train.errors import UserError
-from xla_train.runtime.device import xla_counters
+from xla_train.runtime.device import sync_clock, xla_counters
 from xla_train.training.hooks import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")
@@ -73,7 +74,8 @@ class CompileAccounting(EpochCallback):
         self._last = (0, 0.0, 0)
         self._epoch_start: tuple | None = None
         self.train_transfers: list[int] = []
-        self._batch_t0 = (0.0, 0.0)
+        self._batch_t0 = (0.0, 0.0, 0.0)
+        self._in_syncs = lambda: 0.0
         self._host_s: list[float] = []  # this epoch's steps: batch arrival to step end, host clock
 
     # --- phases -----------------------------------------------------------------
@@ -114,13 +116,20 @@ class CompileAccounting(EpochCallback):
         self._host_s = []
 
     @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._in_syncs = sync_clock(pl_module.device)
+        super().on_train_start(trainer, pl_module)
+
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._batch_t0 = (time.perf_counter(), xla_counters()[1])
+        self._batch_t0 = (time.perf_counter(), xla_counters()[1], self._in_syncs())
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        t0, compiling = self._batch_t0
-        self._host_s.append(time.perf_counter() - t0 - (xla_counters()[1] - compiling))  # compiles: shown apart
+        t0, compiling, synced = self._batch_t0
+        # compiles are shown apart; a sync may wait for the device (runtime/device.py, sync_clock)
+        elapsed = time.perf_counter() - t0
+        self._host_s.append(elapsed - (xla_counters()[1] - compiling) - (self._in_syncs() - synced))
         self._check("train", batch)
         if batch_idx + 1 >= trainer.num_training_batches and self._epoch_start is not None:
             self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
