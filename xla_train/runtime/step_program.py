@@ -50,11 +50,6 @@ class StepProgram:
         self.computation = None
         self._sources: list[tuple[str, int]] = []  # per body input: ("state"|"batch"|"seed"|"const", index)
         self._consts: list[torch.Tensor] = []
-        self._n_state = 0
-
-    @property
-    def built(self) -> bool:
-        return self.computation is not None
 
     def build(self, step: Callable, state: Sequence[torch.Tensor], batch: Sequence[torch.Tensor],
               scalars: torch.Tensor) -> None:
@@ -89,7 +84,7 @@ class StepProgram:
                 sources.append(("batch", i - len(state)))
             else:
                 sources.append(("scalars", 0))
-        self._sources, self._consts, self._n_state = sources, consts, len(state)
+        self._sources, self._consts = sources, consts
         self.computation = self._unrolled(body, state, batch, scalars)
 
     def _unrolled(self, body, state, batch, scalars):
