@@ -39,7 +39,7 @@ def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices=
     block = read_inference_block(safe_load(ckpt), ckpt)
     state = net_state_dict(safe_load(ckpt))
     config = run_config(ckpt)
-    net, dm = _build(config, ckpt, block, batch_size, data_dir)
+    net, dm = build_from_run(config, ckpt, block, batch_size, data_dir)
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as e:
@@ -58,7 +58,8 @@ def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices=
     return write_new(candidates, text), result
 
 
-def _build(config: Path, ckpt: Path, block: dict, batch_size, data_dir):
+def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_dir=None):
+    """(net, data module) as the run's saved config builds them, the net checked against the checkpoint's."""
     from xla_train.config.build import build_parts
 
     overrides = {}
@@ -123,3 +124,15 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     print(f"accuracy {accuracy(r.probs, r.labels):.4f}")
     print(f"predictions: {path}")
     return 0
+
+
+def split_data(ckpt, split: str = "test", data_dir: str | None = None):
+    """(transform, raw inputs, labels) of a checkpoint's own split, read and encoded as its run reads them
+    (a text checkpoint's with its own tokenizer): what the benchmarks score a changed model on."""
+    import numpy as np
+
+    ckpt = Path(ckpt)
+    block = read_inference_block(safe_load(ckpt), ckpt)
+    _, dm = build_from_run(run_config(ckpt), ckpt, block, data_dir=data_dir)
+    inputs, labels = dm.arrays(split)
+    return dm.transform(False), inputs, np.asarray(labels, dtype=np.int64)

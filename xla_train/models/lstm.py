@@ -38,7 +38,7 @@ class MaskedLSTM(nn.LSTM):
         order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # real steps first, in order
         packed = pack_padded_sequence(x.gather(1, order[..., None].expand_as(x)), lengths.clamp(min=1).cpu(),
                                       batch_first=True, enforce_sorted=False)
-        out, (h, c) = super().forward(packed, hx)
+        out, (h, c) = self.packed_forward(packed, hx)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=t)
         out = torch.zeros_like(out).scatter(1, order[..., None].expand_as(out), out)
         empty = (lengths == 0)[None, :, None]
@@ -47,6 +47,11 @@ class MaskedLSTM(nn.LSTM):
             h, c = torch.where(empty, h0, h), torch.where(empty, c0, c)
         out = out * mask[..., None].to(out.dtype)
         return (out if self.batch_first else out.transpose(0, 1)), (h, c)
+
+
+    def packed_forward(self, packed, hx):
+        """The recurrence over the packed rows: nn.LSTM's own kernel (an int8 variant swaps in its own)."""
+        return super().forward(packed, hx)
 
 
 class SentimentLSTM(nn.Module):
