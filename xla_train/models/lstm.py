@@ -23,9 +23,9 @@ class MaskedLSTM(nn.LSTM):
     """nn.LSTM with an optional mask (N, T): steps where it is False leave (h, c) unchanged and output zeros.
 
     Same forward contract as nn.LSTM otherwise (one layer, unidirectional here).
-    Each row's real steps are moved to the front (stable, so they keep their
-    order) and the plain kernel runs over all T steps; what it computes after a
-    row's last real step is thrown away. The final h is the output at that step.
+    Each row's real steps are moved to the front (keeping their order) and the
+    plain kernel runs over all T steps; what it computes after a row's last real
+    step is thrown away. The final h is the output at that step.
     The kernel returns the cell state only after step T, so the final c is
     rebuilt from the outputs: with h known at every step, the gates are one
     matmul and c_t = f_t * c_{t-1} + i_t * g_t is a linear recurrence, summed in
@@ -41,8 +41,13 @@ class MaskedLSTM(nn.LSTM):
         x = input if self.batch_first else input.transpose(0, 1)
         n, t, _ = x.shape
         mask = mask.to(torch.bool)
-        lengths = mask.sum(1)
-        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # real steps first, in order
+        # Where each step goes, real steps first, each group in order: a stable sort by counting, which
+        # (unlike aten.sort) every backend and ONNX have.
+        real_rank = torch.cumsum(mask, 1)
+        lengths = real_rank[:, -1]
+        dest = torch.where(mask, real_rank - 1, lengths[:, None] + torch.cumsum(~mask, 1) - 1)
+        steps = torch.arange(t, device=x.device)
+        order = torch.empty_like(dest).scatter_(1, dest, steps.expand(n, t))  # order[dest[j]] = j
         front = x.gather(1, order[..., None].expand_as(x))
         out, _ = super().forward(front if self.batch_first else front.transpose(0, 1), hx)
         out = out if self.batch_first else out.transpose(0, 1)
@@ -50,14 +55,13 @@ class MaskedLSTM(nn.LSTM):
             h0 = c0 = out.new_zeros(n, self.hidden_size)
         else:
             h0, c0 = hx[0][0], hx[1][0]
-        steps = torch.arange(t, device=x.device)
         real = steps[None, :] < lengths[:, None]  # (N, T) in the moved order
         last = (lengths - 1).clamp(min=0)
         empty = (lengths == 0)[:, None]
         h = torch.where(empty, h0, out.gather(1, last[:, None, None].expand(n, 1, out.shape[2]))[:, 0])
         c = torch.where(empty, c0, self._final_cell(front, out, h0, c0, real, last))
         out = out * real[..., None].to(out.dtype)
-        out = torch.zeros_like(out).scatter(1, order[..., None].expand_as(out), out)
+        out = out.gather(1, dest[..., None].expand_as(out))  # back where each step came from
         return (out if self.batch_first else out.transpose(0, 1)), (h[None], c[None])
 
     def _final_cell(self, x, out, h0, c0, real, last):
