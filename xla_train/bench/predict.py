@@ -5,12 +5,13 @@
 The forms, each timed in this process on the same ready input tensors: plain
 eager PyTorch (the unreplicated nn.Module from `load_for_inference`, no
 Lightning, no torch_xla); `torch.compile` (inductor, one static graph per batch
-size); ONNX Runtime, when the export and onnxruntime are there; and int8
+size); ONNX Runtime on the exported graph (serve/export.py), which has the
+image preprocessing inside, when onnxruntime is installed; and int8
 dynamic quantisation of the LSTM and the dense layers, which is not float32 and
 so may change answers: its accuracy on the checkpoint's own test split (read
 as its run reads it, config/split_predict.py) is reported beside eager's, not
-hidden. Every form's outputs are compared with eager's (max abs difference of
-the logits on the same batch), and one more row times eager end to end from raw
+hidden. Every form's probabilities are compared with eager's (max abs
+difference on the same batch), and one more row times eager end to end from raw
 inputs (resizing and normalising images; tokenising text) to probabilities.
 Inputs are synthetic, shaped like real ones. Untimed warm-up calls come first
 (they include torch.compile's compilation), and the forms' calls alternate, so a
@@ -23,7 +24,7 @@ from __future__ import annotations
 import copy
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from jsonargparse.typing import PositiveInt
 from torch import nn
@@ -34,6 +35,7 @@ from xla_train.bench.timing import percentile, time_calls
 from xla_train.models.lstm import MaskedLSTM
 from xla_train.serve.predictor import load_for_inference
 
+Form = Literal["eager", "compile", "onnx", "int8"]
 COLUMNS = ["what", "fp32", "latency_ms_median", "latency_ms_p95", "speedup_batch1", "batch", "batch_ms_median",
            "samples_per_s", "max_abs_diff", "test_acc", "acc_change", "repeats", "note"]
 
@@ -86,34 +88,58 @@ def int8_dynamic(net: nn.Module) -> nn.Module:
     return q
 
 
-def forms(net):
-    """(name, float32?, build) for each serving form; build() returns a callable tensor -> logits, or raises."""
+def serving_forms(net, ckpt):
+    """(name, float32?, takes raw input?, build) for each serving form; build() returns a callable input ->
+    probabilities, or raises. The raw input is what the exported graph takes: uint8 images, or token ids."""
     import torch
 
-    def onnx_form():
-        raise RuntimeError("ONNX export (xla_train/serve/export.py) is not in this build")
-
-    return [("eager", True, lambda: net),
-            ("torch.compile", True, lambda: torch.compile(copy.deepcopy(net), dynamic=False,
-                                                          options={"freezing": True})),
-            ("onnxruntime", True, onnx_form),
-            ("int8 dynamic", False, lambda: int8_dynamic(net))]
-
-
-def split_accuracy(fn, split, batch: int = 256) -> float:
     from xla_train.objective import probabilities
 
+    def on(module):
+        return lambda t: probabilities(module(t))
+
+    return {"eager": ("eager", True, False, lambda: on(net)),
+            "compile": ("torch.compile", True, False, lambda: on(torch.compile(copy.deepcopy(net), dynamic=False,
+                                                                               options={"freezing": True}))),
+            "onnx": ("onnxruntime", True, True, lambda: onnx_runtime(ckpt)),
+            "int8": ("int8 dynamic", False, False, lambda: on(int8_dynamic(net)))}
+
+
+def onnx_runtime(ckpt):
+    """The checkpoint exported to ONNX (serve/export.py: preprocessing and softmax in the graph) in an ONNX
+    Runtime session on the CPU with torch's thread count."""
+    import tempfile
+
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    from xla_train.serve.export import export
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = export(ckpt, "onnx", out=Path(tmp) / "model.onnx")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda a: torch.from_numpy(session.run(None, {name: np.ascontiguousarray(a)})[0])
+
+
+def split_accuracy(fn, raw: bool, split, batch: int = 256) -> float:
     transform, inputs, labels = split
     hits = 0
     for i in range(0, len(inputs), batch):
-        top = probabilities(fn(transform(inputs[i:i + batch]))).argmax(1).numpy()
+        chunk = inputs[i:i + batch]
+        top = fn(chunk if raw else transform(chunk)).argmax(1).numpy()
         hits += int((top == labels[i:i + batch]).sum())
     return hits / len(inputs)
 
 
 def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100,
-            threads: Optional[PositiveInt] = None, score: bool = True, runs_dir: str = "runs",
-            command: str = "") -> tuple[int, Path]:
+            threads: Optional[PositiveInt] = None, forms: list[Form] = ["eager", "compile", "onnx", "int8"],
+            score: bool = True, runs_dir: str = "runs", command: str = "") -> tuple[int, Path]:
+    """forms: which to compare (eager always comes first, as the baseline); score: also measure each form's
+    accuracy on the checkpoint's test split."""
     import torch
 
     if threads:
@@ -122,6 +148,7 @@ def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100
     batch = batch_size
     raw = raw_inputs(predictor, batch)
     x = predictor.preprocess(raw)
+    exported_input = x.numpy() if predictor.kind == "text" else raw  # token ids, or uint8 images
     net = predictor.model.eval()
     notes_extra, split = [], None
     if score:
@@ -134,26 +161,27 @@ def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100
 
     built, rows = [], []
     with torch.no_grad():
-        reference = net(x)
-        for name, fp32, build in forms(net):
+        reference = predictor.probabilities(raw, batch_size=batch)
+        available = serving_forms(net, ckpt)
+        for name, fp32, takes_raw, build in [available[k] for k in dict.fromkeys(["eager", *forms])]:
             row = {"what": name, "fp32": fp32, "batch": batch, "repeats": repeats}
+            rows.append(row)
+            inp = exported_input if takes_raw else x
             try:
                 fn = build()
-                row["max_abs_diff"] = float((fn(x) - reference).abs().max())  # also the first warm-up call
-                fn(x[:1])
+                row["max_abs_diff"] = float((fn(inp) - reference).abs().max())  # also the first warm-up call
+                fn(inp[:1])
                 if split is not None:
-                    row["test_acc"] = split_accuracy(fn, split)
+                    row["test_acc"] = split_accuracy(fn, takes_raw, split)
             except Exception as e:  # a form this machine cannot run is a row that says so, not a crash
                 row["note"] = f"skipped: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
-                rows.append(row)
                 continue
-            built.append((row, fn))
-            rows.append(row)
+            built.append((row, fn, inp))
 
-    def call(fn, k):
+    def call(fn, inp, k):
         def run():
             with torch.no_grad():
-                return fn(x[:k])
+                return fn(inp[:k])
         return run
 
     def end_to_end(k):
@@ -162,7 +190,8 @@ def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100
 
     e2e = {"what": "eager end to end", "fp32": True, "batch": batch, "repeats": repeats,
            "note": "preprocessing + net + softmax, as `python -m xla_train predict` runs it"}
-    timed = [(r, call(fn, 1), call(fn, batch)) for r, fn in built] + [(e2e, end_to_end(1), end_to_end(batch))]
+    timed = [(r, call(fn, inp, 1), call(fn, inp, batch)) for r, fn, inp in built]
+    timed.append((e2e, end_to_end(1), end_to_end(batch)))
     latencies = time_calls([small for _, small, _ in timed], repeats, warmup=10)
     batches = time_calls([big for _, _, big in timed], max(5, repeats // 10), warmup=2)
     for (row, _, _), lat, big in zip(timed, latencies, batches):
@@ -200,7 +229,8 @@ def write_report(rows, predictor, ckpt, batch, repeats, command, runs_dir, notes
     inputs = "synthetic reviews" if predictor.kind == "text" else f"random {predictor.info['image_size']}px images"
     notes = [f"checkpoint {ckpt}: {arch}", f"inputs: {inputs}; {repeats} timed calls at batch 1 after 10 "
              f"warm-up calls; median of {max(5, repeats // 10)} batches of {batch}; forms interleaved",
-             "max abs diff: the logits of each form minus eager's, on the same batch",
+             "max abs diff: each form's probabilities minus eager end to end's, on the same inputs",
+             "onnxruntime runs the exported graph, which takes uint8 images or token ids: preprocessing is in it",
              "test acc: the checkpoint's own test split, as its run reads it"] + notes_extra
     notes += [f"{r['what']}: {r['note']}" for r in rows if r.get("note", "").startswith("skipped")]
     (run_dir / "predict.md").write_text(report.markdown("xla_train CPU inference", prov, headers, table, notes))
