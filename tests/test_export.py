@@ -189,6 +189,13 @@ def test_bad_input_is_one_line_and_writes_nothing(cnn_ckpt, capsys, args, messag
     assert sorted(folder.iterdir()) == before
 
 
+def test_onnx_without_its_packages_is_one_line(cnn_ckpt, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    code, out, err = run(["export", f"ckpt={cnn_ckpt}", "format=onnx"], capsys)
+    assert code == 2 and len(err) == 1 and "pip install 'xla_train[export]'" in err[0], err
+    assert not cnn_ckpt.with_suffix(".onnx").exists()
+
+
 def test_an_unsafe_checkpoint_is_refused_without_running_it(cnn_ckpt, capsys):
     class RunsCode:
         def __reduce__(self):

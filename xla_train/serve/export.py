@@ -157,6 +157,13 @@ def export(ckpt, fmt: str, out=None) -> Path:
     """
     if fmt not in FORMATS:
         raise ConfigError(f"format={fmt!r} is not one export writes; give format=onnx or format=pt2")
+    if fmt == "onnx":
+        try:
+            import onnx  # noqa: F401
+            import onnxscript  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(f"format=onnx needs {e.name}: pip install 'xla_train[export]' "
+                              f"(onnx, onnxscript, onnxruntime), or give format=pt2") from None
     from xla_train.serve.predictor import load_for_inference
 
     ckpt = Path(ckpt)
