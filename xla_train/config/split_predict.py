@@ -36,8 +36,8 @@ def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices=
         raise ConfigError(f"split={split!r} is not a split; use split=test, split=val or split=train")
     ckpt = Path(ckpt)
     out_path = check_out(out) if out is not None else None
-    block = read_inference_block(safe_load(ckpt), ckpt)
-    state = net_state_dict(safe_load(ckpt))
+    loaded = safe_load(ckpt)
+    block, state = read_inference_block(loaded, ckpt), net_state_dict(loaded)
     config = run_config(ckpt)
     net, dm = build_from_run(config, ckpt, block, batch_size, data_dir)
     try:
