@@ -16,8 +16,9 @@ inputs (resizing and normalising images; tokenising text) to probabilities.
 Inputs are synthetic, shaped like real ones. Untimed warm-up calls come first
 (they include torch.compile's compilation), and the forms' calls alternate, so a
 slow spell on a shared machine falls on all; latency is the median and 95th
-percentile of `repeats` calls at batch 1, throughput the median of repeats/10
-(at least 5) batches.
+percentile of `repeats` calls at batch 1 (in blocks of 10 per form, so that one
+runtime's spinning threads slow only the first call of the next block), and
+throughput the median of repeats/10 (at least 5) batches.
 """
 from __future__ import annotations
 
@@ -192,7 +193,7 @@ def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100
            "note": "preprocessing + net + softmax, as `python -m xla_train predict` runs it"}
     timed = [(r, call(fn, inp, 1), call(fn, inp, batch)) for r, fn, inp in built]
     timed.append((e2e, end_to_end(1), end_to_end(batch)))
-    latencies = time_calls([small for _, small, _ in timed], repeats, warmup=10)
+    latencies = time_calls([small for _, small, _ in timed], repeats, warmup=10, block=10)
     batches = time_calls([big for _, _, big in timed], max(5, repeats // 10), warmup=2)
     for (row, _, _), lat, big in zip(timed, latencies, batches):
         row.update({"latency_ms_median": statistics.median(lat) * 1e3, "latency_ms_p95": percentile(lat, 0.95) * 1e3,
@@ -228,7 +229,8 @@ def write_report(rows, predictor, ckpt, batch, repeats, command, runs_dir, notes
              for r in rows]
     inputs = "synthetic reviews" if predictor.kind == "text" else f"random {predictor.info['image_size']}px images"
     notes = [f"checkpoint {ckpt}: {arch}", f"inputs: {inputs}; {repeats} timed calls at batch 1 after 10 "
-             f"warm-up calls; median of {max(5, repeats // 10)} batches of {batch}; forms interleaved",
+             f"warm-up calls, in blocks of 10 calls per form taken in turn; median of {max(5, repeats // 10)} "
+             f"batches of {batch}, forms taken in turn",
              "max abs diff: each form's probabilities minus eager end to end's, on the same inputs",
              "onnxruntime runs the exported graph, which takes uint8 images or token ids: preprocessing is in it",
              "test acc: the checkpoint's own test split, as its run reads it"] + notes_extra
