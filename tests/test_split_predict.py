@@ -83,6 +83,8 @@ def test_split_predict_writes_beside_the_run_and_never_overwrites(run_copy, cifa
     ("no_data", "CIFAR-10 at"),
     ("out_exists", "already exists; predict never overwrites a file"),
     ("both", "give either inputs= or split=, not both"),
+    ("devices", "devices='abc' must be a whole number of at least 1, or auto"),
+    ("batch", "batch_size=12 is not a positive multiple of 8"),
 ])
 def test_bad_split_predict_is_one_line_and_writes_nothing(run_copy, tmp_path, capsys, case, message):
     ckpt = run_copy / "checkpoints" / "last.ckpt"
@@ -101,6 +103,10 @@ def test_bad_split_predict_is_one_line_and_writes_nothing(run_copy, tmp_path, ca
         args.append(f"out={tmp_path / 'taken.csv'}")
     elif case == "both":
         args.append("inputs=x.png")
+    elif case == "devices":
+        args.append("devices=abc")
+    elif case == "batch":
+        args.append("batch_size=12")
     before = sorted(p for p in tmp_path.rglob("*"))
     assert main(args) == 2
     err = capsys.readouterr().err

@@ -104,6 +104,9 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
         raise ConfigError(f"predict with split= does not know {' '.join(bad_flags)}; its flag is --probs")
     if "ckpt" not in pairs:
         raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
+    devices = pairs.get("devices", "auto")
+    if devices != "auto" and not (devices.isdigit() and int(devices) >= 1):
+        raise ConfigError(f"devices={devices!r} must be a whole number of at least 1, or auto")
     batch_size = None
     if "batch_size" in pairs:
         try:
@@ -112,9 +115,8 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
                 raise ValueError
         except ValueError:
             raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
-    path, r = predict_split(pairs["ckpt"], pairs["split"], pairs.get("accelerator", "auto"),
-                            pairs.get("devices", "auto"), batch_size, pairs.get("data_dir"), pairs.get("out"),
-                            "--probs" in flags)
+    path, r = predict_split(pairs["ckpt"], pairs["split"], pairs.get("accelerator", "auto"), devices, batch_size,
+                            pairs.get("data_dir"), pairs.get("out"), "--probs" in flags)
     from xla_train.serve.table import accuracy
 
     print(f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
