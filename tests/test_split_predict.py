@@ -167,3 +167,20 @@ def test_resume_keeps_the_checkpoint_tokenizer(text_run, tmp_path):
     resumed = tmp_path / "runs" / "imdb" / "version_0" / "checkpoints" / "last.ckpt"
     assert safe_load(resumed)["xla_train"]["tokenizer"] == safe_load(ckpt)["xla_train"]["tokenizer"]
     assert safe_load(resumed)["epoch"] == 1
+
+
+def test_text_split_predict_on_two_xla_devices_uses_the_checkpoint_tokenizer(text_run, tmp_path):
+    """The LSTM as XLA's scan under SPMD, 144 reviews in global batches of 32, from a folder whose vocabulary
+    differs: CPU predict's probabilities, in order, and nothing compiled after the first batch."""
+    work, root, ckpt = text_run
+    other = other_vocabulary(root, tmp_path / "other")
+    out = tmp_path / "text.csv"
+    proc = run_cli("predict", f"ckpt={ckpt}", "split=test", "accelerator=xla", "batch_size=16", f"data_dir={other}",
+                   f"out={out}", "--probs", cwd=tmp_path, devices=2)
+    texts = [f.read_text() for label in ("neg", "pos")
+             for f in sorted((root / "aclImdb" / "test" / label).glob("*.txt"))]
+    reference = load_for_inference(ckpt).probabilities(texts).numpy()
+    rows = read_csv(out)
+    assert [int(r["index"]) for r in rows] == list(range(len(texts)))
+    np.testing.assert_allclose([[float(r["p_neg"]), float(r["p_pos"])] for r in rows], reference, atol=1e-4)
+    assert re.search(r"XLA graphs compiled: [1-9]\d* for the first batch, 0 after it", proc.stdout), proc.stdout
