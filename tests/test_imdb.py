@@ -260,6 +260,9 @@ def test_masked_lstm_equals_the_packed_formulation(batch_first, with_state):
     for row in (1, 6):  # all padding: the initial state, untouched, and no output
         assert torch.equal(h[0, row], hx[0][0, row] if with_state else torch.zeros(8))
         assert torch.equal(c[0, row], hx[1][0, row] if with_state else torch.zeros(8))
+    new.final_cell = False  # as SentimentLSTM, which reads h only: the same out and h, and no c
+    out_h, (h_only, no_c) = new(x if batch_first else x.transpose(0, 1), hx, mask=mask)
+    assert no_c is None and torch.equal(out_h, out) and torch.equal(h_only, h)
 
 
 def test_masked_lstm_makes_no_host_sync():
