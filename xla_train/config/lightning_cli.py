@@ -133,6 +133,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
 
     def _before_run(self) -> None:
         self._check_ckpt_matches_recipe()
+        if self._ckpt_block is not None and self._ckpt_block.get("kind") == "text":
+            # validate, test and resume encode with the checkpoint's tokenizer, so its token ids stay the model's
+            self.datamodule.use_tokenizer(self._ckpt_block["tokenizer"])
         self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
         self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
         self._check_steps_per_execution()  # a group of steps longer than an epoch
