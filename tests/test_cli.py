@@ -44,6 +44,11 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
     (["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"], "strategy='ddp_spawn' cannot run on accelerator=xla"),
     (["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"], "missing/cifar-10-batches-py is missing"),
+    (["recipe=cifar10", "accelerator=cpu", "strategy=bogus"], "strategy='bogus' cannot run on accelerator=cpu; use auto or one of"),
+    (["recipe=cifar10", "accelerator=cpu", "strategy=xla"], "strategy='xla' cannot run on accelerator=cpu"),
+    (["recipe=cifar10", "accelerator=cpu", "devices=abc"], "devices='abc' is not a device count; use a number"),
+    (["recipe=cifar10", "accelerator=cpu", "devices=0"], "devices=0 must be at least 1"),
+    (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
     (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
     (["fit"], "which recipe? add recipe=NAME"),
 ])
@@ -97,3 +102,21 @@ def test_limit_batches_of_1_is_one_batch_not_all(tmp_path, monkeypatch, capsys):
     trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
     assert (trainer["limit_train_batches"], trainer["limit_val_batches"], trainer["limit_test_batches"]) == (1, 0.5, 1.0)
     assert type(trainer["limit_train_batches"]) is int and type(trainer["limit_test_batches"]) is float
+
+
+@pytest.mark.parametrize("kind,devices,expected", [
+    ("cpu", "auto", "auto"), ("cpu", -1, "auto"), ("cpu", "2", 2), ("gpu", -1, -1), ("gpu", "0,1", [0, 1]),
+    ("gpu", [1], [1]), ("gpu", 2, 2)])
+def test_good_cpu_and_gpu_devices_reach_lightning_as_it_reads_them(kind, devices, expected):
+    from xla_train.runtime.plan import _lightning_devices
+
+    assert _lightning_devices(kind, devices) == expected
+
+
+def test_bad_gpu_devices_are_one_line():
+    from xla_train.errors import HardwareError
+    from xla_train.runtime.plan import _lightning_devices
+
+    for bad in ("abc", 0, "-3", [], ["x"], True):
+        with pytest.raises(HardwareError, match="GPU indices like 0,1"):
+            _lightning_devices("gpu", bad)
