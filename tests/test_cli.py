@@ -120,3 +120,14 @@ def test_bad_gpu_devices_are_one_line():
     for bad in ("abc", 0, "-3", [], ["x"], True):
         with pytest.raises(HardwareError, match="GPU indices like 0,1"):
             _lightning_devices("gpu", bad)
+
+
+@pytest.mark.parametrize("args", [["fit", "--help"], ["test", "-h"], ["fit", "recipe=cifar10", "--help"]])
+def test_help_lists_every_option_with_or_without_a_recipe(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for option in ("--trainer.max_epochs", "--trainer.accelerator", "--trainer.devices", "--model.lr",
+                   "--steps_per_execution", "--logger_kind"):
+        assert option in out
+    assert list(tmp_path.iterdir()) == []
