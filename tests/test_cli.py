@@ -1,4 +1,5 @@
 """Every bad input ends in one line on stderr, a non-zero exit, and nothing written."""
+import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
 import pytest
 
 from conftest import run_cli
@@ -110,16 +111,19 @@ def test_limit_batches_of_1_is_one_batch_not_all(tmp_path, monkeypatch, capsys):
 def test_good_cpu_and_gpu_devices_reach_lightning_as_it_reads_them(kind, devices, expected):
     from xla_train.runtime.plan import _lightning_devices
 
-    assert _lightning_devices(kind, devices) == expected
+    assert _lightning_devices(kind, devices, gpus=2) == expected
 
 
 def test_bad_gpu_devices_are_one_line():
     from xla_train.errors import HardwareError
     from xla_train.runtime.plan import _lightning_devices
 
-    for bad in ("abc", 0, "-3", [], ["x"], True):
+    for bad in ("abc", 0, "-3", [], ["x"], [-1], True):
         with pytest.raises(HardwareError, match="GPU indices like 0,1"):
-            _lightning_devices("gpu", bad)
+            _lightning_devices("gpu", bad, gpus=2)
+    for too_many in (3, "0,2", [5]):
+        with pytest.raises(HardwareError, match="this machine has 2 CUDA GPU"):
+            _lightning_devices("gpu", too_many, gpus=2)
 
 
 @pytest.mark.parametrize("args", [["fit", "--help"], ["test", "-h"], ["fit", "recipe=cifar10", "--help"]])

@@ -60,27 +60,38 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
     return plan
 
 
-def _lightning_devices(kind: str, devices):
+def _lightning_devices(kind: str, devices, gpus: int | None = None):
     """devices= for Lightning's own cpu/gpu accelerators, checked here so a bad value is one line, not
-    Lightning's TypeError. -1 means all, as in Lightning (and on the XLA paths); on the CPU that is one process."""
+    Lightning's TypeError. -1 means all, as in Lightning (and on the XLA paths); on the CPU that is one process.
+    `gpus`: the CUDA devices visible (asked of torch when None)."""
     if devices in ("auto", None, -1, "-1"):
         return "auto" if kind == "cpu" or devices in ("auto", None) else -1
     how = "a number of processes of at least 1, or auto" if kind == "cpu" else \
         "a number of GPUs of at least 1, GPU indices like 0,1 or [0,1], -1 or auto for all"
+    chosen = None
     if isinstance(devices, bool):
-        raise HardwareError(f"devices={devices!r} is not a device count; use {how}")
-    if isinstance(devices, int) or (isinstance(devices, str) and devices.strip().lstrip("-").isdigit()):
-        n = int(devices)
-        if n < 1:
-            raise HardwareError(f"devices={n} must be at least 1; use {how}")
-        return n
-    if kind == "gpu":
+        pass
+    elif isinstance(devices, int) or (isinstance(devices, str) and devices.strip().lstrip("-").isdigit()):
+        chosen = int(devices)
+        if chosen < 1:
+            raise HardwareError(f"devices={chosen} must be at least 1; use {how}")
+    elif kind == "gpu":
         indices = devices.split(",") if isinstance(devices, str) else devices
         if isinstance(indices, (list, tuple)) and indices and all(
-                (isinstance(i, int) and not isinstance(i, bool)) or (isinstance(i, str) and i.strip().isdigit())
+                (isinstance(i, int) and not isinstance(i, bool) and i >= 0) or (isinstance(i, str) and i.strip().isdigit())
                 for i in indices):
-            return [int(i) for i in indices]
-    raise HardwareError(f"devices={devices!r} is not a device count; use {how}")
+            chosen = [int(i) for i in indices]
+    if chosen is None:
+        raise HardwareError(f"devices={devices!r} is not a device count; use {how}")
+    if kind == "gpu":
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        if (max(chosen) + 1 if isinstance(chosen, list) else chosen) > gpus:
+            raise HardwareError(f"devices={devices} but this machine has {gpus} CUDA GPU(s); use 1 to {gpus} of "
+                                f"them (indices 0 to {gpus - 1}), or auto")
+    return chosen
 
 
 def _lightning_strategy(kind: str, strategy):
