@@ -94,3 +94,30 @@ def test_logger_tensorboard_writes_event_files_with_the_metrics(tmp_path):
     scalars = events.Tags()["scalars"]
     assert {"train_loss", "val_acc"} <= set(scalars), scalars
     assert 0.0 <= events.Scalars("val_acc")[-1].value <= 1.0
+
+
+def test_evaluations_go_beside_the_run_or_under_runs_dir(tmp_path, monkeypatch):
+    run = tmp_path / "shared" / "cifar10" / "version_3"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("recipe_name: cifar10\n")
+    ckpt = run / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(b"")
+    mine = tmp_path / "runs"
+    assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == run.resolve()
+    stray = tmp_path / "model.ckpt"
+    assert run_folders.eval_parent(str(mine), "cifar10", str(stray)) == mine / "cifar10"
+    assert run_folders.eval_parent(str(mine), "cifar10", None) == mine / "cifar10"
+    # a run this user cannot write (emulated: tests may run as root, which may write anywhere)
+    real_access = run_folders.os.access
+    monkeypatch.setattr(run_folders.os, "access", lambda p, mode: False if Path(p) == run.resolve() else
+                        real_access(p, mode))
+    assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == mine / "cifar10"
+
+
+def test_a_runs_dir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    with pytest.raises(run_folders.ConfigError, match=f"cannot create a run folder in {tmp_path / 'x'}: permission"):
+        run_folders.claim_folder(tmp_path / "x")

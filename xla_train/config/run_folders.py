@@ -10,11 +10,13 @@ every input check, so a refused command writes nothing.
 fit writes `RUNS/NAME/version_N`. validate and test (and evaluate() in the
 API) measure a checkpoint, they do not train one: their config and metrics go
 beside the checkpoint's run, in `RUNS/NAME/version_N/eval_K`, or for a
-checkpoint outside a run folder (or none) in `RUNS/NAME/eval_K`. So every
-`version_N` is a training run, and a run's evaluations stay with it.
+checkpoint outside a run folder (or none, or in a run this user cannot write)
+in `RUNS/NAME/eval_K`. So every `version_N` is a training run, and a run's
+evaluations stay with it.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -29,15 +31,19 @@ RUN_PREFIX = "version_"
 def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
     """root/prefixN with N one more than any there, created here: two processes never get the same one."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    taken = (p.name[len(prefix):] for p in root.glob(f"{prefix}*"))
-    n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
-    while True:
-        try:
-            (root / f"{prefix}{n}").mkdir()
-            return root / f"{prefix}{n}"
-        except FileExistsError:
-            n += 1
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        taken = (p.name[len(prefix):] for p in root.glob(f"{prefix}*"))
+        n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
+        while True:
+            try:
+                (root / f"{prefix}{n}").mkdir()
+                return root / f"{prefix}{n}"
+            except FileExistsError:
+                n += 1
+    except PermissionError:
+        raise ConfigError(f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER_YOU_CAN_WRITE"
+                          ) from None
 
 
 class _ClaimedVersion:
@@ -79,10 +85,12 @@ def require_tensorboard() -> None:
 
 
 def eval_parent(runs_dir: str, name: str, ckpt_path: str | None) -> Path:
-    """The run folder a checkpoint was written in (RUNS/NAME/version_N/checkpoints/FILE.ckpt), else RUNS/NAME."""
+    """The run folder a checkpoint was written in (RUNS/NAME/version_N/checkpoints/FILE.ckpt) if this user may
+    write there, else RUNS/NAME."""
     if ckpt_path:
         run = Path(ckpt_path).resolve().parent.parent
-        if Path(ckpt_path).resolve().parent.name == "checkpoints" and (run / "config.yaml").is_file():
+        if (Path(ckpt_path).resolve().parent.name == "checkpoints" and (run / "config.yaml").is_file()
+                and os.access(run, os.W_OK | os.X_OK)):  # someone else's run, read-only: results go under runs_dir
             return run
     return Path(runs_dir) / name
 
