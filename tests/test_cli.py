@@ -45,7 +45,7 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
     (["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"], "strategy='ddp_spawn' cannot run on accelerator=xla"),
     (["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"], "missing/cifar-10-batches-py is missing"),
-    (["recipe=cifar10", "accelerator=cpu", "strategy=bogus"], "strategy='bogus' cannot run on accelerator=cpu; use auto or one of"),
+    (["recipe=cifar10", "accelerator=cpu", "strategy=bogus"], "strategy='bogus' cannot run on accelerator=cpu; use"),
     (["recipe=cifar10", "accelerator=cpu", "strategy=xla"], "strategy='xla' cannot run on accelerator=cpu"),
     (["recipe=cifar10", "accelerator=cpu", "devices=abc"], "devices='abc' is not a device count; use a number"),
     (["recipe=cifar10", "accelerator=cpu", "devices=0"], "devices=0 must be at least 1"),

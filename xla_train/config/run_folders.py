@@ -42,8 +42,8 @@ def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
             except FileExistsError:
                 n += 1
     except PermissionError:
-        raise ConfigError(f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER_YOU_CAN_WRITE"
-                          ) from None
+        raise ConfigError(f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER "
+                          f"you can write") from None
 
 
 class _ClaimedVersion:

@@ -77,9 +77,12 @@ def _lightning_devices(kind: str, devices, gpus: int | None = None):
             raise HardwareError(f"devices={chosen} must be at least 1; use {how}")
     elif kind == "gpu":
         indices = devices.split(",") if isinstance(devices, str) else devices
-        if isinstance(indices, (list, tuple)) and indices and all(
-                (isinstance(i, int) and not isinstance(i, bool) and i >= 0) or (isinstance(i, str) and i.strip().isdigit())
-                for i in indices):
+        def index(i) -> bool:
+            if isinstance(i, str):
+                return i.strip().isdigit()
+            return isinstance(i, int) and not isinstance(i, bool) and i >= 0
+
+        if isinstance(indices, (list, tuple)) and indices and all(index(i) for i in indices):
             chosen = [int(i) for i in indices]
     if chosen is None:
         raise HardwareError(f"devices={devices!r} is not a device count; use {how}")
