@@ -161,13 +161,18 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
     def after_test(self) -> None:
         self._report("test")
 
+    def _test_label(self) -> str:
+        if getattr(self.datamodule, "test_is_held_out", True):
+            return "held-out test accuracy"
+        return "test accuracy (not held out: val_fraction=0 also chose the checkpoint on the test split)"
+
     def after_fit(self) -> None:
         best = self.trainer.checkpoint_callback.best_model_path or self.last_checkpoint.path
         if self.setting("test_after_fit") and best:
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")
             if acc is not None and self.trainer.is_global_zero:
-                print(f"held-out test accuracy: {acc:.4f} (best checkpoint {best})", flush=True)
+                print(f"{self._test_label()}: {acc:.4f} (best checkpoint {best})", flush=True)
         n = self.setting("predict_samples")
         if n and best and self.trainer.is_global_zero:
             predictor = load_for_inference(best)  # the plain nn.Module, on the CPU

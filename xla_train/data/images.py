@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from xla_train.data.base import ArrayDataModule
+from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule
 from xla_train.preprocess.images import images_to_tensor
 
 
@@ -43,8 +43,9 @@ class ImageDataModule(ArrayDataModule):
     std: tuple = (0.25, 0.25, 0.25)
 
     def __init__(self, batch_size: int = 128, augment: bool = False, num_workers: int = 0,
-                 seed: int | None = None):
-        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed)
+                 seed: int | None = None, val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0):
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
+                         val_fraction=val_fraction, split_seed=split_seed)
         self.augment = augment
 
     @property
