@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from xla_train.data.base import ArrayDataModule
+from xla_train.data.digits import DigitsDataModule
 
 
 class AutocastProbe(pl.Callback):
@@ -87,3 +88,27 @@ def rebuilt_trainer(cli):
     cli.trainer = cli.instantiate_trainer()
     cli.datamodule.trainer = cli.trainer
     return cli.trainer
+
+
+class _SecondEpochShift:
+    """Iterates a loader; in the second epoch its second batch keeps only half its rows."""
+
+    def __init__(self, loader, trainer):
+        self.loader, self.trainer = loader, trainer
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for i, (x, y) in enumerate(self.loader):
+            if self.trainer.current_epoch == 1 and i == 1:
+                x, y = x[: len(x) // 2], y[: len(y) // 2]
+            yield x, y
+
+
+class ShapeShiftingDigits(DigitsDataModule):
+    """The quickstart's digits, but one training batch of epoch 2 has a new shape: a real recompile after
+    warm-up, which xla_guard=strict must turn into exit code 3 through the CLI."""
+
+    def train_dataloader(self):
+        return _SecondEpochShift(super().train_dataloader(), self.trainer)
