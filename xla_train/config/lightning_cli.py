@@ -11,7 +11,8 @@ from typing import Literal, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import PositiveInt, restricted_number_type
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from typing_extensions import override
 
@@ -29,6 +30,7 @@ from xla_train.training.resume import LastCheckpoint, Preemption, RngState
 
 
 LIGHTNING_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
+SeedInt = restricted_number_type("SeedInt", int, [(">=", 0), ("<=", 2**32 - 1)])
 
 
 class _DropMisleading(logging.Filter):
@@ -77,6 +79,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
+        compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed
+        compat.set_type(parser, "trainer.accumulate_grad_batches", PositiveInt)  # Lightning divides by it
 
     def setting(self, key: str):
         """A resolved run setting (runs_dir, xla_guard, ...) of the subcommand that runs."""
@@ -111,7 +115,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         callbacks += [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption, KerasProgress(every)]
         kwargs["callbacks"] = callbacks
-        return super().instantiate_trainer(**kwargs)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as e:  # Lightning's word for a Trainer setting it refuses
+            raise ConfigError(f"trainer: {str(e).strip().splitlines()[0]}") from None
 
     _ckpt_block: dict | None = None
 

@@ -70,6 +70,10 @@ class ArrayDataModule(pl.LightningDataModule):
         super().__init__()
         check_batch_size(batch_size)
         check_val_fraction(val_fraction)
+        if num_workers < 0:
+            raise ConfigError(f"num_workers={num_workers} must be 0 (load in this process) or more")
+        if not 0 <= split_seed < 2**32:
+            raise ConfigError(f"split_seed={split_seed} must be in [0, 2**32): it fixes which samples validation holds")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule
+from xla_train.errors import ConfigError
 from xla_train.preprocess.images import images_to_tensor
 
 
@@ -51,6 +52,12 @@ class ImageDataModule(ArrayDataModule):
     @property
     def labels(self) -> list[str]:
         raise NotImplementedError
+
+    def check_net(self, net) -> None:
+        outputs, classes = (getattr(net, "config", None) or {}).get("num_classes"), len(self.labels)
+        if outputs is not None and outputs < classes and not (outputs == 1 and classes == 2):
+            raise ConfigError(f"the net has {outputs} output class(es) but the data {classes} labels; "
+                              f"set model.net.num_classes={classes}")
 
     def transform(self, train: bool) -> ImageTransform:
         return ImageTransform(self.mean, self.std, augment=self.augment and train)
