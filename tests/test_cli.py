@@ -1,5 +1,7 @@
 """Every bad input ends in one line on stderr, a non-zero exit, and nothing written."""
 import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
+import os
+
 import pytest
 
 from conftest import run_cli
@@ -68,6 +70,28 @@ def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
     proc = run_cli("recipe=cifar10", "epochz=3", cwd=tmp_path, check=False, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["xla_train: error: unknown key 'epochz'; did you mean epochs?"]
+
+
+def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_no_network(tmp_path):
+    """The PCI-bus branch: no PJRT_DEVICE (or any TPU variable) tells the CLI what this machine is, and every
+    network call fails loudly, so a metadata-server lookup would show as NETWORK ATTEMPT."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    guard = str(Path(__file__).with_name("offline_cli.py"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "TPU_", "XRT_", "CPU_NUM_DEVICES"))}
+    selftest = subprocess.run([sys.executable, guard, "--selftest"], env=env, capture_output=True, text=True,
+                              timeout=300)
+    assert "NETWORK ATTEMPT" in selftest.stderr and "metadata refused" in selftest.stdout, selftest
+    proc = subprocess.run([sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("xla_train: error: ")]
+    assert errors == ["xla_train: error: accelerator=tpu but this machine has no TPU; use accelerator=xla (XLA on "
+                      "the CPU, PJRT_DEVICE=CPU) or accelerator=cpu"], proc.stderr
+    assert "Traceback" not in proc.stderr and "NETWORK ATTEMPT" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_recipes_dir_lists_every_recipe():

@@ -173,6 +173,21 @@ def test_inference_info_carries_everything_a_text_checkpoint_needs(imdb_root):
     assert len(held.arrays("val")[0]) == 12 and len(held.arrays("train")[0]) == 49 - 12
 
 
+def test_imdb_validation_is_held_out_of_train_and_the_vocabulary_never_sees_test(imdb_root):
+    dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)  # val_fraction=0.1
+    raw = load_imdb(str(imdb_root), download=False, maxlen=64, vocab_size=10000)
+    (xt, yt), (xv, yv), (xs, ys) = (dm.arrays(s) for s in ("train", "val", "test"))
+    assert (len(xv), len(xt)) == (5, 44)  # 10% of the fixture's 49 training reviews
+    assert np.array_equal(xs, raw["test"][0]) and np.array_equal(ys, raw["test"][1])
+    rows = lambda x: {r.tobytes() for r in x}  # noqa: E731
+    assert not rows(xt) & rows(xv) and rows(xt) | rows(xv) == rows(raw["train"][0])
+    assert set(yv) == {0, 1}  # stratified: both classes in a validation set of 5
+    vocab = text.tokenizer_from_json(dm.inference_info()["tokenizer"]).get_vocab()
+    assert "trainonly" in vocab and "testonly" not in vocab
+    assert dm.test_is_held_out and not IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64,
+                                                      val_fraction=0).test_is_held_out
+
+
 # --- the model: masking, padding invariance, the scan on XLA -------------------------------------------------------
 
 def masked_reference(lstm, x, mask):

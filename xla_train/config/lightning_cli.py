@@ -12,7 +12,8 @@ from typing import Literal, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import PositiveInt, restricted_number_type
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from xla_train import compat
@@ -30,6 +31,7 @@ from xla_train.training.resume import LastCheckpoint, Preemption, RngState
 
 
 LIGHTNING_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
+SeedInt = restricted_number_type("SeedInt", int, [(">=", 0), ("<=", 2**32 - 1)])
 
 
 class _DropMisleading(logging.Filter):
@@ -78,6 +80,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
+        compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed
+        compat.set_type(parser, "trainer.accumulate_grad_batches", PositiveInt)  # Lightning divides by it
 
     def setting(self, key: str):
         """A resolved run setting (runs_dir, xla_guard, ...) of the subcommand that runs."""
@@ -110,7 +114,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         callbacks += [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption, KerasProgress(every)]
         kwargs["callbacks"] = callbacks
-        return super().instantiate_trainer(**kwargs)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as e:  # Lightning's word for a Trainer setting it refuses
+            raise ConfigError(f"trainer: {str(e).strip().splitlines()[0]}") from None
 
     _ckpt_block: dict | None = None
 
@@ -163,13 +170,18 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
     def after_test(self) -> None:
         self._report("test")
 
+    def _test_label(self) -> str:
+        if getattr(self.datamodule, "test_is_held_out", True):
+            return "held-out test accuracy"
+        return "test accuracy (not held out: val_fraction=0 also chose the checkpoint on the test split)"
+
     def after_fit(self) -> None:
         best = self.trainer.checkpoint_callback.best_model_path or self.last_checkpoint.path
         if self.setting("test_after_fit") and best:
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")
             if acc is not None and self.trainer.is_global_zero:
-                print(f"held-out test accuracy: {acc:.4f} (best checkpoint {best})", flush=True)
+                print(f"{self._test_label()}: {acc:.4f} (best checkpoint {best})", flush=True)
         n = self.setting("predict_samples")
         if n and best and self.trainer.is_global_zero:
             predictor = load_for_inference(best)  # the plain nn.Module, on the CPU

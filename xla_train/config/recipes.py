@@ -26,6 +26,7 @@ ALIASES = {
     "strategy": "trainer.strategy",
     "epochs": "trainer.max_epochs",
     "batch_size": "data.batch_size",
+    "val_fraction": "data.val_fraction",
     "lr": "model.lr",
     "lr_scaling": "model.lr_scaling",
     "data_dir": "data.data_dir",
