@@ -1,4 +1,4 @@
-"""`export`: ONNX and pt2 graphs that predict what load_for_inference predicts, written atomically, bad input refused."""
+"""`export`: ONNX and pt2 graphs that predict what load_for_inference predicts, atomic, bad input refused."""
 import errno
 import json
 import subprocess
