@@ -281,7 +281,7 @@ def test_masked_lstm_equals_the_packed_formulation(batch_first, with_state):
 
 
 def test_masked_lstm_makes_no_host_sync():
-    """The whole net traces as one graph (a host sync or a data-dependent shape would break it); the old one does not."""
+    """The net traces as one graph (a host sync or a data-dependent shape would break it); the old one did not."""
     torch.manual_seed(0)
     net = SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6).eval()
     ids = torch.nn.functional.pad(torch.randint(2, 50, (4, 12)), (5, 0))
@@ -313,7 +313,8 @@ def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, lstm_cl
     calls = []
     for name in SYNCS:
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
+        monkeypatch.setattr(torch.Tensor, name,
+                            lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
     net(ids).sum().backward()
     monkeypatch.undo()
     assert bool(calls) == syncs, calls
