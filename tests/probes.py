@@ -1,12 +1,15 @@
 """Test-only pieces for real CLI runs, named on the command line (--trainer.callbacks+=probes.NAME,
 model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and the CLI built without running."""
 import json
+import random
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
 
 from xla_train.data.base import ArrayDataModule
+from xla_train.data.cifar10 import CIFAR10DataModule
+from xla_train.data.digits import DigitsDataModule
 
 
 class AutocastProbe(pl.Callback):
@@ -87,3 +90,50 @@ def rebuilt_trainer(cli):
     cli.trainer = cli.instantiate_trainer()
     cli.datamodule.trainer = cli.trainer
     return cli.trainer
+
+
+class _SecondEpochShift:
+    """Iterates a loader; in the second epoch its second batch keeps only half its rows."""
+
+    def __init__(self, loader, trainer):
+        self.loader, self.trainer = loader, trainer
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for i, (x, y) in enumerate(self.loader):
+            if self.trainer.current_epoch == 1 and i == 1:
+                x, y = x[: len(x) // 2], y[: len(y) // 2]
+            yield x, y
+
+
+class ShapeShiftingDigits(DigitsDataModule):
+    """The quickstart's digits, but one training batch of epoch 2 has a new shape: a real recompile after
+    warm-up, which xla_guard=strict must turn into exit code 3 through the CLI."""
+
+    def train_dataloader(self):
+        return _SecondEpochShift(super().train_dataloader(), self.trainer)
+
+
+class _GlobalRngJitter:
+    """Brightens each image by np.random's draw and mirrors the batch on random.random()'s: augmentation
+    written with the global numpy and Python RNGs, as user code often is."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __call__(self, images):
+        shift = np.random.randint(0, 40, size=(len(images), 1, 1, 1))
+        images = np.clip(images.astype(np.int16) + shift, 0, 255).astype(np.uint8)
+        if random.random() < 0.5:
+            images = np.ascontiguousarray(images[:, :, ::-1])
+        return self.base(images)
+
+
+class GlobalRngCifar(CIFAR10DataModule):
+    """CIFAR-10 whose training batches draw from numpy's and Python's global RNGs (test_resume: RngState)."""
+
+    def transform(self, train: bool):
+        base = super().transform(train)
+        return _GlobalRngJitter(base) if train else base

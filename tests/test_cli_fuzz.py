@@ -1,4 +1,6 @@
 """Random command lines end in a parsed config or a one-line usage error, never a traceback."""
+import os
+
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -37,3 +39,56 @@ def test_random_command_lines_never_crash(tmp_path_factory, monkeypatch, capsys,
         assert "model:" in out and "trainer:" in out, (tokens, out)
     event(f"exit {code}")
     assert not (work / "runs").exists()
+
+
+# --- past the parser: the Trainer, the hardware plan, the data module and one step -----------------------------
+
+BUILD_KEYS = {
+    "accelerator": ["cpu", "xla", "tpu", "gpu", "auto", "bogus"],
+    "devices": ["1", "2", "0", "-1", "auto", "abc", "[0]"],
+    "strategy": ["auto", "spmd", "xla_mp", "ddp", "bogus"],
+    "precision": ["32", "bf16", "16", "bf16-mixed", "64", "x"],
+    "batch_size": ["8", "32", "12", "0", "-8", "4096"],
+    "val_fraction": ["0", "0.1", "0.5", "0.001", "1", "-0.1", "nan"],
+    "split_seed": ["0", "3", "-1", "99999999999"],
+    "data.test_fraction": ["0.2", "0", "1", "1.5"],
+    "data.num_workers": ["0", "-1"],
+    "data.augment": ["true", "false", "maybe"],
+    "epochs": ["1", "0", "-2"],
+    "seed": ["0", "7", "-1", "true"],
+    "lr": ["0.01", "0", "-1", "inf"],
+    "model.weight_decay": ["0", "-1"],
+    "model.net.num_classes": ["10", "1", "0", "-3"],
+    "steps_per_execution": ["1", "2", "0"],
+    "num_nodes": ["1", "2", "0"],
+    "xla_guard": ["warn", "strict", "loud"],
+    "checkpoint_every": ["0", "1", "-1"],
+    "trainer.max_steps": ["-1", "-5", "3"],
+    "trainer.accumulate_grad_batches": ["1", "0", "2"],
+    "trainer.limit_train_batches": ["1", "0", "1.5", "-1"],
+    "trainer.gradient_clip_val": ["1", "-1"],
+}
+SETTINGS = st.dictionaries(st.sampled_from(sorted(BUILD_KEYS)), st.just(None), max_size=4).flatmap(
+    lambda keys: st.fixed_dictionaries({k: st.one_of(st.sampled_from(BUILD_KEYS[k]), st.integers(-3, 64).map(str))
+                                        for k in keys}))
+
+
+@settings(max_examples=int(os.environ.get("XLA_TRAIN_FUZZ_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(SETTINGS)
+def test_random_settings_build_and_run_one_step_or_fail_in_one_line(tmp_path_factory, monkeypatch, capsys, pairs):
+    """fit with fast_dev_run on the offline digits and a tiny net: every value reaches the hardware plan, the
+    Trainer, the data module and a training step, and ends in exit 0 or one line with exit 2, nothing written."""
+    work = tmp_path_factory.mktemp("fuzz_fit")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    tokens = ["fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet", "trainer.fast_dev_run=1",
+              "predict_samples=0", "test_after_fit=false", *(f"{k}={v}" for k, v in pairs.items())]
+    code = main(tokens)
+    out, err = capsys.readouterr()
+    assert code in (0, 2), (tokens, code, err[-3000:])
+    assert "Traceback" not in err, (tokens, err[-3000:])
+    if code == 2:
+        errors = [ln for ln in err.splitlines() if ln.startswith("xla_train: error: ")]
+        assert len(errors) == 1, (tokens, err)
+        assert not (work / "runs").exists(), tokens
+    event(f"exit {code}")

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 
-from conftest import cli_env
+from conftest import cli_env, run_cli
 
 PROBE = Path(__file__).with_name("guard_probe.py")
 
@@ -33,13 +33,20 @@ def test_a_new_shape_after_warm_up_warns_with_the_shapes():
     assert "(16, 3, 32, 32)" in warned[0] and "(8, 3, 32, 32)" in warned[0]
 
 
-def test_a_new_shape_after_warm_up_stops_a_strict_run():
-    proc = probe("strict", change=True)
-    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "STOPPED: XLA compiled" in proc.stdout and "xla_guard=strict" in proc.stdout
-
-
 def test_without_a_live_bar_training_steps_never_sync():
     proc = probe("off", change=True)
     assert proc.returncode == 0 and "WARNED" not in proc.stdout  # off: not even a warning
     assert "host syncs in training steps: [0, 0, 0]" in proc.stdout
+
+
+def test_strict_guard_exits_3_through_the_real_cli_on_a_real_recompile(tmp_path):
+    """No probe calls sys.exit here: the CLI's own error path turns the guard's error into the exit code."""
+    proc = run_cli("fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet",
+                   "data.class_path=probes.ShapeShiftingDigits", "epochs=2", "trainer.limit_train_batches=3",
+                   "trainer.limit_val_batches=1", "predict_samples=0", "test_after_fit=false", "xla_guard=strict",
+                   cwd=tmp_path, check=False)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
+    err = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr and len(err) >= 1, proc.stderr
+    assert err[-1].startswith("xla_train: error: XLA compiled") and "during train after warm-up" in err[-1]
+    assert "(16, 3, 32, 32)" in err[-1] and "xla_guard=strict" in err[-1], err[-1]

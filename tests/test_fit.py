@@ -60,12 +60,26 @@ def test_xla_fit_writes_a_complete_run_folder(xla_run):
     assert config["trainer"]["max_epochs"] == 2 and config["seed_everything"] == 0
     assert config["data"]["init_args"]["batch_size"] == 32
     last = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-    assert (last["epoch"], last["global_step"]) == (1, 12)  # the final state, whether or not val_acc improved
+    # the final state, whether or not val_acc improved: 180 training images (20 held out for validation), 5 steps
+    assert (last["epoch"], last["global_step"]) == (1, 10)
     rows = metrics_rows(run)
     for key in ("train_loss", "train_acc", "val_loss", "val_acc", "samples_per_s"):
         assert len(epoch_value(rows, key)) == 2, key
     assert proc.stdout.count(f"run folder: {run.relative_to(run.parents[2])}") == 2
     assert "held-out test accuracy:" in proc.stdout
+    assert config["data"]["init_args"]["val_fraction"] == 0.1
+
+
+def test_val_fraction_zero_validates_on_test_and_the_final_line_does_not_say_held_out(cifar_root, tmp_path):
+    proc = run_cli("fit", "recipe=cifar10", "accelerator=cpu", "devices=1", "epochs=1", "batch_size=32",
+                   "val_fraction=0", f"data_dir={cifar_root}", "download=false", cwd=tmp_path)
+    run = tmp_path / "runs" / "cifar10" / "version_0"
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"]["val_fraction"] == 0.0
+    line = next(ln for ln in proc.stdout.splitlines() if "test accuracy" in ln)
+    assert "held-out" not in line and line.startswith("test accuracy (not held out: val_fraction=0"), line
+    # validation ran on the test split: its accuracy is the test accuracy of the same (only) weights
+    val_acc = epoch_value(metrics_rows(run), "val_acc")[0]
+    assert float(re.search(r": ([\d.]+) \(best", line).group(1)) == pytest.approx(val_acc, abs=1e-4)
 
 
 def test_xla_checkpoint_loads_where_torch_xla_is_never_imported(xla_run):
@@ -104,7 +118,15 @@ def test_a_new_run_never_overwrites_an_old_one(cpu_run, cifar_root):
 def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
     work = cpu_run.parents[2]
+    runs = sorted(p.name for p in cpu_run.parent.iterdir())
+    evals = sorted(cpu_run.glob("eval_*"))
     for command, key in (("validate", "val_acc"), ("test", "test_acc")):
         proc = run_cli(command, "recipe=cifar10", "accelerator=cpu", "batch_size=32", f"ckpt={ckpt}",
                        f"data_dir={cifar_root}", "download=false", cwd=work)
         assert key in proc.stdout
+        # the results go beside the checkpoint's run, in a new eval_K; no version_N that looks like a training run
+        new = sorted(set(cpu_run.glob("eval_*")) - set(evals))
+        assert len(new) == 1 and key in (new[0] / "metrics.csv").read_text(), new
+        assert (new[0] / "config.yaml").is_file() and not (new[0] / "checkpoints").exists()
+        evals.append(new[0])
+    assert sorted(p.name for p in cpu_run.parent.iterdir()) == runs

@@ -173,6 +173,21 @@ def test_inference_info_carries_everything_a_text_checkpoint_needs(imdb_root):
     assert len(held.arrays("val")[0]) == 12 and len(held.arrays("train")[0]) == 49 - 12
 
 
+def test_imdb_validation_is_held_out_of_train_and_the_vocabulary_never_sees_test(imdb_root):
+    dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)  # val_fraction=0.1
+    raw = load_imdb(str(imdb_root), download=False, maxlen=64, vocab_size=10000)
+    (xt, yt), (xv, yv), (xs, ys) = (dm.arrays(s) for s in ("train", "val", "test"))
+    assert (len(xv), len(xt)) == (5, 44)  # 10% of the fixture's 49 training reviews
+    assert np.array_equal(xs, raw["test"][0]) and np.array_equal(ys, raw["test"][1])
+    rows = lambda x: {r.tobytes() for r in x}  # noqa: E731
+    assert not rows(xt) & rows(xv) and rows(xt) | rows(xv) == rows(raw["train"][0])
+    assert set(yv) == {0, 1}  # stratified: both classes in a validation set of 5
+    vocab = text.tokenizer_from_json(dm.inference_info()["tokenizer"]).get_vocab()
+    assert "trainonly" in vocab and "testonly" not in vocab
+    assert dm.test_is_held_out and not IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64,
+                                                      val_fraction=0).test_is_held_out
+
+
 # --- the model: masking, padding invariance, the scan on XLA -------------------------------------------------------
 
 def masked_reference(lstm, x, mask):
@@ -260,10 +275,13 @@ def test_masked_lstm_equals_the_packed_formulation(batch_first, with_state):
     for row in (1, 6):  # all padding: the initial state, untouched, and no output
         assert torch.equal(h[0, row], hx[0][0, row] if with_state else torch.zeros(8))
         assert torch.equal(c[0, row], hx[1][0, row] if with_state else torch.zeros(8))
+    new.final_cell = False  # as SentimentLSTM, which reads h only: the same out and h, and no c
+    out_h, (h_only, no_c) = new(x if batch_first else x.transpose(0, 1), hx, mask=mask)
+    assert no_c is None and torch.equal(out_h, out) and torch.equal(h_only, h)
 
 
 def test_masked_lstm_makes_no_host_sync():
-    """The whole net traces as one graph (a host sync or a data-dependent shape would break it); the old one does not."""
+    """The net traces as one graph (a host sync or a data-dependent shape would break it); the old one did not."""
     torch.manual_seed(0)
     net = SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6).eval()
     ids = torch.nn.functional.pad(torch.randint(2, 50, (4, 12)), (5, 0))
@@ -295,7 +313,8 @@ def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, lstm_cl
     calls = []
     for name in SYNCS:
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
+        monkeypatch.setattr(torch.Tensor, name,
+                            lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
     net(ids).sum().backward()
     monkeypatch.undo()
     assert bool(calls) == syncs, calls

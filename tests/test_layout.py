@@ -193,3 +193,40 @@ def test_benchmarks_are_at_most_a_quarter_of_the_package():
     total = sum(code_lines(p) for p in MODULES.values())
     bench = sum(code_lines(p) for m, p in MODULES.items() if m.startswith("xla_train.bench"))
     assert bench <= 0.25 * total, f"bench/ is {bench} of {total} lines ({bench / total:.0%})"
+
+
+def audited_versions() -> dict[str, str]:
+    """{distribution: version} that compat.py's header says its private-API uses were read in."""
+    import re
+
+    header = ast.get_docstring(ast.parse(MODULES["xla_train.compat"].read_text()))
+    line = next(ln for ln in header.splitlines() if re.match(r"\s*lightning \d", ln))
+    return {name.replace("_", "-"): version for name, version in re.findall(r"([\w-]+) (\d[\w.]*)", line)}
+
+
+def test_every_dependency_whose_private_api_is_touched_has_an_upper_bound():
+    """compat.py reaches behind these packages' public APIs, so a new release may break it silently; each must
+    be capped in pyproject.toml at a range that holds the audited version, until compat.py is audited again."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    audited = audited_versions()
+    import sys
+
+    touched = {m.replace("_", "-") for m in third_party("xla_train.compat")
+               if m not in sys.stdlib_module_names and m not in ("__future__", "xla_train", "typing_extensions")}
+    assert touched <= set(audited), f"compat.py imports {touched - set(audited)} but its header audits none"
+    assert {"lightning", "torch-xla", "torch", "torchvision", "jsonargparse"} <= set(audited), audited
+    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
+    requirements = {r.name: r for r in map(Requirement, pyproject["project"]["dependencies"])}
+    for name, version in audited.items():
+        spec = requirements[name].specifier
+        assert any(s.operator in ("==", "===", "<", "<=", "~=") for s in spec), f"{name}{spec}: no upper bound"
+        assert spec.contains(version), f"{name}{spec} excludes the audited {version}"
+        assert not spec.contains(_next_major_or_minor(version)), f"{name}{spec} admits the untested next release"
+
+
+def _next_major_or_minor(version: str) -> str:
+    major, minor = version.split(".")[:2]
+    return f"{major}.{int(minor) + 1}.0"

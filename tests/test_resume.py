@@ -13,8 +13,9 @@ from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 # 200 fixture images at batch 32: 6 steps an epoch, 2 epochs = 12 steps; last.ckpt every 2 steps,
 # so a kill at step 9 (the 4th batch of epoch 2) finds the step-8 checkpoint, 2 batches into the epoch.
+# val_fraction=0 keeps all 200 for training (validation on the test split): these tests are about resuming.
 COMMON = ("recipe=cifar10", "epochs=2", "batch_size=32", "download=false", "test_after_fit=false",
-          "checkpoint_every=2")
+          "checkpoint_every=2", "val_fraction=0")
 
 
 def final_weights(work):
@@ -92,6 +93,22 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu,
     assert final_weights(tmp_path)[0] == 8  # the step-8 checkpoint, mid epoch 2, survived the kill
     run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
     assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
+
+
+def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_root, tmp_path):
+    """GlobalRngCifar augments every training batch from np.random and random: a resumed run gives the
+    uninterrupted run's weights only if both RNGs come back as they were at the checkpoint (RngState)."""
+    rng_data = ("data.class_path=probes.GlobalRngCifar", f"data_dir={cifar_root}", "accelerator=cpu",
+                "model.net.class_path=probes.TinyNet")  # the subject is the data's RNGs, not the model
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    run_cli(*COMMON, *rng_data, cwd=a)
+    killed = run_cli(*COMMON, *rng_data, "--trainer.callbacks+=killer.KillAt",
+                     "--trainer.callbacks.init_args.step=9", cwd=b, check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert final_weights(b)[0] == 8
+    run_cli(*COMMON, *rng_data, "ckpt=last", cwd=b)
+    assert_same_weights(final_weights(b), final_weights(a), tol=1e-6)
 
 
 def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(uninterrupted_cpu, cifar_root, tmp_path):

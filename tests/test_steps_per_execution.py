@@ -18,9 +18,11 @@ from conftest import run_cli, write_cifar10
 from test_imdb import write_aclimdb
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
-# 200 fixture images at batch 16: 12 steps an epoch (a group of 8, then 4); max_steps=16 stops 4 steps into epoch 2
+# 200 fixture images at batch 16: 12 steps an epoch (a group of 8, then 4); max_steps=16 stops 4 steps into epoch 2.
+# val_fraction=0 (validation on the test split) keeps every training image, and these step counts, in training.
+NO_HOLDOUT = "val_fraction=0"
 CNN = ("recipe=cifar10", "accelerator=xla", "epochs=2", "batch_size=16", "trainer.max_steps=16",
-       "trainer.limit_val_batches=2", "download=false", "test_after_fit=false")
+       "trainer.limit_val_batches=2", "download=false", "test_after_fit=false", NO_HOLDOUT)
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 
 
@@ -111,7 +113,7 @@ def test_a_sigterm_inside_a_group_saves_every_counted_step(cifar_root, tmp_path)
 def test_eight_steps_per_execution_train_as_one_at_a_time_lstm(tmp_path):
     data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
     args = ("recipe=imdb", "accelerator=xla", "maxlen=64", "model.net.embed_dim=32", "lr=0.01", "download=false",
-            "batch_size=8", "epochs=2", "trainer.max_steps=16", "test_after_fit=false", f"data_dir={data}")
+            "batch_size=8", "epochs=2", "trainer.max_steps=16", "test_after_fit=false", f"data_dir={data}", NO_HOLDOUT)
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}")
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
@@ -137,7 +139,7 @@ def test_eight_steps_per_execution_under_spmd_lstm_and_resnet(net, cifar_root, t
         data = write_cifar10(tmp_path / "data", per_batch=205)
         args = ("recipe=cifar10_resnet", "depth=8", "epochs=2", "batch_size=16")
     args = (*args, "accelerator=xla", "devices=8", "model.optimizer=sgd", "lr=0.01", "trainer.limit_val_batches=1",
-            "download=false", "test_after_fit=false", f"data_dir={data}")
+            "download=false", "test_after_fit=false", f"data_dir={data}", NO_HOLDOUT)
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, *(("batch_size=8",) if net == "lstm" else ()), f"steps_per_execution={k}",
             devices=8)
@@ -153,7 +155,8 @@ def test_eight_steps_per_execution_under_spmd_on_eight_devices(tmp_path):
     1.2e-7 with SGD; README, "Keep a TPU fed"), which would hide what this test is for."""
     data = write_cifar10(tmp_path / "data", per_batch=205)
     args = ("recipe=cifar10", "accelerator=xla", "devices=8", "epochs=2", "batch_size=16", "model.optimizer=sgd",
-            "lr=0.01", "trainer.limit_val_batches=1", "download=false", "test_after_fit=false", f"data_dir={data}")
+            "lr=0.01", "trainer.limit_val_batches=1", "download=false", "test_after_fit=false", f"data_dir={data}",
+            NO_HOLDOUT)
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}", devices=8)
     assert_same_training(tmp_path / "k1", tmp_path / "k8")

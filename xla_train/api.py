@@ -117,7 +117,9 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
     """Metrics of a run's best checkpoint (or of a checkpoint file) on the test or validation split.
 
     The run's own saved config supplies the recipe and the settings it was trained with (data
-    folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI.
+    folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI. Like the
+    validate and test commands, it files its config and metrics with the run it measured, in the run's
+    eval_K folder (config/run_folders.py), never as a new version_N that would look like a training run.
     """
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}; use split='test' or split='val'")

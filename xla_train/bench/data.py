@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from xla_train.data.base import validation_size
 from xla_train.errors import ConfigError, DataError
 
 # Training-set sizes of the real data sets, for projecting an epoch when the data is not on this machine.
@@ -54,8 +55,7 @@ def train_size(dm) -> tuple[int, str]:
         raise DataError(f"the {name} data is not on this machine and its training-set size is not in "
                         f"xla_train.bench.data.TRAIN_SIZES; point data_dir= at the data")
     n = TRAIN_SIZES[name]
-    held_out = getattr(dm, "val_fraction", 0.0) or 0.0
-    return n - round(n * held_out), "published size"
+    return n - validation_size(n, getattr(dm, "val_fraction", 0.0) or 0.0), "published size"
 
 
 def synthetic_arrays(dm, net, n: int, seed: int = 0) -> dict:

@@ -2,7 +2,8 @@
 
 Hardware comes from runtime.plan.plan_hardware, so accelerator=tpu|xla|gpu|cpu is
 one switch. Each run gets its own version folder (never overwritten) holding
-the resolved config, the checkpoints and the metrics log.
+the resolved config, the checkpoints and the metrics log; validate and test
+write theirs beside the checkpoint's run (config/run_folders.py).
 """
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from typing import Literal, Optional
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from jsonargparse.typing import PositiveInt
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from jsonargparse.typing import PositiveInt, restricted_number_type
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import read_inference_block, safe_load
+from xla_train.config.run_folders import run_logger
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError, ConfigError
 from xla_train.runtime.plan import plan_hardware
@@ -29,6 +31,7 @@ from xla_train.training.resume import LastCheckpoint, Preemption, RngState
 
 
 LIGHTNING_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
+SeedInt = restricted_number_type("SeedInt", int, [(">=", 0), ("<=", 2**32 - 1)])
 
 
 class _DropMisleading(logging.Filter):
@@ -77,6 +80,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
+        compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed
+        compat.set_type(parser, "trainer.accumulate_grad_batches", PositiveInt)  # Lightning divides by it
 
     def setting(self, key: str):
         """A resolved run setting (runs_dir, xla_guard, ...) of the subcommand that runs."""
@@ -95,11 +100,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                              steps_per_execution=self.setting("steps_per_execution") or 1)
         kwargs.update(plan.trainer_kwargs)
         name = self.setting("recipe_name")
-        if t.get("logger") in (None, True):
-            if self.setting("logger_kind") == "tensorboard":
-                kwargs["logger"] = TensorBoardLogger(self.setting("runs_dir"), name=name)
-            else:
-                kwargs["logger"] = CSVLogger(self.setting("runs_dir"), name=name)
+        if t.get("logger") in (None, True):  # fit: a new version_N; validate/test: eval_K beside the checkpoint's run
+            kwargs["logger"] = run_logger(self.setting("logger_kind"), self.setting("runs_dir"), name,
+                                          self.subcommand, self.setting("ckpt_path"))
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename="best-{epoch}"))
@@ -111,7 +114,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         callbacks += [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption, KerasProgress(every)]
         kwargs["callbacks"] = callbacks
-        return super().instantiate_trainer(**kwargs)
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except MisconfigurationException as e:  # Lightning's word for a Trainer setting it refuses
+            raise ConfigError(f"trainer: {str(e).strip().splitlines()[0]}") from None
 
     _ckpt_block: dict | None = None
 
@@ -164,13 +170,18 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
     def after_test(self) -> None:
         self._report("test")
 
+    def _test_label(self) -> str:
+        if getattr(self.datamodule, "test_is_held_out", True):
+            return "held-out test accuracy"
+        return "test accuracy (not held out: val_fraction=0 also chose the checkpoint on the test split)"
+
     def after_fit(self) -> None:
         best = self.trainer.checkpoint_callback.best_model_path or self.last_checkpoint.path
         if self.setting("test_after_fit") and best:
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")
             if acc is not None and self.trainer.is_global_zero:
-                print(f"held-out test accuracy: {acc:.4f} (best checkpoint {best})", flush=True)
+                print(f"{self._test_label()}: {acc:.4f} (best checkpoint {best})", flush=True)
         n = self.setting("predict_samples")
         if n and best and self.trainer.is_global_zero:
             predictor = load_for_inference(best)  # the plain nn.Module, on the CPU

@@ -19,6 +19,7 @@ from xla_train.data.batching import ArrayDataset, BatchSampler
 from xla_train.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
+DEFAULT_VAL_FRACTION = 0.1
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -28,19 +29,62 @@ def check_batch_size(batch_size: int) -> None:
             f"multiples of 8, so use e.g. {max(8, round(batch_size / 8) * 8)}")
 
 
+def check_val_fraction(val_fraction: float) -> None:
+    if not 0.0 <= val_fraction < 1.0:
+        raise ConfigError(f"val_fraction={val_fraction} must be in [0, 1): the share of the training split held "
+                          f"out for validation (default {DEFAULT_VAL_FRACTION}; 0 validates on the test split)")
+
+
+def validation_size(n: int, val_fraction: float) -> int:
+    """How many of n training samples validation takes: one number, shared with the bench's published sizes."""
+    return max(1, round(n * val_fraction)) if val_fraction else 0
+
+
+def carve_validation(labels: np.ndarray, val_fraction: float, split_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train indices, validation indices), stratified by label.
+
+    The seed is fixed and local (never the global RNG, never the run's seed), so
+    every run and every host holds out the same samples, and a resumed run too.
+    """
+    from sklearn.model_selection import train_test_split
+
+    labels = np.asarray(labels)
+    n_val = validation_size(len(labels), val_fraction)
+    try:
+        fit, val = train_test_split(np.arange(len(labels)), test_size=n_val, stratify=labels,
+                                    random_state=split_seed)
+    except ValueError as e:  # a class with one sample, or fewer validation samples than classes
+        raise ConfigError(f"val_fraction={val_fraction} cannot hold out a stratified validation set from "
+                          f"{len(labels)} training samples ({e}); raise val_fraction, or set val_fraction=0 "
+                          f"to validate on the test split") from None
+    return fit, val
+
+
 class ArrayDataModule(pl.LightningDataModule):
-    def __init__(self, batch_size: int = 128, num_workers: int = 0, seed: int | None = None):
+    """val_fraction > 0 holds out that share of the training split for validation (checkpoint choice,
+    early stopping), so the test split is seen only by the final test. val_fraction=0 validates on the
+    test split, as the Keras tutorials did; then the test accuracy is not a held-out figure."""
+
+    def __init__(self, batch_size: int = 128, num_workers: int = 0, seed: int | None = None,
+                 val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0):
         super().__init__()
         check_batch_size(batch_size)
+        check_val_fraction(val_fraction)
+        if num_workers < 0:
+            raise ConfigError(f"num_workers={num_workers} must be 0 (load in this process) or more")
+        if not 0 <= split_seed < 2**32:
+            raise ConfigError(f"split_seed={split_seed} must be in [0, 2**32): it fixes which samples validation holds")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
+        self.val_fraction, self.split_seed = val_fraction, split_seed
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self._resume: dict | None = None
 
     # --- what a subclass provides -------------------------------------------
     def load_arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """{'train'|'val'|'test': (inputs, int labels)}."""
+        """{'train'|'test': (inputs, int labels)}; 'val' too only if the data set has its own validation split
+        (otherwise it is carved out of 'train' here, see val_fraction)."""
         raise NotImplementedError
 
     def transform(self, train: bool):
@@ -58,7 +102,23 @@ class ArrayDataModule(pl.LightningDataModule):
     @override
     def setup(self, stage: str | None = None) -> None:
         if self._arrays is None:
-            self._arrays = self.load_arrays()
+            self._arrays = self._with_validation(self.load_arrays())
+
+    @property
+    def test_is_held_out(self) -> bool:
+        """Whether the test split is seen by nothing but the final test (validation, which chooses the
+        checkpoint, is another split)."""
+        self.setup()
+        return self._arrays["val"] is not self._arrays["test"]
+
+    def _with_validation(self, arrays: dict) -> dict:
+        if "val" in arrays:
+            return arrays
+        if not self.val_fraction:
+            return {**arrays, "val": arrays["test"]}
+        inputs, labels = arrays["train"][0], np.asarray(arrays["train"][1])
+        fit, val = carve_validation(labels, self.val_fraction, self.split_seed)
+        return {**arrays, "train": (inputs[fit], labels[fit]), "val": (inputs[val], labels[val])}
 
     def arrays(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         self.setup()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from xla_train.data.images import ImageDataModule
+from xla_train.errors import ConfigError
 from xla_train.preprocess.images import resize_images
 
 
@@ -26,8 +27,12 @@ class DigitsDataModule(ImageDataModule):
 
     def __init__(self, batch_size: int = 32, test_fraction: float = 0.2, val_fraction: float = 0.1,
                  split_seed: int = 0, augment: bool = False, num_workers: int = 0, seed: int | None = None):
-        super().__init__(batch_size=batch_size, augment=augment, num_workers=num_workers, seed=seed)
-        self.test_fraction, self.val_fraction, self.split_seed = test_fraction, val_fraction, split_seed
+        super().__init__(batch_size=batch_size, augment=augment, num_workers=num_workers, seed=seed,
+                         val_fraction=val_fraction, split_seed=split_seed)
+        if not 0.0 < test_fraction < 1.0:
+            raise ConfigError(f"test_fraction={test_fraction} must be in (0, 1): the share of the digits held "
+                              f"out for the final test (default 0.2)")
+        self.test_fraction = test_fraction
 
     @property
     def labels(self) -> list[str]:
@@ -39,6 +44,4 @@ class DigitsDataModule(ImageDataModule):
         x, y = load_digits_rgb32()
         x_rest, x_test, y_rest, y_test = train_test_split(
             x, y, test_size=self.test_fraction, stratify=y, random_state=self.split_seed)
-        x_train, x_val, y_train, y_val = train_test_split(
-            x_rest, y_rest, test_size=self.val_fraction, stratify=y_rest, random_state=self.split_seed)
-        return {"train": (x_train, y_train), "val": (x_val, y_val), "test": (x_test, y_test)}
+        return {"train": (x_rest, y_rest), "test": (x_test, y_test)}  # validation: carved by ArrayDataModule

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from xla_train.data.base import ArrayDataModule
+from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule
+from xla_train.errors import ConfigError
 from xla_train.preprocess.images import images_to_tensor
 
 
@@ -43,13 +44,20 @@ class ImageDataModule(ArrayDataModule):
     std: tuple = (0.25, 0.25, 0.25)
 
     def __init__(self, batch_size: int = 128, augment: bool = False, num_workers: int = 0,
-                 seed: int | None = None):
-        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed)
+                 seed: int | None = None, val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0):
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
+                         val_fraction=val_fraction, split_seed=split_seed)
         self.augment = augment
 
     @property
     def labels(self) -> list[str]:
         raise NotImplementedError
+
+    def check_net(self, net) -> None:
+        outputs, classes = (getattr(net, "config", None) or {}).get("num_classes"), len(self.labels)
+        if outputs is not None and outputs < classes and not (outputs == 1 and classes == 2):
+            raise ConfigError(f"the net has {outputs} output class(es) but the data {classes} labels; "
+                              f"set model.net.num_classes={classes}")
 
     def transform(self, train: bool) -> ImageTransform:
         return ImageTransform(self.mean, self.std, augment=self.augment and train)

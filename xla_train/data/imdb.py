@@ -8,9 +8,9 @@ that is not valid UTF-8 is decoded with replacement characters, not refused.
 Tokenising 50,000 reviews takes seconds, and the result is cached next to the
 data, keyed on everything that changes it (maxlen, vocabulary size, tokenizer
 and pipeline version, and the files' count and size), so later runs start at
-once. The vocabulary comes from the training split only. Validation uses the
-test split, as the Keras tutorial does, unless val_fraction holds out part of
-train instead.
+once. The vocabulary comes from the training split only (its 25,000 reviews' words, the validation
+share included; never the test split). Validation holds out val_fraction (default 0.1: 2,500) of the
+training reviews, stratified; val_fraction=0 validates on the test split, as the Keras tutorial does.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing_extensions import override
 
 from xla_train.checkpoint import atomic_write
 from xla_train.preprocess import text
-from xla_train.data.base import ArrayDataModule
+from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule
 from xla_train.data.download import staged_download
 from xla_train.errors import ConfigError, DataError
 
@@ -144,17 +144,16 @@ class IMDBDataModule(ArrayDataModule):
     kind = "text"
 
     def __init__(self, data_dir: str | None = None, download: bool = True, maxlen: int = 500,
-                 vocab_size: int = 10000, val_fraction: float = 0.0, batch_size: int = 128,
-                 num_workers: int = 0, seed: int | None = None):
-        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed)
+                 vocab_size: int = 10000, val_fraction: float = DEFAULT_VAL_FRACTION, batch_size: int = 128,
+                 num_workers: int = 0, seed: int | None = None, split_seed: int = 0):
+        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
+                         val_fraction=val_fraction, split_seed=split_seed)
         if maxlen < 1:
             raise ConfigError(f"maxlen={maxlen} must be at least 1 (the Keras tutorial uses 500)")
         if vocab_size < 3:
             raise ConfigError(f"vocab_size={vocab_size} must be at least 3: ids 0 and 1 are padding and unknown")
-        if not 0.0 <= val_fraction < 1.0:
-            raise ConfigError(f"val_fraction={val_fraction} must be in [0, 1); 0 validates on the test split")
         self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
-        self.download, self.maxlen, self.vocab_size, self.val_fraction = download, maxlen, vocab_size, val_fraction
+        self.download, self.maxlen, self.vocab_size = download, maxlen, vocab_size
         self._tokenizer_json: str | None = None
         self._given_tokenizer: str | None = None
 
@@ -184,14 +183,7 @@ class IMDBDataModule(ArrayDataModule):
     def load_arrays(self):
         d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size, self._given_tokenizer)
         self._tokenizer_json = d["tokenizer"]
-        train, test = d["train"], d["test"]
-        if not self.val_fraction:
-            return {"train": train, "val": test, "test": test}
-        # A fixed seed, not the run's: the held-out reviews stay the same whatever seed a run trains with.
-        order = np.random.default_rng(0).permutation(len(train[0]))
-        n_val = max(1, round(len(order) * self.val_fraction))
-        val, fit = np.sort(order[:n_val]), np.sort(order[n_val:])
-        return {"train": (train[0][fit], train[1][fit]), "val": (train[0][val], train[1][val]), "test": test}
+        return {"train": d["train"], "test": d["test"]}  # validation: carved by ArrayDataModule
 
     def transform(self, train: bool):
         return ids_to_tensor

@@ -30,8 +30,14 @@ class MaskedLSTM(nn.LSTM):
     rebuilt from the outputs: with h known at every step, the gates are one
     matmul and c_t = f_t * c_{t-1} + i_t * g_t is a linear recurrence, summed in
     closed form (float64 log-space cumulative products, as they span hundreds of
-    steps). A row with no real step keeps its initial state.
+    steps). That costs about a third more forward time, so a caller that reads
+    only h (SentimentLSTM) passes final_cell=False and gets None for c. A row
+    with no real step keeps its initial state.
     """
+
+    def __init__(self, *args, final_cell: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.final_cell = final_cell
 
     def forward(self, input, hx=None, mask=None):  # noqa: A002 (nn.LSTM's argument name)
         if mask is None:
@@ -59,10 +65,10 @@ class MaskedLSTM(nn.LSTM):
         last = (lengths - 1).clamp(min=0)
         empty = (lengths == 0)[:, None]
         h = torch.where(empty, h0, out.gather(1, last[:, None, None].expand(n, 1, out.shape[2]))[:, 0])
-        c = torch.where(empty, c0, self._final_cell(front, out, h0, c0, real, last))
+        c = torch.where(empty, c0, self._final_cell(front, out, h0, c0, real, last))[None] if self.final_cell else None
         out = out * real[..., None].to(out.dtype)
         out = out.gather(1, dest[..., None].expand_as(out))  # back where each step came from
-        return (out if self.batch_first else out.transpose(0, 1)), (h[None], c[None])
+        return (out if self.batch_first else out.transpose(0, 1)), (h[None], c)
 
     def _final_cell(self, x, out, h0, c0, real, last):
         """c after each row's last real step, from the inputs and outputs (N, T, *) with the real steps first."""
@@ -87,7 +93,7 @@ class SentimentLSTM(nn.Module):
         super().__init__()
         self.config = {"vocab_size": vocab_size, "embed_dim": embed_dim, "hidden_size": hidden_size}
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
-        self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True)
+        self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True, final_cell=False)  # the head reads h only
         self.head = nn.Linear(hidden_size, 1)
         self.reset_parameters()
 

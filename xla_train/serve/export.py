@@ -1,4 +1,4 @@
-"""`python -m xla_train export ckpt=PATH format=onnx|pt2 [out=PATH]`: a checkpoint as a self-contained graph for serving.
+"""`python -m xla_train export ckpt=PATH format=onnx|pt2 [out=PATH]`: a checkpoint as a self-contained graph.
 
 The exported graph takes what `predict` takes once the inputs are decoded, and
 returns what it prints: uint8 NHWC images at the checkpoint's image size, or
@@ -169,7 +169,8 @@ def export(ckpt, fmt: str, out=None) -> Path:
     ckpt = Path(ckpt)
     out = Path(out) if out is not None else default_out(ckpt, fmt)
     if out.is_dir():
-        raise ExportError(f"out={out} is a folder; give the file to write, e.g. out={out / default_out(ckpt, fmt).name}")
+        raise ExportError(f"out={out} is a folder; give the file to write, "
+                          f"e.g. out={out / default_out(ckpt, fmt).name}")
     predictor = load_for_inference(ckpt)
     _check_writable(out)
     tokenizer = out.with_name("tokenizer.json") if predictor.kind == "text" else None

@@ -19,6 +19,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import inference_block
+from xla_train.errors import ConfigError
 from xla_train.objective import cosine_decay, linear_warmup, lr_scheduler, make_optimizer, masked_stats
 from xla_train.training.hooks import publish
 
@@ -28,6 +29,10 @@ class Classifier(pl.LightningModule):
                  schedule: Literal["constant", "cosine"] = "constant",
                  lr_scaling: Literal["none", "linear"] = "none", warmup_epochs: float = 5.0):
         super().__init__()
+        for name, value, low in (("lr", lr, 0.0), ("momentum", momentum, None), ("weight_decay", weight_decay, None),
+                                 ("warmup_epochs", warmup_epochs, None)):
+            if not (value > low if low is not None else value >= 0):  # NaN fails both
+                raise ConfigError(f"model.{name}={value} must be {'positive' if low is not None else '0 or more'}")
         self.save_hyperparameters(ignore=["net"])
         self.net = net
         self._totals: dict[str, torch.Tensor] = {}
