@@ -15,6 +15,7 @@ from test_imdb import write_aclimdb
 from xla_train import api
 from xla_train.cli.main import main
 from xla_train.checkpoint import safe_load
+from xla_train.config.split_predict import split_data
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.serve.predictor import load_for_inference
 
@@ -71,10 +72,13 @@ def test_split_predict_writes_beside_the_run_and_never_overwrites(run_copy, cifa
     assert f"predictions: {first}" in capsys.readouterr().out
     assert first.read_text() == second.read_text()  # the batch size changes nothing
     rows = read_csv(first)
-    assert list(rows[0]) == ["index", "label", "predicted", "probability"] and len(rows) == 80
+    names = load_for_inference(ckpt).labels
+    _, _, labels = split_data(ckpt, "val")  # the run's own split: validation carved from the 200 training images
+    assert list(rows[0]) == ["index", "label", "predicted", "probability"] and len(rows) == len(labels)
+    assert [r["label"] for r in rows] == [names[i] for i in labels]
     assert not list(run_copy.glob(".*staging*"))
     path = api.predict_split(str(ckpt), split="train", accelerator="cpu", probs=True)
-    assert path == run_copy / "predictions-train-last.csv" and len(read_csv(path)) == 200
+    assert path == run_copy / "predictions-train-last.csv" and len(read_csv(path)) + len(rows) == 200
 
 
 @pytest.mark.parametrize("case, message", [
