@@ -87,3 +87,14 @@ def rebuilt_trainer(cli):
     cli.trainer = cli.instantiate_trainer()
     cli.datamodule.trainer = cli.trainer
     return cli.trainer
+
+
+class StopRecord(pl.Callback):
+    """Writes {"step", "exception"} to `out` when a fit ends by an exception: which step each host stopped at."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_exception(self, trainer, pl_module, exception):
+        with open(self.out, "w") as f:
+            json.dump({"step": trainer.global_step, "exception": type(exception).__name__}, f)

@@ -236,6 +236,18 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         decisions = self.channel.all_gather(bool(decision))
         return builtins.all(decisions) if all else any(decisions)
 
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether any host was asked to stop; every host calls it once after every training step.
+
+        A preemption signal reaches the hosts at different steps. A host that stopped
+        on its own would save while the others ran the next step's program, and the
+        slice would hang; asked here, over the store, every host stops after one same
+        step, at the cost of one host-side exchange a step and no device work.
+        """
+        if not self.topology.multi_host:
+            return requested
+        return any(self.channel.all_gather(bool(requested)))
+
     @override
     def reduce(self, tensor, *args, **kwargs):
         return tensor  # sums over a sharded batch are already global: every host holds the same total
