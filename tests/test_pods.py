@@ -74,3 +74,84 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
     for k in a["state_dict"]:
         torch.testing.assert_close(b["state_dict"][k], a["state_dict"][k], atol=1e-5, rtol=0, msg=k)
 
+
+_LOAD_IMDB = """
+import sys
+import xla_train.data.imdb as imdb
+imdb.URL, imdb.MD5 = sys.argv[2], sys.argv[3]
+d = imdb.load_imdb(sys.argv[1], download=True, maxlen=32, vocab_size=50)
+print(len(d["train"][1]), len(d["test"][1]), d["tokenizer"][:40])
+"""
+
+
+def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
+    """Two processes (two hosts on one shared file system) load IMDB with download=true into one empty
+    folder, from an HTTP server on 127.0.0.1 that holds its first answer until the second process is either
+    waiting for the lock or asking the server too. Fetched once; both read the same complete data set."""
+    import hashlib
+    import http.server
+    import io
+    import tarfile
+    import threading
+
+    from test_imdb import write_aclimdb
+
+    src = tmp_path / "src"
+    write_aclimdb(src, per_class=4)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(src / "aclImdb", arcname="aclImdb")
+    archive = buf.getvalue()
+    gets, release, second = [], threading.Event(), threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            gets.append(self.path)
+            if len(gets) > 1:
+                second.set()
+            release.wait(60)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(archive)))
+            self.end_headers()
+            self.wfile.write(archive)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/aclImdb_v1.tar.gz"
+    shared = tmp_path / "shared"
+    cmd = [sys.executable, "-c", _LOAD_IMDB, str(shared), url, hashlib.md5(archive).hexdigest()]
+    env = cli_env(1)
+    try:
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(600):  # the first process is downloading (its request is held) ...
+            if gets:
+                break
+            threading.Event().wait(0.1)
+        assert gets, "the first process never asked the server"
+        later = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waited = []
+
+        def watch():
+            for line in later.stderr:
+                waited.append(line)
+                if "waiting for another process's download of IMDB" in line:
+                    release.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        second.wait(60)  # ... until the second one waits for it (the fix) or downloads too (the race)
+        release.set()
+        out = [p.communicate(timeout=120)[0] for p in (first, later)]
+        watcher.join(10)
+    finally:
+        release.set()
+        server.shutdown()
+    assert first.returncode == 0 and later.returncode == 0, (first.stderr.read(), "".join(waited))
+    assert any("waiting for another process's download of IMDB" in line for line in waited), waited
+    assert len(gets) == 2, gets  # torchvision asks twice (a redirect probe, then the file), and only once over
+    last = [o.strip().splitlines()[-1] for o in out]
+    assert last[0] == last[1] and last[0].startswith("9 8 "), out  # the fixture's reviews, one vocabulary
+    assert sorted(p.name for p in shared.iterdir() if not p.name.startswith(".xla_train")) == ["aclImdb"]
