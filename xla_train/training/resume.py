@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import sys
+import threading
 
 import lightning.pytorch as pl
 import numpy as np
@@ -164,7 +165,9 @@ class Preemption(pl.Callback):
                   f"{trainer.global_step}; host 0 saved the checkpoint", file=sys.stderr, flush=True)
 
     def _handle(self, signum: int, handler) -> None:
-        if os.name == "posix":
+        # Only a main thread may set handlers; xla_mp's workers run the fit in a thread (torch_xla's
+        # _run_thread_per_device), as Lightning's own signal connector allows for.
+        if os.name == "posix" and threading.current_thread() is threading.main_thread():
             self._old.setdefault(signum, signal.signal(signum, handler))
 
     def _restore(self) -> None:
