@@ -159,6 +159,13 @@ def tpu_chips_on_pci_bus() -> int:
     return tpu.num_available_chips()
 
 
+def xla_runtime_started() -> bool:
+    """torch_xla._XLAC._xla_runtime_is_initialized, which xmp.spawn itself checks (_internal/pjrt.py)."""
+    import torch_xla
+
+    return torch_xla._XLAC._xla_runtime_is_initialized()
+
+
 def wrapped_loader(device_loader):
     """The DataLoader inside torch_xla's MpDeviceLoader (its `_loader`)."""
     return device_loader._loader
