@@ -155,3 +155,32 @@ def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
     last = [o.strip().splitlines()[-1] for o in out]
     assert last[0] == last[1] and last[0].startswith("9 8 "), out  # the fixture's reviews, one vocabulary
     assert sorted(p.name for p in shared.iterdir() if not p.name.startswith(".xla_train")) == ["aclImdb"]
+
+
+_SHARDED = """
+import torch, torch_xla, torch_xla.distributed.spmd as xs
+from xla_train.runtime.spmd import data_mesh, enable_spmd, require_replicated
+from xla_train.errors import HardwareError
+enable_spmd()
+mesh, device = data_mesh(4), torch_xla.device()
+whole, marked, split = (torch.arange(8.0).to(device) for _ in range(3))
+xs.mark_sharding(marked, mesh, (None,))
+xs.mark_sharding(split, mesh, (0,))
+require_replicated({"state_dict": {"w": whole, "r": marked}, "optimizer": [{"m": whole}]})
+try:
+    require_replicated({"state_dict": {"w": whole, "s": split}})
+except HardwareError as e:
+    print(e)
+print(torch.equal(marked.cpu(), torch.arange(8.0)))  # what each host's .cpu() reads of a replicated tensor
+"""
+
+
+def test_a_pod_checkpoint_refuses_state_split_over_devices():
+    """Host 0 writes what `.cpu()` reads on it: whole for replicated tensors (as torch_xla's own distributed
+    checkpoint reads them), not for split ones, which the save refuses by name (4 XLA:CPU devices, SPMD)."""
+    proc = subprocess.run([sys.executable, "-c", _SHARDED], env=cli_env(4), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2].startswith("the checkpoint holds tensors split over the XLA devices (state_dict.s)"), lines
+    assert lines[-1] == "True"

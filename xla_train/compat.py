@@ -166,6 +166,17 @@ def xla_runtime_started() -> bool:
     return torch_xla._XLAC._xla_runtime_is_initialized()
 
 
+def xla_sharded_across_devices(tensor) -> bool:
+    """Whether an XLA tensor's data is split over devices: torch_xla's own test in its distributed checkpoint
+    (experimental/distributed_checkpoint/_helpers.py, _is_sharded_tensor: a sharding type other than
+    REPLICATED), on _XLAC._get_xla_sharding_type (None: no sharding annotation, a full copy per device)."""
+    import torch_xla
+    from torch_xla.distributed.spmd import ShardingType
+
+    kind = torch_xla._XLAC._get_xla_sharding_type(tensor)
+    return kind is not None and ShardingType(kind) != ShardingType.REPLICATED
+
+
 def wrapped_loader(device_loader):
     """The DataLoader inside torch_xla's MpDeviceLoader (its `_loader`)."""
     return device_loader._loader
