@@ -4,6 +4,7 @@ import json
 import random
 
 import lightning.pytorch as pl
+from lightning.pytorch.accelerators import XLAAccelerator
 import numpy as np
 import torch
 
@@ -137,3 +138,53 @@ class GlobalRngCifar(CIFAR10DataModule):
     def transform(self, train: bool):
         base = super().transform(train)
         return _GlobalRngJitter(base) if train else base
+class StopRecord(pl.Callback):
+    """Writes {"step", "exception"} to `out` when a fit ends by an exception: which step each host stopped at."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def on_exception(self, trainer, pl_module, exception):
+        with open(self.out, "w") as f:
+            json.dump({"step": trainer.global_step, "exception": type(exception).__name__}, f)
+
+
+class OneCore(XLAAccelerator):  # for tests/mp_host.py; picklable here, for the forked worker
+    """Lightning's XLAAccelerator counts TPU chips on the PCI bus without starting the runtime, which the
+    worker must start; here it counts the one XLA:CPU device the same way."""
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return 1
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def parse_devices(devices):
+        return 1
+
+    @staticmethod
+    def get_parallel_devices(devices):
+        return [torch.device("xla", 0)]
+
+
+def _one_core_strategy():
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
+
+    class MultiProcessOnOneCore(XLAMultiProcessStrategy):
+        """Lightning's XLAStrategy.setup_distributed refuses one device, only because torch_xla would call the
+        function in-process (pytorch-lightning#17408); tests/mp_host.py takes the multi-process path anyway.
+        What setup_distributed does for several devices: rank_zero_only.rank, no process group."""
+
+        def setup_distributed(self) -> None:
+            rank_zero_only.rank = self.global_rank
+
+    MultiProcessOnOneCore.__qualname__ = MultiProcessOnOneCore.__name__ = "MultiProcessOnOneCore"
+    return MultiProcessOnOneCore
+
+
+MultiProcessOnOneCore = _one_core_strategy()

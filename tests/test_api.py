@@ -104,7 +104,7 @@ def test_a_bad_keyword_raises_the_message_the_cli_prints(settings, tmp_path, mon
 
 
 def test_devices_lists_what_each_accelerator_trains_on():
-    """In a fresh process: asking for XLA devices starts the runtime, whose device count is fixed per process."""
+    """XLA devices are counted by a short-lived runtime (this process holds none: on a TPU it would hold the chips)."""
     import subprocess
 
     code = ("import sys, xla_train; from xla_train.cli.main import main; cpu = xla_train.devices('cpu'); "

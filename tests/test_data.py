@@ -7,6 +7,14 @@ from xla_train.data.digits import DigitsDataModule, load_digits_rgb32
 from xla_train.errors import DataError
 
 
+def data_left(root) -> list:
+    """What a failed download left in its folder, beside the lock file that serialises downloads (kept on
+    purpose: deleting a lock file others may be waiting on would let two processes hold "the" lock)."""
+    from xla_train.data.download import LOCK_FILE
+
+    return sorted(p.name for p in root.iterdir() if p.name != LOCK_FILE)
+
+
 def test_cifar10_reads_the_real_file_layout(cifar_root, relaxed_cifar_checks):
     dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False, batch_size=16)
     x, y = dm.arrays("train")  # 200 training images, 20 of them held out for validation (val_fraction=0.1)
@@ -59,7 +67,7 @@ def test_failed_download_leaves_no_partial_folder(tmp_path, monkeypatch):
     dm = CIFAR10DataModule(data_dir=str(tmp_path), download=True)
     with pytest.raises(DataError, match="could not download"):
         dm.setup()
-    assert list(tmp_path.iterdir()) == []
+    assert data_left(tmp_path) == []
 
 
 def test_digits_are_real_32x32_rgb_images():
@@ -106,7 +114,7 @@ def test_truncated_archive_is_refused_and_leaves_no_partial_folder(tmp_path, mon
     monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(truncated).hexdigest())
     with pytest.raises(DataError, match="corrupt or truncated"):
         CIFAR10DataModule(data_dir=str(tmp_path), download=True).setup()
-    assert list(tmp_path.iterdir()) == []
+    assert data_left(tmp_path) == []
 
 
 def test_a_folder_missing_the_test_split_is_named(tmp_path, relaxed_cifar_checks):
@@ -148,7 +156,7 @@ def test_a_corrupt_download_says_checksum_mismatch_with_both_md5s(tmp_path, monk
         server.server_close()
     assert str(e.value) == (f"downloaded {CIFAR10.filename} from {url}: checksum mismatch (expected MD5 "
                             f"{CIFAR10.tgz_md5}, got {actual}); the download is corrupt or incomplete, try again")
-    assert list(root.iterdir()) == []  # the staged download is gone
+    assert data_left(root) == []  # the staged download is gone
 # --- validation held out of the training split (val_fraction) -------------------------------------------------
 
 def _rows(x: np.ndarray) -> set[bytes]:

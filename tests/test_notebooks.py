@@ -64,3 +64,29 @@ def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
         assert list((work / "runs").glob("*/version_0/checkpoints/*.ckpt"))
     if path.stem == "imdb_lstm":
         assert text.count("p=") == 3  # a label and its probability for each typed sentence
+
+
+@pytest.mark.notebook
+def test_benchmarks_notebook_runs_where_one_process_holds_the_device(tmp_path):
+    """As on a TPU, where libtpu lets one process hold the chips: XLA:CPU under the test mode that locks it
+    (runtime/exclusive.py). The notebook asks for its devices in the kernel and then benchmarks XLA in cell
+    processes; each of those must get the device, so the kernel must not be holding it."""
+    from xla_train.runtime.exclusive import EMULATE_ENV
+
+    path = EXAMPLES / "benchmarks.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    lock = tmp_path / "libtpu_lockfile"
+    nb.cells.insert(0, nbformat.v4.new_code_cell(PRELUDE.format(data=f"os.environ[{EMULATE_ENV!r}] = {str(lock)!r}")))
+    nb.cells.append(nbformat.v4.new_code_cell("xla_train.devices('xla'), xla_train.devices()"))  # again, after
+    work = tmp_path / "work"
+    work.mkdir()
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs) + "".join(
+        o.get("data", {}).get("text/plain", "") for o in outputs if "data" in o)
+    assert "accelerator=xla" in text  # the setup cell took the emulated TPU for the device to use
+    cells = sorted((work / "runs" / "bench").glob("version_*/cells/*.json"))
+    results = {p.stem: p.read_text() for p in cells}
+    xla = {k: v for k, v in results.items() if "xla" in k}
+    assert xla and all('"error"' not in v for v in xla.values()), results  # every XLA cell got the device

@@ -8,9 +8,11 @@ reaches behind a public API. tests/test_layout.py keeps it that way.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.strategies.launchers.xla import _XLALauncher
 
 
 # --- Lightning ------------------------------------------------------------------------------------------------
@@ -79,6 +81,62 @@ def setup_train_data(trainer) -> None:
         trainer.fit_loop.setup_data()
 
 
+
+class _ResultsLauncher(_XLALauncher):
+    """Lightning's _XLALauncher (lightning/pytorch/strategies/launchers/xla.py) sends only the weights, the best
+    checkpoint's path, the trainer state and callback_metrics from worker 0 to the parent. This one also sends
+    its strategy's `worker_results(trainer)` (a picklable dict, made in worker 0) and hands it to the strategy's
+    `restore_worker_results(trainer, results)` in the parent. get_extra_results and update_main_process_results
+    are _MultiProcessingLauncher's own extension points for this."""
+
+    def get_extra_results(self, trainer) -> dict:
+        return {**super().get_extra_results(trainer), "xla_train": self._strategy.worker_results(trainer)}
+
+    def update_main_process_results(self, trainer, extra: dict) -> None:
+        super().update_main_process_results(trainer, extra)
+        self._strategy.restore_worker_results(trainer, extra["xla_train"])
+
+    def _recover_results_in_main_process(self, worker_output, trainer) -> None:
+        """The worker's last weights come as a bare state_dict file (`.temp.ckpt`), which xla_train's checkpoint
+        reader refuses (no xla_train checkpoint); read it here, weights-only, and let Lightning do the rest."""
+        import torch
+
+        path = worker_output.weights_path
+        if path is not None:
+            trainer.lightning_module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True),
+                                                     strict=False)  # as Lightning does: the worker may differ
+            os.remove(path)
+            worker_output = worker_output._replace(weights_path=None)
+        super()._recover_results_in_main_process(worker_output, trainer)
+
+
+class ReturningXLALauncher:
+    """For XLAStrategy subclasses: XLAStrategy._configure_launcher installs the launcher; this one returns more."""
+
+    def _configure_launcher(self) -> None:
+        self._launcher = _ResultsLauncher(self)
+
+
+def logger_state(logger) -> dict:
+    """What a logger has settled in a worker process: its `_version` (CSVLogger and TensorBoardLogger choose it
+    by listing the runs folder on first use) and its `_experiment` where that pickles (CSVLogger's
+    _ExperimentWriter; a new one would delete the metrics.csv the worker wrote, _check_log_dir_exists)."""
+    import pickle
+
+    experiment = getattr(logger, "_experiment", None)
+    try:
+        pickle.dumps(experiment)
+    except Exception:  # TensorBoard's SummaryWriter: a new one in the next process adds an event file
+        experiment = None
+    return {"version": getattr(logger, "_version", None), "experiment": experiment}
+
+
+def set_logger_state(logger, state: dict) -> None:
+    if state["version"] is not None:
+        logger._version = state["version"]
+    if state["experiment"] is not None:
+        logger._experiment = state["experiment"]
+
 # --- jsonargparse ---------------------------------------------------------------------------------------------
 
 def set_type(parser, dest_prefix: str, typehint) -> None:
@@ -99,6 +157,24 @@ def tpu_chips_on_pci_bus() -> int:
     from torch_xla._internal import tpu
 
     return tpu.num_available_chips()
+
+
+def xla_runtime_started() -> bool:
+    """torch_xla._XLAC._xla_runtime_is_initialized, which xmp.spawn itself checks (_internal/pjrt.py)."""
+    import torch_xla
+
+    return torch_xla._XLAC._xla_runtime_is_initialized()
+
+
+def xla_sharded_across_devices(tensor) -> bool:
+    """Whether an XLA tensor's data is split over devices: torch_xla's own test in its distributed checkpoint
+    (experimental/distributed_checkpoint/_helpers.py, _is_sharded_tensor: a sharding type other than
+    REPLICATED), on _XLAC._get_xla_sharding_type (None: no sharding annotation, a full copy per device)."""
+    import torch_xla
+    from torch_xla.distributed.spmd import ShardingType
+
+    kind = torch_xla._XLAC._get_xla_sharding_type(tensor)
+    return kind is not None and ShardingType(kind) != ShardingType.REPLICATED
 
 
 def wrapped_loader(device_loader):

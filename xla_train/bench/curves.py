@@ -25,6 +25,7 @@ from xla_train.bench import charts, report
 from xla_train.bench.sweep import Accelerator, DeviceCount
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
+from xla_train.runtime.exclusive import runtime_started
 from xla_train.training.hooks import epoch_history
 
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_seconds")
@@ -52,6 +53,8 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
     args += [f"{k}={opts[k]}" for k in ("epochs", "accelerator", "devices") if opts[k]]
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.with_suffix(".log")
+    if opts["accelerator"] not in ("cpu", "gpu") and runtime_started():
+        return _fit_here(args, folder, log)
     with open(log, "w") as f:
         try:
             proc = subprocess.run([sys.executable, "-m", "xla_train", "fit", *args], stdout=f,
@@ -116,3 +119,26 @@ def curves(recipe: str, batch_sizes: list[PositiveInt] = [32, 128, 512], epochs:
     print(report.text_table(headers, table))
     print(f"results: {run_dir} (curves.csv, curves.md{''.join(', ' + p.name for p in made)})")
     return (0 if not failed else 1), run_dir
+
+
+def _fit_here(args: list[str], folder: Path, log: Path) -> tuple[dict[int, dict], str | None, str | None]:
+    """The fit in this process, which holds the XLA runtime (on a TPU its chips: a subprocess could not get
+    them, runtime/exclusive.py); its output goes to the log as a subprocess's would."""
+    import contextlib
+
+    from xla_train.config.build import run_lightning
+    from xla_train.errors import UserError
+
+    pairs = dict(a.split("=", 1) for a in args)
+    with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        try:
+            run_lightning("fit", pairs, [])
+            error = None
+        except UserError as e:
+            error = f"xla_train: error: {e}"
+        except Exception as e:  # recorded in the table, as a failed subprocess's last line would be
+            error = f"{type(e).__name__}: {e}"
+    found = sorted(folder.glob("*/version_*/metrics.csv"))
+    if error or not found:
+        return {}, f"{error or 'no metrics written'} (log: {log})", None
+    return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())

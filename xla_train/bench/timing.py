@@ -46,6 +46,7 @@ from pathlib import Path
 
 from xla_train.errors import UserError
 from xla_train.runtime.device import counters, cut_graph, sync_clock, wait_for_device
+from xla_train.runtime.exclusive import runtime_started
 
 
 def units(warmup: int, steps: int, accelerator: str, k: int = 1) -> tuple[int, int, int]:
@@ -297,6 +298,11 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
     stem.parent.mkdir(parents=True, exist_ok=True)
     result_path = stem.with_suffix(".json")
     result_path.unlink(missing_ok=True)
+    if spec["accelerator"] in ("xla", "tpu") and runtime_started():
+        # This process holds the XLA runtime (on a TPU its chips, which no cell process could then get), so the
+        # cell runs here: after this process's own graphs and at its memory high-water mark (runtime/exclusive.py).
+        main([json.dumps({**spec, "result_path": str(result_path)})])
+        return json.loads(result_path.read_text())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if spec["accelerator"] == "xla":  # the cell's devices= sets XLA:CPU's device count (runtime/accelerators.py)
         env.pop("CPU_NUM_DEVICES", None)

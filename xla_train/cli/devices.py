@@ -2,8 +2,10 @@
 
 A notebook's first cell asks this to pick its settings, so `auto` answers the
 way a fit with accelerator=auto would choose (a TPU on the PCI bus, then a CUDA
-GPU, then the CPU) and starts no XLA runtime unless it finds a TPU. Asking for
-tpu or xla starts the PJRT runtime in this process, as a fit would.
+GPU, then the CPU). It never starts the XLA runtime in this process: on a TPU the
+process that does holds the chips until it exits, and the notebook's benchmark
+cells and fits in subprocesses could not have them. A short-lived process counts
+them instead (runtime/accelerators.py, list_xla_devices).
 """
 from __future__ import annotations
 
@@ -46,12 +48,11 @@ def describe_devices(accelerator: str = "auto") -> DeviceReport:
     if kind in ("tpu", "xla"):
         from importlib.metadata import version
 
-        from xla_train.runtime.accelerators import configure_pjrt, device_kind, runtime_device_count
+        from xla_train.runtime.accelerators import list_xla_devices
 
-        configure_pjrt(kind)
-        names = tuple(f"xla:{i}" for i in range(runtime_device_count()))
-        return DeviceReport(kind, device_kind(), names,
-                            f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')}, torch_xla {version('torch_xla')}")
+        count, hardware, pjrt = list_xla_devices(kind)  # without holding a TPU's chips in this process
+        names = tuple(f"xla:{i}" for i in range(count))
+        return DeviceReport(kind, hardware, names, f"PJRT_DEVICE={pjrt}, torch_xla {version('torch_xla')}")
     import torch
 
     if kind == "gpu":

@@ -19,6 +19,7 @@ from typing_extensions import override
 from xla_train import compat
 from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.config.run_folders import run_logger
+from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError, ConfigError
 from xla_train.runtime.plan import plan_hardware
@@ -56,7 +57,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             auto_configure_optimizers=False, seed_everything_default=0,
             trainer_defaults={"use_distributed_sampler": False, "enable_progress_bar": False},
             parser_kwargs={"exit_on_error": False, "parser_mode": "yaml"},
-            save_config_kwargs={"overwrite": False},
+            save_config_callback=PicklableSaveConfig, save_config_kwargs={"overwrite": False},
         )
 
     @override

@@ -28,7 +28,8 @@ def _cifar_class():
 def download_cifar10(root: str) -> None:
     """Fetch and verify cifar-10-python.tar.gz, then move the extracted folder into `root` atomically."""
     cls = _cifar_class()
-    staged_download("CIFAR-10", cls.url, cls.filename, cls.tgz_md5, root, cls.base_folder)
+    staged_download("CIFAR-10", cls.url, cls.filename, cls.tgz_md5, root, cls.base_folder,
+                    present=lambda: compat.cifar10_files_intact(cls, root))
 
 
 def load_cifar10(root: str, download: bool) -> dict:

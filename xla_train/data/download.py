@@ -4,19 +4,61 @@ The archive is fetched into a temporary folder beside the target and checked
 against its MD5, extracted there, and only then is its folder renamed into
 place. A failed or interrupted download or extraction leaves nothing that a
 later run would take for a good data set.
+
+Several processes may share one data folder: the hosts of a pod slice on one
+network file system, or two runs started together. One of them downloads, under
+an exclusive lock on a file in that folder, while the others wait; each checks,
+once it holds the lock, whether the data set is already there, so it is fetched
+once and never replaced while another process reads it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from xla_train.errors import DataError
 
 
-def staged_download(name: str, url: str, filename: str, md5: str, root: str, folder: str) -> None:
-    """Fetch `url` (MD5 `md5`), extract it, and move its `folder` to `root/folder`."""
+LOCK_FILE = ".xla_train-download.lock"
+
+
+@contextlib.contextmanager
+def download_lock(root: str, name: str):
+    """An exclusive flock on root/LOCK_FILE; says so when it has to wait for another process's download."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as before
+        yield
+        return
+    Path(root).mkdir(parents=True, exist_ok=True)
+    with open(os.path.join(root, LOCK_FILE), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process's download of {name} into {root}", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def staged_download(name: str, url: str, filename: str, md5: str, root: str, folder: str,
+                    present: Callable[[], bool] | None = None) -> None:
+    """Fetch `url` (MD5 `md5`), extract it, and move its `folder` to `root/folder`, unless `present()` says
+    that another process has done so while this one waited for the lock."""
+    with download_lock(root, name):
+        if present is not None and present():
+            return
+        _staged_download(name, url, filename, md5, root, folder)
+
+
+def _staged_download(name: str, url: str, filename: str, md5: str, root: str, folder: str) -> None:
     from torchvision.datasets.utils import calculate_md5, download_url, extract_archive
 
     Path(root).mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ CACHE_DIR = ".xla_train_cache"
 
 def download_imdb(root: str) -> None:
     """Fetch and verify aclImdb_v1.tar.gz, then move the extracted aclImdb folder into `root` atomically."""
-    staged_download("IMDB", URL, FILENAME, MD5, root, FOLDER)
+    staged_download("IMDB", URL, FILENAME, MD5, root, FOLDER, present=lambda: (Path(root) / FOLDER).is_dir())
 
 
 def find_folder(data_dir: str) -> Path:

@@ -15,6 +15,7 @@ from lightning.pytorch.accelerators import XLAAccelerator
 from typing_extensions import override
 
 from xla_train.errors import HardwareError
+from xla_train.runtime.exclusive import claim_device
 from xla_train.runtime.probe import require_tpu, tpu_chips
 
 
@@ -32,6 +33,7 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
     if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
         if isinstance(devices, int) and devices > 0:
             os.environ["CPU_NUM_DEVICES"] = str(devices)
+    claim_device()  # only in the test mode that makes XLA:CPU one process's, as a TPU is (runtime/exclusive.py)
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,6 +42,45 @@ def runtime_device_count() -> int:
     import torch_xla.runtime as xr
 
     return xr.addressable_runtime_device_count()
+
+
+_LIST = """
+import json, os
+from xla_train.errors import UserError
+from xla_train.runtime.accelerators import configure_pjrt, device_kind, runtime_device_count
+try:
+    configure_pjrt({kind!r})
+    print(json.dumps({{"count": runtime_device_count(), "kind": device_kind(), "pjrt": os.environ["PJRT_DEVICE"]}}))
+except UserError as e:
+    print(json.dumps({{"error": str(e)}}))
+"""
+
+
+def list_xla_devices(kind: str) -> tuple[int, str, str]:
+    """(device count, device kind, PJRT_DEVICE) of the XLA runtime accelerator=`kind` would start, without holding it.
+
+    A process that starts the runtime holds a TPU's chips until it exits, and then no
+    other process (a benchmark cell, a fit in a subprocess) can use them. So unless
+    this process has started the runtime already, a short-lived one answers.
+    """
+    import json
+    import subprocess
+    import sys
+
+    from xla_train.runtime.exclusive import runtime_started
+
+    if runtime_started():
+        configure_pjrt(kind)
+        return runtime_device_count(), device_kind(), os.environ["PJRT_DEVICE"]
+    proc = subprocess.run([sys.executable, "-c", _LIST.format(kind=kind)], capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HardwareError(f"the XLA runtime for accelerator={kind} did not start ({tail})")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise HardwareError(answer["error"])
+    return answer["count"], answer["kind"], answer["pjrt"]
 
 
 def device_kind() -> str:

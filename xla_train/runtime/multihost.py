@@ -66,6 +66,7 @@ class HostChannel:
         store.set_timeout(WAIT)
         self.store = dist.PrefixStore("xla_train", store)
         self._calls = 0
+        self._gathered: str | None = None  # this host's key in its latest all_gather
         atexit.register(self._leave)
 
     def _key(self, what: str) -> str:
@@ -83,9 +84,16 @@ class HostChannel:
         return value
 
     def all_gather(self, obj) -> list:
-        key = self._key("gather")
-        self.store.set(f"{key}/{self.rank}", pickle.dumps(obj))
-        return [pickle.loads(self.store.get(f"{key}/{r}")) for r in range(self.world)]
+        key = f"{self._key('gather')}/{self.rank}"
+        self.store.set(key, pickle.dumps(obj))
+        values = [pickle.loads(self.store.get(f"{key.rsplit('/', 1)[0]}/{r}")) for r in range(self.world)]
+        # Every host has now set its key here, so it has read all of the previous gather's: this host's key
+        # there can go. The hosts gather after every training step, and the store would otherwise grow a key
+        # a host a step for the whole run.
+        if self._gathered is not None:
+            self.store.delete_key(self._gathered)
+        self._gathered = key
+        return values
 
     def barrier(self) -> None:
         self.all_gather(None)

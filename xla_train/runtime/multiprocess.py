@@ -3,6 +3,11 @@
 SPMD (spmd.py) is the default and torch_xla's recommended path. This one is
 refused off a TPU (plan.py): on XLA:CPU its collectives cannot run
 (pytorch/xla#5005).
+
+The training runs in worker processes, and Lightning's launcher brings back to
+the parent only the weights and callback_metrics. What xla_train reads after a
+run (the module's epoch_metrics: the held-out line and evaluate(); the run
+folder's version and its metrics log; the last and preemption checkpoints' paths) comes back too.
 """
 from __future__ import annotations
 
@@ -14,11 +19,17 @@ from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
 from xla_train.runtime.strategies import ScanLSTMOnXLA, device_loader
 
 
-class XLAMultiProcessStrategy(ScanLSTMOnXLA, compat.OwnCheckpointIO, XLAStrategy):
+class XLAMultiProcessStrategy(ScanLSTMOnXLA, compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):
     """Lightning's XLAStrategy with the atomic checkpoint writer, the device loader that shows Lightning the
     sampler to reshuffle, and the scan LSTM."""
 
     strategy_name = "xla_mp"
+
+    def worker_results(self, trainer) -> dict:
+        return worker_results(trainer)
+
+    def restore_worker_results(self, trainer, results: dict) -> None:
+        restore_worker_results(trainer, results)
 
     def default_checkpoint_io(self) -> AtomicCheckpointIO:
         return AtomicCheckpointIO()
@@ -26,3 +37,30 @@ class XLAMultiProcessStrategy(ScanLSTMOnXLA, compat.OwnCheckpointIO, XLAStrategy
     @override
     def process_dataloader(self, dataloader):
         return device_loader(dataloader, self.root_device)  # so that Lightning can reshuffle each epoch
+
+
+# Attributes of callbacks that hold what a run left behind: the last and preemption checkpoints' paths
+# (training/resume.py), and whether the config was saved (Lightning's SaveConfigCallback, which a later
+# test would otherwise find in the way).
+CALLBACK_RESULTS = ("path", "saved_to", "already_saved")
+
+
+def worker_results(trainer) -> dict:
+    """In worker 0: what the parent's module, logger and callbacks need to say what this run did."""
+    module = trainer.lightning_module
+    return {"epoch_metrics": dict(getattr(module, "epoch_metrics", {})),
+            "logger": compat.logger_state(trainer.logger) if trainer.logger is not None else None,
+            "callbacks": {i: {a: getattr(c, a) for a in CALLBACK_RESULTS if hasattr(c, a)}
+                          for i, c in enumerate(trainer.callbacks)}}
+
+
+def restore_worker_results(trainer, results: dict) -> None:
+    """In the parent, on the same Trainer (its callbacks in the same order as the worker's copy)."""
+    module = trainer.lightning_module
+    if hasattr(module, "epoch_metrics"):
+        module.epoch_metrics.update(results["epoch_metrics"])
+    if trainer.logger is not None and results["logger"] is not None:
+        compat.set_logger_state(trainer.logger, results["logger"])
+    for i, c in enumerate(trainer.callbacks):
+        for a, v in results["callbacks"].get(i, {}).items():
+            setattr(c, a, v)

@@ -45,6 +45,10 @@ def resolve_accelerator(accelerator: str) -> str:
         return accelerator
     if tpu_chips():
         return "tpu"
+    from xla_train.runtime.exclusive import emulating
+
+    if emulating():  # XLA:CPU plays the TPU
+        return "xla"
     import torch
 
     return "gpu" if torch.cuda.is_available() else "cpu"

@@ -139,6 +139,35 @@ def restore_batch_norm(changed: dict[nn.Module, type]) -> None:
         layer.__class__ = cls
 
 
+def require_replicated(state, where: str = "checkpoint") -> None:
+    """Every XLA tensor in `state` must be whole on every device, for `.cpu()` on each host to read all of it.
+
+    torch_xla's own distributed checkpoint reads replicated tensors exactly so, on
+    every host (experimental/distributed_checkpoint/_helpers.py, _sharded_cpu_state_dict:
+    _xla_get_cpu_tensors, the call behind .cpu()); only tensors split over devices
+    need its per-shard writer. This strategy splits nothing but the input batch, so a
+    split tensor in the state is a bug, refused before a wrong file is written.
+    """
+    split = []
+
+    def visit(obj, key: str) -> None:
+        if isinstance(obj, torch.Tensor):
+            if obj.device.type == "xla" and compat.xla_sharded_across_devices(obj):
+                split.append(key)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                visit(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                visit(v, f"{key}[{i}]")
+
+    visit(state, "")
+    if split:
+        raise HardwareError(f"the {where} holds tensors split over the XLA devices ({', '.join(split[:3])}"
+                            f"{', ...' if len(split) > 3 else ''}), which one host cannot read whole; xla_train's "
+                            f"SPMD replicates all state, so this is a bug: please report it")
+
+
 class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     """One process per host, one compiled program, n devices: the batch is split, everything else is replicated.
 
@@ -236,6 +265,18 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         decisions = self.channel.all_gather(bool(decision))
         return builtins.all(decisions) if all else any(decisions)
 
+    def agree_to_stop(self, requested: bool) -> bool:
+        """Whether any host was asked to stop; every host calls it once after every training step.
+
+        A preemption signal reaches the hosts at different steps. A host that stopped
+        on its own would save while the others ran the next step's program, and the
+        slice would hang; asked here, over the store, every host stops after one same
+        step, at the cost of one host-side exchange a step and no device work.
+        """
+        if not self.topology.multi_host:
+            return requested
+        return any(self.channel.all_gather(bool(requested)))
+
     @override
     def reduce(self, tensor, *args, **kwargs):
         return tensor  # sums over a sharded batch are already global: every host holds the same total
@@ -249,6 +290,7 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         import torch_xla
 
         torch_xla.sync()
+        require_replicated(checkpoint)
         checkpoint = to_cpu(checkpoint)
         if self.is_global_zero:
             self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)

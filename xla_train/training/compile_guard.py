@@ -61,6 +61,10 @@ def host_ms_per_step(host_s: list[float], k: int = 1) -> float | None:
     return statistics.median(sum(g) / len(g) for g in groups) * 1e3
 
 
+def _no_sync_clock() -> float:
+    return 0.0
+
+
 class CompileAccounting(EpochCallback):
     def __init__(self, mode: str = "warn") -> None:
         if mode not in GUARD_MODES:
@@ -75,7 +79,7 @@ class CompileAccounting(EpochCallback):
         self._epoch_start: tuple | None = None
         self.train_transfers: list[int] = []
         self._batch_t0 = (0.0, 0.0, 0.0)
-        self._in_syncs = lambda: 0.0
+        self._in_syncs = _no_sync_clock  # a function, not a lambda: xla_mp pickles callbacks to its workers
         self._host_s: list[float] = []  # this epoch's steps: batch arrival to step end, host clock
 
     # --- phases -----------------------------------------------------------------

@@ -28,10 +28,14 @@ def _fmt_time(seconds: float) -> str:
 class KerasProgress(EpochCallback):
     def __init__(self, every: int = 50, stream=None) -> None:
         self.every = every
-        self.stream = stream or sys.stdout
+        self._stream = stream  # None: sys.stdout when printing (an open stream cannot go to an xla_mp worker)
         self._t0 = 0.0
         self._steps = 0  # steps this process ran in the epoch
         self.live = self.stream.isatty() and every > 0
+
+    @property
+    def stream(self):
+        return self._stream or sys.stdout
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import sys
+import threading
 
 import lightning.pytorch as pl
 import numpy as np
@@ -100,19 +101,49 @@ class LastCheckpoint(pl.Callback):
 
 
 class Preemption(pl.Callback):
-    """On SIGTERM or SIGINT: finish the step, write last.ckpt, and let the CLI exit with a distinct code."""
+    """On SIGTERM or SIGINT: finish the step, write last.ckpt, and let the CLI exit with a distinct code.
+
+    On a pod slice the signal reaches the hosts at different steps, and every host
+    must stop after the same one (runtime/spmd.py, `agree_to_stop`). There the
+    signals only note the request; after each training step the hosts agree, and
+    only then is Lightning told to stop, on every host at once.
+    """
 
     def __init__(self) -> None:
         self.saved_to: str | None = None
-        self._old_sigint = None
+        self._old: dict[int, object] = {}
+        self._agree = None
+        self._requested = False
 
     @override
     def on_fit_start(self, trainer, pl_module) -> None:
-        def stop_after_this_step(signum, frame):
-            compat.request_stop_after_step(trainer)
+        agree = getattr(trainer.strategy, "agree_to_stop", None)
+        self._agree = agree if trainer.world_size > 1 else None
+        self._requested = False
+        if self._agree is None:
+            self._handle(signal.SIGINT, lambda signum, frame: compat.request_stop_after_step(trainer))
 
-        if os.name == "posix":
-            self._old_sigint = signal.signal(signal.SIGINT, stop_after_this_step)
+    def _note_request(self, signum, frame) -> None:
+        self._requested = True
+
+    def _take_over_signals(self) -> None:
+        """After Lightning has installed its SIGTERM handler (just before the sanity check and training)."""
+        if self._agree is not None and signal.SIGTERM not in self._old:
+            self._handle(signal.SIGTERM, self._note_request)
+            self._handle(signal.SIGINT, self._note_request)
+
+    @override
+    def on_sanity_check_start(self, trainer, pl_module) -> None:
+        self._take_over_signals()
+
+    @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._take_over_signals()
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._agree is not None and self._agree(self._requested):
+            compat.request_stop_after_step(trainer)
 
     @override
     def on_fit_end(self, trainer, pl_module) -> None:
@@ -124,13 +155,23 @@ class Preemption(pl.Callback):
         if not isinstance(exception, SIGTERMException):
             return
         path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
-        trainer.save_checkpoint(path, weights_only=False)
+        trainer.save_checkpoint(path, weights_only=False)  # on a pod: every host, host 0 writes
         self.saved_to = path
         if trainer.is_global_zero:
             print(f"xla_train: stopped by signal after step {trainer.global_step}; saved {path}. "
                   f"Resume with ckpt=last (or ckpt={path})", file=sys.stderr, flush=True)
+        elif self._agree is not None:
+            print(f"xla_train: host {trainer.global_rank} stopped with the others after step "
+                  f"{trainer.global_step}; host 0 saved the checkpoint", file=sys.stderr, flush=True)
+
+    def _handle(self, signum: int, handler) -> None:
+        # Only a main thread may set handlers; xla_mp's workers run the fit in a thread (torch_xla's
+        # _run_thread_per_device), as Lightning's own signal connector allows for.
+        if os.name == "posix" and threading.current_thread() is threading.main_thread():
+            self._old.setdefault(signum, signal.signal(signum, handler))
 
     def _restore(self) -> None:
-        if self._old_sigint is not None:
-            signal.signal(signal.SIGINT, self._old_sigint)
-            self._old_sigint = None
+        for signum, old in self._old.items():
+            if old is not None:  # None: a handler not installed from Python, which cannot be put back
+                signal.signal(signum, old)
+        self._old = {}

@@ -1,0 +1,186 @@
+"""TPU pod slices, the paths only a pod takes: a preemption signal that reaches one host, a data folder all
+hosts share. Emulated pod hosts on XLA:CPU (tests/pod_host.py, as in tests/test_scaling.py)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from conftest import TESTS, cli_env
+from test_scaling import _free_port
+from xla_train.training.resume import PREEMPTED_EXIT_CODE
+
+STEPS = 6
+
+
+def _pod(work, *extra: str, host1: tuple[str, ...] = (), timeout: int = 150):
+    """Two emulated hosts (1 XLA:CPU device each) run one fit; `host1` are arguments for host 1 alone."""
+    port = str(_free_port())
+
+    def host(h: int):
+        d = work / f"host{h}"
+        d.mkdir(parents=True, exist_ok=True)
+        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=port)
+        args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0", "epochs=1",
+                "test_after_fit=false", f"runs_dir={work / 'runs'}", f"--trainer.limit_train_batches={STEPS}",
+                "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
+                "--trainer.callbacks+=probes.StopRecord", f"--trainer.callbacks.init_args.out={d / 'stop.json'}",
+                *extra, *(host1 if h == 1 else ())]
+        return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=d, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(host, (0, 1)))
+
+
+def _last(work, version: int) -> dict:
+    return torch.load(work / "runs" / "quickstart" / f"version_{version}" / "checkpoints" / "last.ckpt",
+                      weights_only=True)
+
+
+@pytest.mark.slow  # three 2-host fits: about a minute of CPU, three on this shared machine
+def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resumes_exactly(tmp_path):
+    """SIGTERM reaches host 1 alone, after step 2. The hosts agree over their store (no device work) to stop
+    after one same step, both save there and exit 75; resuming from that checkpoint ends with the weights of
+    the run that was never stopped."""
+    import json
+
+    whole = _pod(tmp_path / "whole")
+    for p in whole:
+        assert p.returncode == 0, p.stderr[-4000:]
+
+    work = tmp_path / "stopped"
+    kill = ("--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=2",
+            "--trainer.callbacks.init_args.sig=SIGTERM")
+    stopped = _pod(work, host1=kill)
+    for p in stopped:
+        assert p.returncode == PREEMPTED_EXIT_CODE, p.stderr[-4000:]
+    steps = [json.loads((work / f"host{h}" / "stop.json").read_text()) for h in (0, 1)]
+    assert steps[0] == steps[1] and steps[0]["exception"] == "SIGTERMException", steps
+    at = steps[0]["step"]
+    assert 2 <= at < STEPS  # after the signal's step, before the epoch's end
+    assert _last(work, 0)["global_step"] == at  # host 0 wrote what both hosts saved
+    assert f"stopped by signal after step {at}" in stopped[0].stderr
+
+    resumed = _pod(work, f"ckpt={work / 'runs/quickstart/version_0/checkpoints/last.ckpt'}")
+    for p in resumed:
+        assert p.returncode == 0, p.stderr[-4000:]
+    a, b = _last(tmp_path / "whole", 0), _last(work, 1)
+    assert a["global_step"] == b["global_step"] == STEPS
+    for k in a["state_dict"]:
+        torch.testing.assert_close(b["state_dict"][k], a["state_dict"][k], atol=1e-5, rtol=0, msg=k)
+
+
+_LOAD_IMDB = """
+import sys
+import xla_train.data.imdb as imdb
+imdb.URL, imdb.MD5 = sys.argv[2], sys.argv[3]
+d = imdb.load_imdb(sys.argv[1], download=True, maxlen=32, vocab_size=50)
+print(len(d["train"][1]), len(d["test"][1]), d["tokenizer"][:40])
+"""
+
+
+def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
+    """Two processes (two hosts on one shared file system) load IMDB with download=true into one empty
+    folder, from an HTTP server on 127.0.0.1 that holds its first answer until the second process is either
+    waiting for the lock or asking the server too. Fetched once; both read the same complete data set."""
+    import hashlib
+    import http.server
+    import io
+    import tarfile
+    import threading
+
+    from test_imdb import write_aclimdb
+
+    src = tmp_path / "src"
+    write_aclimdb(src, per_class=4)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(src / "aclImdb", arcname="aclImdb")
+    archive = buf.getvalue()
+    gets, release, second = [], threading.Event(), threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            gets.append(self.path)
+            if len(gets) > 1:
+                second.set()
+            release.wait(60)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(archive)))
+            self.end_headers()
+            self.wfile.write(archive)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/aclImdb_v1.tar.gz"
+    shared = tmp_path / "shared"
+    cmd = [sys.executable, "-c", _LOAD_IMDB, str(shared), url, hashlib.md5(archive).hexdigest()]
+    env = cli_env(1)
+    try:
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(600):  # the first process is downloading (its request is held) ...
+            if gets:
+                break
+            threading.Event().wait(0.1)
+        assert gets, "the first process never asked the server"
+        later = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waited = []
+
+        def watch():
+            for line in later.stderr:
+                waited.append(line)
+                if "waiting for another process's download of IMDB" in line:
+                    release.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        second.wait(60)  # ... until the second one waits for it (the fix) or downloads too (the race)
+        release.set()
+        out = [p.communicate(timeout=120)[0] for p in (first, later)]
+        watcher.join(10)
+    finally:
+        release.set()
+        server.shutdown()
+    assert first.returncode == 0 and later.returncode == 0, (first.stderr.read(), "".join(waited))
+    assert any("waiting for another process's download of IMDB" in line for line in waited), waited
+    assert len(gets) == 2, gets  # torchvision asks twice (a redirect probe, then the file), and only once over
+    last = [o.strip().splitlines()[-1] for o in out]
+    assert last[0] == last[1] and last[0].startswith("9 8 "), out  # the fixture's reviews, one vocabulary
+    assert sorted(p.name for p in shared.iterdir() if not p.name.startswith(".xla_train")) == ["aclImdb"]
+
+
+_SHARDED = """
+import torch, torch_xla, torch_xla.distributed.spmd as xs
+from xla_train.runtime.spmd import data_mesh, enable_spmd, require_replicated
+from xla_train.errors import HardwareError
+enable_spmd()
+mesh, device = data_mesh(4), torch_xla.device()
+whole, marked, split = (torch.arange(8.0).to(device) for _ in range(3))
+xs.mark_sharding(marked, mesh, (None,))
+xs.mark_sharding(split, mesh, (0,))
+require_replicated({"state_dict": {"w": whole, "r": marked}, "optimizer": [{"m": whole}]})
+try:
+    require_replicated({"state_dict": {"w": whole, "s": split}})
+except HardwareError as e:
+    print(e)
+print(torch.equal(marked.cpu(), torch.arange(8.0)))  # what each host's .cpu() reads of a replicated tensor
+"""
+
+
+def test_a_pod_checkpoint_refuses_state_split_over_devices():
+    """Host 0 writes what `.cpu()` reads on it: whole for replicated tensors (as torch_xla's own distributed
+    checkpoint reads them), not for split ones, which the save refuses by name (4 XLA:CPU devices, SPMD)."""
+    proc = subprocess.run([sys.executable, "-c", _SHARDED], env=cli_env(4), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2].startswith("the checkpoint holds tensors split over the XLA devices (state_dict.s)"), lines
+    assert lines[-1] == "True"
