@@ -1,6 +1,5 @@
 """Every bad input ends in one line on stderr, a non-zero exit, and nothing written."""
-import os
-
+import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
 import pytest
 
 from conftest import run_cli
@@ -48,6 +47,18 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"], "missing/cifar-10-batches-py is missing"),
     (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
     (["fit"], "which recipe? add recipe=NAME"),
+    # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
+    (["recipe=quickstart", "seed=-1"], "seed_everything: -1 is out of range"),
+    (["recipe=quickstart", "lr=-1"], "model.lr=-1.0 must be positive"),
+    (["recipe=quickstart", "model.weight_decay=-1"], "model.weight_decay=-1.0 must be 0 or more"),
+    (["recipe=quickstart", "data.num_workers=-1"], "num_workers=-1 must be 0"),
+    (["recipe=quickstart", "split_seed=-1"], "split_seed=-1 must be in [0, 2**32)"),
+    (["recipe=quickstart", "val_fraction=1"], "val_fraction=1.0 must be in [0, 1)"),
+    (["recipe=quickstart", "data.test_fraction=1.5"], "test_fraction=1.5 must be in (0, 1)"),
+    (["recipe=quickstart", "trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches: not of type"),
+    (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
+    (["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],
+     "the net has 1 output class(es) but the data 10 labels; set model.net.num_classes=10"),
 ])
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
@@ -69,6 +80,7 @@ def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
 def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_no_network(tmp_path):
     """The PCI-bus branch: no PJRT_DEVICE (or any TPU variable) tells the CLI what this machine is, and every
     network call fails loudly, so a metadata-server lookup would show as NETWORK ATTEMPT."""
+    import os
     import subprocess
     import sys
     from pathlib import Path

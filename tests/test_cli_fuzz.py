@@ -1,6 +1,7 @@
 """Random command lines end in a parsed config or a one-line usage error, never a traceback."""
 import os
 
+import lightning.pytorch  # noqa: F401  imported outside capsys: its log handler keeps the stderr of its import
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
