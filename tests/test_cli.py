@@ -57,6 +57,9 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=quickstart", "data.test_fraction=1.5"], "test_fraction=1.5 must be in (0, 1)"),
     (["recipe=quickstart", "trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches: not of type"),
     (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
+    (["recipe=quickstart", "model.net.num_classes=-1"], "model.net.num_classes=-1 must be at least 1"),
+    (["recipe=cifar10", "model.dropout=2"], "model.net.dropout=2.0 must be in [0, 1)"),
+    (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
     (["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],
      "the net has 1 output class(es) but the data 10 labels; set model.net.num_classes=10"),
 ])

@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from xla_train.errors import require_positive
+
 PAD_ID = 0
 
 
@@ -54,6 +56,7 @@ class SentimentLSTM(nn.Module):
 
     def __init__(self, vocab_size: int = 10000, embed_dim: int = 128, hidden_size: int = 32):
         super().__init__()
+        require_positive("model.net.", vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size)
         self.config = {"vocab_size": vocab_size, "embed_dim": embed_dim, "hidden_size": hidden_size}
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
         self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True)
