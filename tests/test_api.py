@@ -70,6 +70,10 @@ def test_evaluate_a_run_or_a_checkpoint_file(api_and_cli_runs, monkeypatch, tmp_
     assert xla_train.evaluate(api) == pytest.approx(api.test_metrics, rel=1e-6)  # the best checkpoint, as after fit
     val = xla_train.evaluate(api.last_checkpoint, split="val")
     assert set(val) == {"val_loss", "val_acc"} and val["val_acc"] == pytest.approx(api.history[-1]["val_acc"])
+    # both results are filed with the run they measured (eval_0, eval_1), not as new empty version_N runs
+    assert "test_acc" in (api.folder / "eval_0" / "metrics.csv").read_text()
+    assert "val_acc" in (api.folder / "eval_1" / "metrics.csv").read_text()
+    assert sorted(p.name for p in api.folder.parent.iterdir()) == ["version_0", "version_1"]
     stray = tmp_path / "model.ckpt"
     stray.write_bytes(open(api.last_checkpoint, "rb").read())
     with pytest.raises(UserError, match="not inside a run folder with a config.yaml; give recipe=NAME"):

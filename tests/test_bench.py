@@ -12,6 +12,7 @@ import struct
 import zlib
 
 import pytest
+import torch
 
 from conftest import run_cli
 from xla_train.cli.main import main
@@ -135,17 +136,70 @@ def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
     assert int(plain["compiles"]) > 0 and int(ours["compiles"]) > 0
 
 
-def test_predict_bench_times_the_checkpoint_on_the_cpu(cpu_run, tmp_path, capsys):
+def check_predict_rows(rows, batch):
+    for r in rows:
+        if r["note"].startswith("skipped"):
+            continue
+        assert 0 < float(r["latency_ms_median"]) <= float(r["latency_ms_p95"])
+        assert float(r["samples_per_s"]) == pytest.approx(batch / (float(r["batch_ms_median"]) / 1e3), rel=1e-4)
+        assert float(r["speedup_batch1"]) == pytest.approx(
+            float(rows[0]["latency_ms_median"]) / float(r["latency_ms_median"]), rel=1e-3)
+
+
+def test_predict_bench_compares_serving_forms_side_by_side(cpu_run, tmp_path, capsys, monkeypatch,
+                                                           relaxed_cifar_checks):
+    """eager, ONNX Runtime on the export and int8, each against eager's probabilities and on the test split."""
+    monkeypatch.chdir(tmp_path)
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
-    assert main(["bench", "predict", f"ckpt={ckpt}", "repeats=10", "batch_size=32", f"runs_dir={tmp_path}"]) == 0
+    assert main(["bench", "predict", f"ckpt={ckpt}", "repeats=10", "batch_size=32", "forms=onnx,int8",
+                 f"runs_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     prov, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
     assert set(prov) == set(PROVENANCE) and "thread(s)" in prov["hardware"]
-    assert [r["what"] for r in rows] == ["net only", "end to end"]
-    for r in rows:
-        assert 0 < float(r["latency_ms_median"]) <= float(r["latency_ms_p95"])
-        assert float(r["samples_per_s"]) == pytest.approx(32 / (float(r["batch_ms_median"]) / 1e3), rel=1e-4)
-    assert "batch 1 median ms" in out and "batch 32 samples/s" in out
+    assert [r["what"] for r in rows] == ["eager", "onnxruntime", "int8 dynamic", "eager end to end"]
+    assert [r["fp32"] for r in rows] == ["True", "True", "False", "True"]
+    check_predict_rows(rows, 32)
+    eager, onnx, int8, _ = rows
+    assert float(eager["max_abs_diff"]) == 0 and float(onnx["max_abs_diff"]) < 1e-4, rows
+    assert 0 < float(int8["max_abs_diff"]) < 0.1  # int8 changes the answers a little, and says how much
+    # the checkpoint's own test split (80 fixture images): eager's accuracy, and each form's change from it
+    assert float(eager["test_acc"]) * 80 == pytest.approx(round(float(eager["test_acc"]) * 80))
+    for r in (onnx, int8):
+        assert float(r["acc_change"]) == pytest.approx(float(r["test_acc"]) - float(eager["test_acc"]), abs=1e-9)
+    assert float(onnx["acc_change"]) == 0
+    assert "batch 1 median ms" in out and "batch 32 samples/s" in out and "acc change" in out
+
+
+@pytest.mark.slow
+def test_predict_bench_with_torch_compile(cpu_run, tmp_path, relaxed_cifar_checks):
+    """torch.compile's row: compiled in the warm-up (a minute or more on a busy 2-core machine), then timed."""
+    ckpt = cpu_run / "checkpoints" / "last.ckpt"
+    assert main(["bench", "predict", f"ckpt={ckpt}", "repeats=5", "batch_size=16", "forms=compile", "score=false",
+                 f"runs_dir={tmp_path}"]) == 0
+    _, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
+    assert [r["what"] for r in rows] == ["eager", "torch.compile", "eager end to end"]
+    check_predict_rows(rows, 16)
+    assert float(rows[1]["max_abs_diff"]) < 1e-4 and rows[1]["test_acc"] == ""
+
+
+def test_int8_lstm_keeps_the_masked_recurrence():
+    """int8 dynamic quantisation of the text net: its LSTM and dense layer in int8, padding still skipped."""
+    from torch.ao.nn.quantized.dynamic import LSTM as DynamicLSTM, Linear as DynamicLinear
+
+    from xla_train.bench.predict import int8_dynamic
+    from xla_train.models.lstm import SentimentLSTM
+
+    torch.manual_seed(0)
+    net = SentimentLSTM(vocab_size=50, embed_dim=16, hidden_size=8).eval()
+    q = int8_dynamic(net)
+    assert isinstance(q.lstm.int8, DynamicLSTM) and isinstance(q.head, DynamicLinear)
+    ids = torch.randint(2, 50, (6, 12))
+    padded = torch.cat([torch.zeros(6, 20, dtype=torch.long), ids], 1)
+    with torch.no_grad():
+        a, b, ref = q(ids), q(padded), net(ids)
+    torch.testing.assert_close(a, b)  # front padding changes nothing
+    assert 0 < (a - ref).abs().max() < 0.05  # int8 is close, not equal
+    assert isinstance(net.lstm, torch.nn.LSTM) and not hasattr(net.lstm, "int8")  # the original is untouched
 
 
 @pytest.mark.parametrize("args, message", [

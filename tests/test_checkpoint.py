@@ -51,3 +51,62 @@ checkpoint.atomic_save({{"state_dict": {{"w": torch.full((1_000_000,), 2.0)}}}},
     assert safe_load(path)["state_dict"]["w"].tolist() == [1.0] * 4
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.ckpt"]
     assert all(n.startswith(".last.ckpt.") and n.endswith(".tmp") for n in leftovers)  # hidden, never loaded
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_checkpoints_get_the_ordinary_umask_mode(tmp_path, umask, mode):
+    """Others on shared storage can read a checkpoint where the umask lets them (mkstemp's 0600 never did)."""
+    old = os.umask(umask)
+    try:
+        good(tmp_path / "last.ckpt")
+        good(tmp_path / "last.ckpt", 2.0)  # a rewrite too
+    finally:
+        os.umask(old)
+    assert (tmp_path / "last.ckpt").stat().st_mode & 0o777 == mode
+
+
+@pytest.mark.parametrize("fail", ["fsync", "open"])
+def test_a_failing_folder_fsync_is_one_line(tmp_path, monkeypatch, fail):
+    path = tmp_path / "last.ckpt"
+    real_fsync, real_open = os.fsync, os.open
+    folder_fds = set()
+
+    def open_(p, flags, *args, **kwargs):
+        if os.fspath(p) == str(tmp_path):
+            if fail == "open":
+                raise OSError(errno.EIO, "Input/output error")
+            fd = real_open(p, flags, *args, **kwargs)
+            folder_fds.add(fd)
+            return fd
+        return real_open(p, flags, *args, **kwargs)
+
+    def fsync(fd):
+        if fd in folder_fds:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(CheckpointError) as e:
+        good(path, 3.0)
+    monkeypatch.undo()
+    assert str(e.value) == (f"wrote checkpoint {path}, but could not flush its folder to disk: Input/output error; "
+                            f"a crash before the storage flushes may lose it: check the storage")
+    assert safe_load(path)["state_dict"]["w"][0] == 3.0 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_a_folder_that_cannot_be_fsynced_at_all_is_not_an_error(tmp_path, monkeypatch):
+    """Some file systems answer EINVAL to fsync on a folder (POSIX allows it): nothing failed there."""
+    real_fsync = os.fsync
+    file_fds = []
+
+    def fsync(fd):
+        if not file_fds:  # the first fsync is the file's
+            file_fds.append(fd)
+            return real_fsync(fd)
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    good(tmp_path / "last.ckpt")
+    monkeypatch.undo()
+    assert safe_load(tmp_path / "last.ckpt")["state_dict"]["w"][0] == 1.0

@@ -1,5 +1,7 @@
 """Every bad input ends in one line on stderr, a non-zero exit, and nothing written."""
 import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
+import os
+
 import pytest
 
 from conftest import run_cli
@@ -45,6 +47,11 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
     (["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"], "strategy='ddp_spawn' cannot run on accelerator=xla"),
     (["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"], "missing/cifar-10-batches-py is missing"),
+    (["recipe=cifar10", "accelerator=cpu", "strategy=bogus"], "strategy='bogus' cannot run on accelerator=cpu; use"),
+    (["recipe=cifar10", "accelerator=cpu", "strategy=xla"], "strategy='xla' cannot run on accelerator=cpu"),
+    (["recipe=cifar10", "accelerator=cpu", "devices=abc"], "devices='abc' is not a device count; use a number"),
+    (["recipe=cifar10", "accelerator=cpu", "devices=0"], "devices=0 must be at least 1"),
+    (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
     (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
     (["fit"], "which recipe? add recipe=NAME"),
     # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
@@ -83,7 +90,6 @@ def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
 def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_no_network(tmp_path):
     """The PCI-bus branch: no PJRT_DEVICE (or any TPU variable) tells the CLI what this machine is, and every
     network call fails loudly, so a metadata-server lookup would show as NETWORK ATTEMPT."""
-    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -136,3 +142,35 @@ def test_limit_batches_of_1_is_one_batch_not_all(tmp_path, monkeypatch, capsys):
     trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
     assert (trainer["limit_train_batches"], trainer["limit_val_batches"], trainer["limit_test_batches"]) == (1, 0.5, 1.0)
     assert type(trainer["limit_train_batches"]) is int and type(trainer["limit_test_batches"]) is float
+
+
+@pytest.mark.parametrize("kind,devices,expected", [
+    ("cpu", "auto", "auto"), ("cpu", -1, "auto"), ("cpu", "2", 2), ("gpu", -1, -1), ("gpu", "0,1", [0, 1]),
+    ("gpu", [1], [1]), ("gpu", 2, 2)])
+def test_good_cpu_and_gpu_devices_reach_lightning_as_it_reads_them(kind, devices, expected):
+    from xla_train.runtime.plan import _lightning_devices
+
+    assert _lightning_devices(kind, devices, gpus=2) == expected
+
+
+def test_bad_gpu_devices_are_one_line():
+    from xla_train.errors import HardwareError
+    from xla_train.runtime.plan import _lightning_devices
+
+    for bad in ("abc", 0, "-3", [], ["x"], [-1], True):
+        with pytest.raises(HardwareError, match="GPU indices like 0,1"):
+            _lightning_devices("gpu", bad, gpus=2)
+    for too_many in (3, "0,2", [5]):
+        with pytest.raises(HardwareError, match="this machine has 2 CUDA GPU"):
+            _lightning_devices("gpu", too_many, gpus=2)
+
+
+@pytest.mark.parametrize("args", [["fit", "--help"], ["test", "-h"], ["fit", "recipe=cifar10", "--help"]])
+def test_help_lists_every_option_with_or_without_a_recipe(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for option in ("--trainer.max_epochs", "--trainer.accelerator", "--trainer.devices", "--model.lr",
+                   "--steps_per_execution", "--logger_kind"):
+        assert option in out
+    assert list(tmp_path.iterdir()) == []

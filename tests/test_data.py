@@ -85,17 +85,25 @@ def test_truncated_archive_is_refused_and_leaves_no_partial_folder(tmp_path, mon
 
     import torchvision.datasets.utils as tv_utils
 
+    import hashlib
+
+    from torchvision.datasets import CIFAR10
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = b"x" * 100_000
+        info = tarfile.TarInfo("cifar-10-batches-py/data_batch_1")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    truncated = buf.getvalue()[:200]
+
     def truncated_download(url, root, filename, md5=None):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            data = b"x" * 100_000
-            info = tarfile.TarInfo("cifar-10-batches-py/data_batch_1")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
         with open(f"{root}/{filename}", "wb") as f:
-            f.write(buf.getvalue()[:200])
+            f.write(truncated)
 
     monkeypatch.setattr(tv_utils, "download_url", truncated_download)
+    # an archive truncated at its source passes the checksum and fails only when extracted
+    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(truncated).hexdigest())
     with pytest.raises(DataError, match="corrupt or truncated"):
         CIFAR10DataModule(data_dir=str(tmp_path), download=True).setup()
     assert list(tmp_path.iterdir()) == []
@@ -110,6 +118,37 @@ def test_a_folder_missing_the_test_split_is_named(tmp_path, relaxed_cifar_checks
         CIFAR10DataModule(data_dir=str(root), download=False).setup()
 
 
+def test_a_corrupt_download_says_checksum_mismatch_with_both_md5s(tmp_path, monkeypatch):
+    """A real HTTP download from 127.0.0.1 of an archive whose bytes are not CIFAR-10's."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    from torchvision.datasets import CIFAR10
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / CIFAR10.filename).write_bytes(b"not the real archive" * 1000)
+    actual = hashlib.md5((served / CIFAR10.filename).read_bytes()).hexdigest()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+            monkeypatch.delenv(var, raising=False)
+        url = f"http://127.0.0.1:{server.server_address[1]}/{CIFAR10.filename}"
+        monkeypatch.setattr(CIFAR10, "url", url)
+        root = tmp_path / "data"
+        with pytest.raises(DataError) as e:
+            CIFAR10DataModule(data_dir=str(root), download=True).setup()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(e.value) == (f"downloaded {CIFAR10.filename} from {url}: checksum mismatch (expected MD5 "
+                            f"{CIFAR10.tgz_md5}, got {actual}); the download is corrupt or incomplete, try again")
+    assert list(root.iterdir()) == []  # the staged download is gone
 # --- validation held out of the training split (val_fraction) -------------------------------------------------
 
 def _rows(x: np.ndarray) -> set[bytes]:

@@ -118,7 +118,15 @@ def test_a_new_run_never_overwrites_an_old_one(cpu_run, cifar_root):
 def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
     work = cpu_run.parents[2]
+    runs = sorted(p.name for p in cpu_run.parent.iterdir())
+    evals = sorted(cpu_run.glob("eval_*"))
     for command, key in (("validate", "val_acc"), ("test", "test_acc")):
         proc = run_cli(command, "recipe=cifar10", "accelerator=cpu", "batch_size=32", f"ckpt={ckpt}",
                        f"data_dir={cifar_root}", "download=false", cwd=work)
         assert key in proc.stdout
+        # the results go beside the checkpoint's run, in a new eval_K; no version_N that looks like a training run
+        new = sorted(set(cpu_run.glob("eval_*")) - set(evals))
+        assert len(new) == 1 and key in (new[0] / "metrics.csv").read_text(), new
+        assert (new[0] / "config.yaml").is_file() and not (new[0] / "checkpoints").exists()
+        evals.append(new[0])
+    assert sorted(p.name for p in cpu_run.parent.iterdir()) == runs

@@ -221,6 +221,104 @@ def test_masked_lstm_skips_masked_steps_exactly():
     assert h[0, 1].abs().max() == 0
 
 
+class PackedLSTM(torch.nn.LSTM):
+    """The formulation MaskedLSTM replaced (a packed sequence, two host syncs), kept here as a reference."""
+
+    def forward(self, input, hx=None, mask=None):  # noqa: A002
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        x = input if self.batch_first else input.transpose(0, 1)
+        t = x.shape[1]
+        lengths = mask.sum(1)
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
+        packed = pack_padded_sequence(x.gather(1, order[..., None].expand_as(x)), lengths.clamp(min=1).cpu(),
+                                      batch_first=True, enforce_sorted=False)
+        out, (h, c) = super().forward(packed, hx)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=t)
+        out = torch.zeros_like(out).scatter(1, order[..., None].expand_as(out), out)
+        empty = (lengths == 0)[None, :, None]
+        if empty.any():
+            h0, c0 = hx if hx is not None else (torch.zeros_like(h), torch.zeros_like(c))
+            h, c = torch.where(empty, h0, h), torch.where(empty, c0, c)
+        out = out * mask[..., None].to(out.dtype)
+        return (out if self.batch_first else out.transpose(0, 1)), (h, c)
+
+
+def _outputs_and_grads(lstm, x, mask, hx):
+    x = x.clone().requires_grad_()
+    hx = tuple(s.clone().requires_grad_() for s in hx) if hx is not None else None
+    out, (h, c) = lstm(x if lstm.batch_first else x.transpose(0, 1), hx, mask=mask)
+    out = out if lstm.batch_first else out.transpose(0, 1)
+    w = torch.linspace(-1, 1, out.numel()).view_as(out)
+    ((out * w).sum() + (h * 1.5).sum() + (c * -0.7).sum()).backward()
+    grads = [x.grad] + ([s.grad for s in hx] if hx is not None else []) + [p.grad for p in lstm.parameters()]
+    return [out, h, c] + grads
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("with_state", [False, True])
+def test_masked_lstm_equals_the_packed_formulation(batch_first, with_state):
+    """Outputs, final (h, c) and every gradient within 1e-5, over 300 steps, with rows that are all padding."""
+    torch.manual_seed(1)
+    n, t = 9, 300
+    new, old = MaskedLSTM(6, 8, batch_first=batch_first), PackedLSTM(6, 8, batch_first=batch_first)
+    old.load_state_dict(new.state_dict())
+    x = torch.randn(n, t, 6)
+    lengths = torch.tensor([300, 0, 1, 17, 150, 299, 0, 64, 2])
+    mask = torch.arange(t)[None] >= (t - lengths)[:, None]  # front padding, as the data has
+    mask[4, 200:210] = False  # and holes in the middle
+    hx = (torch.randn(1, n, 8), torch.randn(1, n, 8)) if with_state else None
+    names = ["out", "h", "c", "dx"] + (["dh0", "dc0"] if with_state else []) + [k for k, _ in new.named_parameters()]
+    for name, a, b in zip(names, _outputs_and_grads(new, x, mask, hx), _outputs_and_grads(old, x, mask, hx)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
+    out, (h, c) = new(x if batch_first else x.transpose(0, 1), hx, mask=mask)
+    for row in (1, 6):  # all padding: the initial state, untouched, and no output
+        assert torch.equal(h[0, row], hx[0][0, row] if with_state else torch.zeros(8))
+        assert torch.equal(c[0, row], hx[1][0, row] if with_state else torch.zeros(8))
+    new.final_cell = False  # as SentimentLSTM, which reads h only: the same out and h, and no c
+    out_h, (h_only, no_c) = new(x if batch_first else x.transpose(0, 1), hx, mask=mask)
+    assert no_c is None and torch.equal(out_h, out) and torch.equal(h_only, h)
+
+
+def test_masked_lstm_makes_no_host_sync():
+    """The whole net traces as one graph (a host sync or a data-dependent shape would break it); the old one does not."""
+    torch.manual_seed(0)
+    net = SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6).eval()
+    ids = torch.nn.functional.pad(torch.randint(2, 50, (4, 12)), (5, 0))
+    ids[1] = 0
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=True):  # dynamo leaves nn.LSTM to eager unless told
+        got = torch.compile(net, fullgraph=True, backend="eager")(ids)
+        torch.testing.assert_close(got, net(ids), atol=1e-6, rtol=0)
+        old = PackedLSTM(8, 6, batch_first=True)
+        old.load_state_dict(net.lstm.state_dict())
+        net.lstm = old
+        torch._dynamo.reset()
+        with pytest.raises(torch._dynamo.exc.Unsupported, match="pack_padded_sequence"):
+            torch.compile(net, fullgraph=True, backend="eager")(ids)
+    torch._dynamo.reset()
+
+
+SYNCS = ("cpu", "item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__")
+
+
+@pytest.mark.parametrize("lstm_class,syncs", [(MaskedLSTM, False), (PackedLSTM, True)])
+def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, lstm_class, syncs):
+    """Count the calls that copy a value to the host (each one stalls a GPU): none in a step; the old one made some."""
+    torch.manual_seed(0)
+    net = SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6)
+    net.lstm = lstm_class(8, 6, batch_first=True)
+    ids = torch.nn.functional.pad(torch.randint(2, 50, (4, 12)), (5, 0))
+    ids[1] = 0
+    calls = []
+    for name in SYNCS:
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
+    net(ids).sum().backward()
+    monkeypatch.undo()
+    assert bool(calls) == syncs, calls
+
+
 def test_padding_does_not_change_the_prediction():
     torch.manual_seed(0)
     tok = text.build_tokenizer([" ".join(POSITIVE + NEGATIVE + FILLER)] * 3, 100)

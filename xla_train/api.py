@@ -117,7 +117,9 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
     """Metrics of a run's best checkpoint (or of a checkpoint file) on the test or validation split.
 
     The run's own saved config supplies the recipe and the settings it was trained with (data
-    folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI.
+    folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI. Like the
+    validate and test commands, it files its config and metrics with the run it measured, in the run's
+    eval_K folder (config/run_folders.py), never as a new version_N that would look like a training run.
     """
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}; use split='test' or split='val'")
@@ -134,6 +136,20 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
         recipe = str(folder / "config.yaml")
     cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings})
     return {k: v for k, v in cli.model.epoch_metrics.items() if k.startswith(split + "_")}
+
+
+def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool = False, **settings) -> Path:
+    """Predict a whole split of the checkpoint's own data, as `python -m xla_train predict ckpt=... split=...`
+    does: on accelerator= and devices= (auto by default), every sample once and in order; returns the CSV
+    (index, label, predicted, probability, and with probs=True one p_<label> column per class).
+    Settings: accelerator, devices, batch_size, data_dir."""
+    from xla_train.config.split_predict import predict_split as run
+
+    ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
+    unknown = sorted(set(settings) - {"accelerator", "devices", "batch_size", "data_dir"})
+    if unknown:
+        raise ConfigError(f"predict_split takes accelerator, devices, batch_size and data_dir; not {', '.join(unknown)}")
+    return _raising(lambda: run(ckpt, split, out=out, probs=probs, **settings)[0])
 
 
 def devices(accelerator: str = "auto"):

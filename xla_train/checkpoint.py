@@ -10,10 +10,11 @@ serving a checkpoint needs neither Lightning nor torch_xla.
 """
 from __future__ import annotations
 
+import errno
 import io
 import os
 import pickle
-import tempfile
+import secrets
 import warnings
 from pathlib import Path
 
@@ -39,15 +40,27 @@ def to_cpu(obj):
     return obj
 
 
+class FolderSyncError(OSError):
+    """The file is in place, but its folder could not be flushed: a crash now could still lose the rename."""
+
+
 def atomic_write(path: str | os.PathLike, write) -> None:
     """write(file) into a temp file beside `path`, fsync it, rename it over `path`, fsync the folder.
 
     A crash or a full disk at any point leaves the previous file untouched and no temp file behind;
-    an OSError propagates for the caller to word.
+    an OSError propagates for the caller to word (FolderSyncError when only the folder's fsync failed).
+    The file gets the ordinary mode (0666 less the umask), as any other file its user writes, so that
+    others on shared storage can read it where the umask allows; mkstemp's 0600 would not.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -55,13 +68,18 @@ def atomic_write(path: str | os.PathLike, write) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as e:
+        # EINVAL/ENOTSUP: this file system cannot fsync a folder at all (POSIX allows it), so nothing failed
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise FolderSyncError(e.errno, e.strerror or str(e), str(path.parent)) from None
 
 
 def atomic_save(obj, path: str | os.PathLike) -> None:
@@ -70,6 +88,9 @@ def atomic_save(obj, path: str | os.PathLike) -> None:
     torch.save(to_cpu(obj), buf)
     try:
         atomic_write(path, lambda f: f.write(buf.getbuffer()))
+    except FolderSyncError as e:
+        raise CheckpointError(f"wrote checkpoint {path}, but could not flush its folder to disk: {e.strerror}; "
+                              f"a crash before the storage flushes may lose it: check the storage") from None
     except OSError as e:
         raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; "
                               f"the previous checkpoint, if any, is intact") from None

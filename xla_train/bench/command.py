@@ -4,7 +4,7 @@
                    progress_every=0 steps= warmup= rounds=
     bench replicas recipe= devices=1,8 batch_sizes=16       bench lstm     recipe=imdb maxlens=100,200,500
     bench pipeline recipe= progress_every=0,10 rounds=2     bench overhead recipe= accelerator=xla|tpu rounds=
-    bench curves   recipe= batch_sizes=32,128,512 epochs=   bench predict  ckpt=PATH batch_size=256 repeats=100
+    bench curves   recipe= batch_sizes=32,128,512 epochs=   bench predict  ckpt=PATH forms=eager,compile,onnx,int8
     bench text     reviews=50000 maxlen=500
 
 jsonargparse reads the keys from the typed signatures, so a wrong value gets

@@ -145,17 +145,22 @@ class Stopwatch:
                 "first_loss": float(self.first_loss) if self.first_loss is not None else None}
 
 
-def time_calls(fns: list, repeats: int, warmup: int) -> list[list[float]]:
-    """Seconds per call of each host function, the calls interleaved so that a slow spell falls on all alike."""
+def time_calls(fns: list, repeats: int, warmup: int, block: int = 1) -> list[list[float]]:
+    """Seconds per call of each host function, the calls interleaved so that a slow spell falls on all alike.
+
+    With block > 1 each function runs `block` calls in a row per turn: a runtime whose threads keep spinning
+    after a call (OpenMP, ONNX Runtime) then slows only the first call of the next function's block, which
+    the median leaves out, instead of every call."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     out = [[] for _ in fns]
-    for _ in range(repeats):
+    for start in range(0, repeats, block):
         for fn, times in zip(fns, out):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+            for _ in range(min(block, repeats - start)):
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
     return out
 
 

@@ -1,10 +1,10 @@
-"""python -m xla_train [fit|validate|test|predict|devices] recipe=NAME key=value ... [--lightning.flags]
+"""python -m xla_train [fit|validate|test|predict|export|devices] recipe=NAME key=value ... [--lightning.flags]
 
 key=value pairs become LightningCLI flags, so every Trainer option is reachable
 and jsonargparse checks every type. Before that, each key is checked against
 the recipe's classes so that a typo gets the nearest valid keys, not a usage
-dump. `predict` never imports Lightning or torch_xla: it is plain torch on the
-CPU. The Python API (api.py) goes through the same path as fit/validate/test
+dump. `predict` and `export` never import Lightning or torch_xla: they are plain torch
+on the CPU. The Python API (api.py) goes through the same path as fit/validate/test
 (config/build.py). Nothing imports this module but the entry points.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from xla_train.errors import ConfigError, find_user_error
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
-COMMANDS = LIGHTNING_COMMANDS + ("predict", "devices", "bench")
-USAGE = ("usage: python -m xla_train [fit|validate|test|predict|devices|bench] recipe=NAME key=value ... "
+COMMANDS = LIGHTNING_COMMANDS + ("predict", "export", "devices", "bench")
+USAGE = ("usage: python -m xla_train [fit|validate|test|predict|export|devices|bench] recipe=NAME key=value ... "
          "[--lightning.flag=value]")
 
 
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
-        print("commands: fit (default), validate, test, predict, devices, bench (`bench --help`); "
+        print("commands: fit (default), validate, test, predict, export (ckpt=PATH format=onnx|pt2 [out=PATH]), "
+              "devices, bench (`bench --help`); "
               "recipe=NAME picks recipes/NAME.yaml; `fit --help` lists every Lightning option")
         return 0
     try:
@@ -57,10 +58,18 @@ def main(argv: list[str] | None = None) -> int:
 
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
+        if command == "predict" and "split" in pairs:  # a whole split, through Lightning on any accelerator
+            from xla_train.config.split_predict import split_predict_command
+
+            return split_predict_command(pairs, flags)
         if command == "predict":  # plain torch on the CPU: imports neither Lightning nor torch_xla
             from xla_train.serve.command import predict_command
 
             return predict_command(pairs, flags)
+        if command == "export":  # plain torch too
+            from xla_train.serve.export import export_command
+
+            return export_command(pairs, flags)
         if command == "devices":
             from xla_train.cli.devices import devices_command
 

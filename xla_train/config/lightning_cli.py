@@ -2,7 +2,8 @@
 
 Hardware comes from runtime.plan.plan_hardware, so accelerator=tpu|xla|gpu|cpu is
 one switch. Each run gets its own version folder (never overwritten) holding
-the resolved config, the checkpoints and the metrics log.
+the resolved config, the checkpoints and the metrics log; validate and test
+write theirs beside the checkpoint's run (config/run_folders.py).
 """
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from jsonargparse.typing import PositiveInt, restricted_number_type
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import read_inference_block, safe_load
+from xla_train.config.run_folders import run_logger
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError, ConfigError
 from xla_train.runtime.plan import plan_hardware
@@ -99,11 +100,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                              steps_per_execution=self.setting("steps_per_execution") or 1)
         kwargs.update(plan.trainer_kwargs)
         name = self.setting("recipe_name")
-        if t.get("logger") in (None, True):
-            if self.setting("logger_kind") == "tensorboard":
-                kwargs["logger"] = TensorBoardLogger(self.setting("runs_dir"), name=name)
-            else:
-                kwargs["logger"] = CSVLogger(self.setting("runs_dir"), name=name)
+        if t.get("logger") in (None, True):  # fit: a new version_N; validate/test: eval_K beside the checkpoint's run
+            kwargs["logger"] = run_logger(self.setting("logger_kind"), self.setting("runs_dir"), name,
+                                          self.subcommand, self.setting("ckpt_path"))
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename="best-{epoch}"))
@@ -140,6 +139,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
 
     def _before_run(self) -> None:
         self._check_ckpt_matches_recipe()
+        if self._ckpt_block is not None and self._ckpt_block.get("kind") == "text":
+            # validate, test and resume encode with the checkpoint's tokenizer, so its token ids stay the model's
+            self.datamodule.use_tokenizer(self._ckpt_block["tokenizer"])
         self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
         self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
         self._check_steps_per_execution()  # a group of steps longer than an epoch

@@ -125,6 +125,8 @@ def latest_checkpoint(runs_dir: str, name: str) -> str:
 def lightning_args(command: str, pairs: dict[str, str], flags: list[str]) -> list[str]:
     pairs = dict(pairs)
     name = pairs.pop("recipe", None)
+    if name is None and any(f in ("-h", "--help") for f in flags):  # every option, the recipe's classes aside
+        return [command, *flags]
     if name is None:
         raise ConfigError(f"which recipe? add recipe=NAME; the recipes are: {', '.join(available_recipes())}")
     path = recipe_path(name)

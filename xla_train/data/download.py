@@ -17,19 +17,24 @@ from xla_train.errors import DataError
 
 def staged_download(name: str, url: str, filename: str, md5: str, root: str, folder: str) -> None:
     """Fetch `url` (MD5 `md5`), extract it, and move its `folder` to `root/folder`."""
-    from torchvision.datasets.utils import download_url, extract_archive
+    from torchvision.datasets.utils import calculate_md5, download_url, extract_archive
 
     Path(root).mkdir(parents=True, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".download-", dir=root)
     try:
-        try:
-            download_url(url, stage, filename, md5)
+        try:  # no md5 here: torchvision would raise "File not found or corrupted" for a bad checksum too
+            download_url(url, stage, filename)
         except Exception as e:  # network errors come in many types; all mean the same to the user
             raise DataError(f"could not download {name} from {url} into {root} ({type(e).__name__}: {e}); "
                             f"fetch {filename} by hand and extract it there") from None
         archive = os.path.join(stage, filename)
         if not os.path.isfile(archive):
-            raise DataError(f"downloaded {filename} failed its MD5 check ({md5}); try again")
+            raise DataError(f"could not download {name} from {url}: no {filename} arrived; try again, or fetch "
+                            f"it by hand and extract it in {root}")
+        actual = calculate_md5(archive)
+        if actual != md5:
+            raise DataError(f"downloaded {filename} from {url}: checksum mismatch (expected MD5 {md5}, got "
+                            f"{actual}); the download is corrupt or incomplete, try again")
         try:
             extract_archive(archive, stage)
         except Exception as e:

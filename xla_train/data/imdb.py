@@ -74,8 +74,11 @@ def read_reviews(files: list[Path]):
         yield f.read_bytes().decode("utf-8", errors="replace")
 
 
-def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int) -> dict:
-    """{'train'|'test': (int64 (N, maxlen) ids, labels), 'tokenizer': JSON string}, from the cache when it is current."""
+def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, tokenizer_json: str | None = None) -> dict:
+    """{'train'|'test': (int64 (N, maxlen) ids, labels), 'tokenizer': JSON string}, from the cache when it is current.
+
+    With `tokenizer_json` (a checkpoint's) the reviews are encoded with that tokenizer; otherwise one is built
+    from the training split."""
     folder = find_folder(data_dir)
     if not folder.is_dir():
         if download:
@@ -86,14 +89,19 @@ def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int) -> di
     listing = {split: list_split(folder, split) for split in ("train", "test")}
     key = {"maxlen": maxlen, "vocab_size": vocab_size, "tokenizer": text.tokenizer_version(),
            "files": [listing[s][2] for s in listing]}
+    if tokenizer_json is not None:
+        key["given_tokenizer"] = hashlib.sha1(tokenizer_json.encode()).hexdigest()
     cache = folder / CACHE_DIR / f"tokens-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.npz"
     cached = _read_cache(cache, key)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
     reviews = {split: list(read_reviews(files)) for split, (files, _, _) in listing.items()}
-    tokenizer = text.build_tokenizer(reviews["train"], vocab_size)
-    out = {"tokenizer": text.tokenizer_to_json(tokenizer)}
+    if tokenizer_json is not None:
+        tokenizer = text.tokenizer_from_json(tokenizer_json)
+    else:
+        tokenizer = text.build_tokenizer(reviews["train"], vocab_size)
+    out = {"tokenizer": tokenizer_json or text.tokenizer_to_json(tokenizer)}
     for split, (_, labels, _) in listing.items():
         out[split] = (text.encode(tokenizer, reviews[split], maxlen), labels)
     print(f"tokenised {sum(map(len, reviews.values())):,} IMDB reviews in {time.perf_counter() - t0:.1f} s "
@@ -147,6 +155,7 @@ class IMDBDataModule(ArrayDataModule):
         self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
         self.download, self.maxlen, self.vocab_size = download, maxlen, vocab_size
         self._tokenizer_json: str | None = None
+        self._given_tokenizer: str | None = None
 
     @property
     def labels(self) -> list[str]:
@@ -164,8 +173,15 @@ class IMDBDataModule(ArrayDataModule):
             raise ConfigError(f"the vocabulary has {self.vocab_size} ids but the net's embedding only {rows} rows; "
                               f"set model.net.vocab_size={self.vocab_size} (or data.vocab_size={rows})")
 
+    def use_tokenizer(self, tokenizer_json: str) -> None:
+        """Encode with this tokenizer (a checkpoint's), not one rebuilt from the data folder: the token ids under
+        a trained model must never change, whatever vocabulary the folder's reviews would give."""
+        if self._arrays is not None and self._tokenizer_json != tokenizer_json:
+            self._arrays = None  # encoded with another tokenizer: encode again
+        self._given_tokenizer = tokenizer_json
+
     def load_arrays(self):
-        d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size)
+        d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size, self._given_tokenizer)
         self._tokenizer_json = d["tokenizer"]
         return {"train": d["train"], "test": d["test"]}  # validation: carved by ArrayDataModule
 

@@ -3,16 +3,18 @@
 Sequences arrive padded at the front (id 0), so a short review is mostly padding.
 The LSTM skips padded steps: its state is left unchanged where the mask is
 false, which makes the prediction independent of how much padding there is.
-Here that runs on nn.LSTM's own kernel through a packed sequence; the parameter
-names and layout are nn.LSTM's, so whatever else runs this recurrence (the XLA
-runtime swaps in a scan) saves and loads the same state dict.
+Here that runs on nn.LSTM's own (unpacked) kernel over every step, with no
+packed sequence, no host sync and no shape that depends on the data, so it
+stalls no GPU and torch.export / ONNX can trace it. The parameter names and
+layout are nn.LSTM's, so whatever else runs this recurrence (the XLA runtime
+swaps in a scan) saves and loads the same state dict.
 """
 from __future__ import annotations
 
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from xla_train.errors import require_positive
 
@@ -23,10 +25,21 @@ class MaskedLSTM(nn.LSTM):
     """nn.LSTM with an optional mask (N, T): steps where it is False leave (h, c) unchanged and output zeros.
 
     Same forward contract as nn.LSTM otherwise (one layer, unidirectional here).
-    The masked steps are moved to the end of each row (stable, so the real
-    steps keep their order), the rows are packed, and the outputs are moved
-    back; a row with no real step keeps its initial state.
+    Each row's real steps are moved to the front (keeping their order) and the
+    plain kernel runs over all T steps; what it computes after a row's last real
+    step is thrown away. The final h is the output at that step.
+    The kernel returns the cell state only after step T, so the final c is
+    rebuilt from the outputs: with h known at every step, the gates are one
+    matmul and c_t = f_t * c_{t-1} + i_t * g_t is a linear recurrence, summed in
+    closed form (float64 log-space cumulative products, as they span hundreds of
+    steps). That costs about a third more forward time, so a caller that reads
+    only h (SentimentLSTM) passes final_cell=False and gets None for c. A row
+    with no real step keeps its initial state.
     """
+
+    def __init__(self, *args, final_cell: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.final_cell = final_cell
 
     def forward(self, input, hx=None, mask=None):  # noqa: A002 (nn.LSTM's argument name)
         if mask is None:
@@ -36,19 +49,43 @@ class MaskedLSTM(nn.LSTM):
         x = input if self.batch_first else input.transpose(0, 1)
         n, t, _ = x.shape
         mask = mask.to(torch.bool)
-        lengths = mask.sum(1)
-        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # real steps first, in order
-        packed = pack_padded_sequence(x.gather(1, order[..., None].expand_as(x)), lengths.clamp(min=1).cpu(),
-                                      batch_first=True, enforce_sorted=False)
-        out, (h, c) = super().forward(packed, hx)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=t)
-        out = torch.zeros_like(out).scatter(1, order[..., None].expand_as(out), out)
-        empty = (lengths == 0)[None, :, None]
-        if empty.any():  # their one packed step was padding: undo it (their outputs are masked below)
-            h0, c0 = hx if hx is not None else (torch.zeros_like(h), torch.zeros_like(c))
-            h, c = torch.where(empty, h0, h), torch.where(empty, c0, c)
-        out = out * mask[..., None].to(out.dtype)
-        return (out if self.batch_first else out.transpose(0, 1)), (h, c)
+        # Where each step goes, real steps first, each group in order: a stable sort by counting, which
+        # (unlike aten.sort) every backend and ONNX have.
+        real_rank = torch.cumsum(mask, 1)
+        lengths = real_rank[:, -1]
+        dest = torch.where(mask, real_rank - 1, lengths[:, None] + torch.cumsum(~mask, 1) - 1)
+        steps = torch.arange(t, device=x.device)
+        order = torch.empty_like(dest).scatter_(1, dest, steps.expand(n, t))  # order[dest[j]] = j
+        front = x.gather(1, order[..., None].expand_as(x))
+        out, _ = super().forward(front if self.batch_first else front.transpose(0, 1), hx)
+        out = out if self.batch_first else out.transpose(0, 1)
+        if hx is None:
+            h0 = c0 = out.new_zeros(n, self.hidden_size)
+        else:
+            h0, c0 = hx[0][0], hx[1][0]
+        real = steps[None, :] < lengths[:, None]  # (N, T) in the moved order
+        last = (lengths - 1).clamp(min=0)
+        empty = (lengths == 0)[:, None]
+        h = torch.where(empty, h0, out.gather(1, last[:, None, None].expand(n, 1, out.shape[2]))[:, 0])
+        c = torch.where(empty, c0, self._final_cell(front, out, h0, c0, real, last))[None] if self.final_cell else None
+        out = out * real[..., None].to(out.dtype)
+        out = out.gather(1, dest[..., None].expand_as(out))  # back where each step came from
+        return (out if self.batch_first else out.transpose(0, 1)), (h[None], c)
+
+    def _final_cell(self, x, out, h0, c0, real, last):
+        """c after each row's last real step, from the inputs and outputs (N, T, *) with the real steps first."""
+        hidden = self.hidden_size
+        h_prev = torch.cat([h0[:, None], out[:, :-1]], 1)
+        a = x @ self.weight_ih_l0[:3 * hidden].t() + h_prev @ self.weight_hh_l0[:3 * hidden].t()
+        if self.bias:
+            a = a + (self.bias_ih_l0[:3 * hidden] + self.bias_hh_l0[:3 * hidden])
+        i, f, g = a[..., :hidden], a[..., hidden:2 * hidden], a[..., 2 * hidden:]
+        log_f = torch.cumsum(F.logsigmoid(f.double()), 1)  # log of f_0 * ... * f_k
+        log_f_last = log_f.gather(1, last[:, None, None].expand(-1, 1, hidden))
+        # c_L = sum_{k<=L} (f_{k+1} ... f_L) i_k g_k + (f_0 ... f_L) c_0
+        decay = torch.where(real[..., None], log_f_last - log_f, float("-inf")).exp()
+        c = (decay * (torch.sigmoid(i) * torch.tanh(g)).double()).sum(1) + log_f_last[:, 0].exp() * c0.double()
+        return c.to(out.dtype)
 
 
 class SentimentLSTM(nn.Module):
@@ -59,7 +96,7 @@ class SentimentLSTM(nn.Module):
         require_positive("model.net.", vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size)
         self.config = {"vocab_size": vocab_size, "embed_dim": embed_dim, "hidden_size": hidden_size}
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
-        self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True)
+        self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True, final_cell=False)  # the head reads h only
         self.head = nn.Linear(hidden_size, 1)
         self.reset_parameters()
 

@@ -51,13 +51,64 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
             require_cuda()
         from xla_train.runtime.checkpoint_io import AtomicCheckpointIO  # Lightning's plugin base: imported only to train
 
-        kwargs = {"accelerator": kind, "devices": devices, "plugins": [AtomicCheckpointIO()]}
+        kwargs = {"accelerator": kind, "devices": _lightning_devices(kind, devices), "plugins": [AtomicCheckpointIO()]}
         if strategy != "auto":
-            kwargs["strategy"] = strategy
+            kwargs["strategy"] = _lightning_strategy(kind, strategy)
         return HardwarePlan(kind, kwargs)
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
     plan.trainer_kwargs["strategy"].steps_per_execution = steps_per_execution
     return plan
+
+
+def _lightning_devices(kind: str, devices, gpus: int | None = None):
+    """devices= for Lightning's own cpu/gpu accelerators, checked here so a bad value is one line, not
+    Lightning's TypeError. -1 means all, as in Lightning (and on the XLA paths); on the CPU that is one process.
+    `gpus`: the CUDA devices visible (asked of torch when None)."""
+    if devices in ("auto", None, -1, "-1"):
+        return "auto" if kind == "cpu" or devices in ("auto", None) else -1
+    how = "a number of processes of at least 1, or auto" if kind == "cpu" else \
+        "a number of GPUs of at least 1, GPU indices like 0,1 or [0,1], -1 or auto for all"
+    chosen = None
+    if isinstance(devices, bool):
+        pass
+    elif isinstance(devices, int) or (isinstance(devices, str) and devices.strip().lstrip("-").isdigit()):
+        chosen = int(devices)
+        if chosen < 1:
+            raise HardwareError(f"devices={chosen} must be at least 1; use {how}")
+    elif kind == "gpu":
+        indices = devices.split(",") if isinstance(devices, str) else devices
+        def index(i) -> bool:
+            if isinstance(i, str):
+                return i.strip().isdigit()
+            return isinstance(i, int) and not isinstance(i, bool) and i >= 0
+
+        if isinstance(indices, (list, tuple)) and indices and all(index(i) for i in indices):
+            chosen = [int(i) for i in indices]
+    if chosen is None:
+        raise HardwareError(f"devices={devices!r} is not a device count; use {how}")
+    if kind == "gpu":
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        if (max(chosen) + 1 if isinstance(chosen, list) else chosen) > gpus:
+            raise HardwareError(f"devices={devices} but this machine has {gpus} CUDA GPU(s); use 1 to {gpus} of "
+                                f"them (indices 0 to {gpus - 1}), or auto")
+    return chosen
+
+
+def _lightning_strategy(kind: str, strategy):
+    """strategy= for the cpu/gpu accelerators: a name Lightning registers (ddp, fsdp, ...) or a Strategy object."""
+    if not isinstance(strategy, str):
+        return strategy
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    names = [n for n in StrategyRegistry.available_strategies() if "xla" not in n and "tpu" not in n]
+    if strategy.lower() not in names:
+        main = [n for n in names if "find_unused" not in n and "_stage" not in n]  # variants of these
+        raise ConfigError(f"strategy={strategy!r} cannot run on accelerator={kind}; use auto or one of Lightning's "
+                          f"strategies: {', '.join(main)} (or their variants, such as ddp_find_unused_parameters_true)")
+    return strategy.lower()
 
 
 def xla_precision_plugin(precision):

@@ -26,7 +26,7 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
         raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
     if "inputs" not in pairs and "text" not in pairs:
         raise ConfigError("predict needs inputs=FILE[,FILE...] (images, a folder of them, a .npy array, or .txt "
-                          "reviews) or text=\"a review\"")
+                          "reviews), text=\"a review\", or split=test|val|train (a whole split of the run's data)")
     if "text" in pairs and not pairs["text"].strip():
         raise ConfigError("text= is empty; give the review to classify, e.g. text=\"A wonderful film.\"")
     try:

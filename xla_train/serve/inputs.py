@@ -35,12 +35,23 @@ def expand_paths(specs: list[str], suffixes: set[str] | None = None, what: str |
     return paths
 
 
+def unreadable(path: Path) -> UserError:
+    return UserError(f"{path} cannot be read: permission denied; make it readable (chmod +r) or copy it "
+                     f"somewhere you can read")
+
+
 def read_image(path: Path, size: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as im:
             return np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    except PermissionError:
+        raise unreadable(path) from None
+    except Image.DecompressionBombError as e:  # PIL refuses to decode it: it would take gigabytes of memory
+        raise UserError(f"{path} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
+                        f"decompression-bomb limit); downscale it first (the model reads {size}x{size} images)"
+                        ) from None
     except (UnidentifiedImageError, OSError) as e:
         raise UserError(f"{path} is not a readable image ({type(e).__name__}); use PNG or JPEG files") from None
 
@@ -49,6 +60,8 @@ def read_array(path: Path) -> np.ndarray:
     """A .npy of images: (N, H, W, C) or (H, W, C), C in {1, 3}, or channels-first; uint8 or floats in [0, 1]."""
     try:
         a = np.load(path, allow_pickle=False)
+    except PermissionError:
+        raise unreadable(path) from None
     except (ValueError, OSError) as e:
         raise UserError(f"{path} is not a readable .npy array ({str(e).splitlines()[0]})") from None
     expected = "expected images as (N, H, W, 3) or (N, 3, H, W), uint8 0..255 or float 0..1"
@@ -87,7 +100,10 @@ def read_images(specs: list[str], size: int) -> tuple[list[str], np.ndarray]:
 
 def read_text_file(path: Path) -> str:
     """A file's text; bytes that are not UTF-8 become U+FFFD, as in training. Binary files are refused."""
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except PermissionError:
+        raise unreadable(path) from None
     if b"\x00" in data:
         raise UserError(f"{path} is not a text file (it holds NUL bytes); give reviews as UTF-8 .txt files")
     return data.decode("utf-8", errors="replace")

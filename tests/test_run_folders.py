@@ -1,0 +1,123 @@
+"""Run folders: claimed exclusively, so concurrent fits never share one; logger=tensorboard really writes."""
+import multiprocessing as mp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_env, run_cli
+from xla_train.config import run_folders
+from xla_train.config.run_folders import RunCSVLogger  # imported before the fork: the children start at once
+
+WORKERS, EACH = 6, 4
+
+
+def _claim_with_logger(root: str, barrier, out) -> None:
+    barrier.wait()  # start together, so that each lists the folder before the others create theirs
+    for _ in range(EACH):
+        out.put(RunCSVLogger(root, name="cifar10").log_dir)
+
+
+def test_concurrent_runs_of_one_recipe_never_share_a_version_folder(tmp_path):
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(WORKERS), ctx.Queue()
+    procs = [ctx.Process(target=_claim_with_logger, args=(str(tmp_path), barrier, out)) for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    dirs = [out.get(timeout=60) for _ in range(WORKERS * EACH)]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len(set(dirs)) == WORKERS * EACH
+    made = sorted(p.name for p in (tmp_path / "cifar10").iterdir())
+    assert made == sorted(f"version_{i}" for i in range(WORKERS * EACH))
+
+
+def test_claim_folder_skips_a_number_taken_since_it_listed(tmp_path, monkeypatch):
+    """The retry itself: another process creates version_2 between our listing and our mkdir."""
+    (tmp_path / "version_0").mkdir()
+    (tmp_path / "version_1").mkdir()
+    real_mkdir = Path.mkdir
+
+    def racing_mkdir(self, *args, **kwargs):
+        if self.name == "version_2" and not self.exists():
+            real_mkdir(self)  # the other process wins
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", racing_mkdir)
+    assert run_folders.claim_folder(tmp_path).name == "version_3"
+
+
+def test_a_refused_command_claims_no_folder(tmp_path):
+    """The claim waits for the checks: a missing data set leaves no version_N behind."""
+    proc = run_cli("fit", "recipe=quickstart", "accelerator=cpu", "epochs=1", "batch_size=12", cwd=tmp_path,
+                   check=False, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+BLOCK_TENSORBOARD = """
+import sys, runpy
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tensorboard", "tensorboardX"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Block())
+sys.argv = ["xla_train", *sys.argv[1:]]
+runpy.run_module("xla_train", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_tensorboard_missing_is_one_line_that_says_how_to_install_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", BLOCK_TENSORBOARD, "fit", "recipe=quickstart", "epochs=1",
+                           "accelerator=cpu", "logger=tensorboard"], cwd=tmp_path, env=cli_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "xla_train: error: logger=tensorboard needs the tensorboard package: pip install 'xla_train[tensorboard]' "
+        "(or pip install tensorboard), or use logger=csv")
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_logger_tensorboard_writes_event_files_with_the_metrics(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_cli("fit", "recipe=quickstart", "epochs=1", "accelerator=cpu", "logger=tensorboard",
+            "trainer.limit_train_batches=3", "test_after_fit=false", "predict_samples=0", cwd=tmp_path)
+    folder = tmp_path / "runs" / "quickstart" / "version_0"
+    assert list(folder.glob("events.out.tfevents.*")) and (folder / "checkpoints" / "last.ckpt").is_file()
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    assert {"train_loss", "val_acc"} <= set(scalars), scalars
+    assert 0.0 <= events.Scalars("val_acc")[-1].value <= 1.0
+
+
+def test_evaluations_go_beside_the_run_or_under_runs_dir(tmp_path, monkeypatch):
+    run = tmp_path / "shared" / "cifar10" / "version_3"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("recipe_name: cifar10\n")
+    ckpt = run / "checkpoints" / "last.ckpt"
+    ckpt.write_bytes(b"")
+    mine = tmp_path / "runs"
+    assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == run.resolve()
+    stray = tmp_path / "model.ckpt"
+    assert run_folders.eval_parent(str(mine), "cifar10", str(stray)) == mine / "cifar10"
+    assert run_folders.eval_parent(str(mine), "cifar10", None) == mine / "cifar10"
+    # a run this user cannot write (emulated: tests may run as root, which may write anywhere)
+    real_access = run_folders.os.access
+    monkeypatch.setattr(run_folders.os, "access", lambda p, mode: False if Path(p) == run.resolve() else
+                        real_access(p, mode))
+    assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == mine / "cifar10"
+
+
+def test_a_runs_dir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    with pytest.raises(run_folders.ConfigError, match=f"cannot create a run folder in {tmp_path / 'x'}: permission"):
+        run_folders.claim_folder(tmp_path / "x")

@@ -1,0 +1,105 @@
+"""Where a command's files go: a folder of its own, claimed with an exclusive mkdir.
+
+Lightning's loggers pick `version_N` by listing the folder and adding 1, so two
+fits of one recipe started together can pick the same N and write into one
+folder. Here the folder is created without exist_ok: of two processes that try
+the same N, one gets FileExistsError and takes the next. The claim happens the
+first time the run's folder is asked for (when its config is saved), after
+every input check, so a refused command writes nothing.
+
+fit writes `RUNS/NAME/version_N`. validate and test (and evaluate() in the
+API) measure a checkpoint, they do not train one: their config and metrics go
+beside the checkpoint's run, in `RUNS/NAME/version_N/eval_K`, or for a
+checkpoint outside a run folder (or none, or in a run this user cannot write)
+in `RUNS/NAME/eval_K`. So every `version_N` is a training run, and a run's
+evaluations stay with it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+
+from xla_train.errors import ConfigError
+
+EVAL_PREFIX = "eval_"
+RUN_PREFIX = "version_"
+
+
+def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
+    """root/prefixN with N one more than any there, created here: two processes never get the same one."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        taken = (p.name[len(prefix):] for p in root.glob(f"{prefix}*"))
+        n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
+        while True:
+            try:
+                (root / f"{prefix}{n}").mkdir()
+                return root / f"{prefix}{n}"
+            except FileExistsError:
+                n += 1
+    except PermissionError:
+        raise ConfigError(f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER "
+                          f"you can write") from None
+
+
+class _ClaimedVersion:
+    """A logger whose version folder is claimed by claim_folder on the first process (global rank 0), which
+    is the only one that writes; the others' trainer.log_dir is a broadcast of the first's."""
+
+    def __init__(self, *args, prefix: str = RUN_PREFIX, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._folder_prefix, self._claimed = prefix, None
+
+    @property
+    def version(self):
+        if self._claimed is None:
+            if rank_zero_only.rank != 0:
+                return super().version
+            name = claim_folder(self.root_dir, self._folder_prefix).name
+            # an int keeps Lightning's own "version_N" naming; a string is used as the folder's name
+            self._claimed = int(name[len(RUN_PREFIX):]) if self._folder_prefix == RUN_PREFIX else name
+        return self._claimed
+
+
+class RunCSVLogger(_ClaimedVersion, CSVLogger):
+    pass
+
+
+class RunTensorBoardLogger(_ClaimedVersion, TensorBoardLogger):
+    pass
+
+
+def require_tensorboard() -> None:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        try:
+            import tensorboardX  # noqa: F401  (Lightning's fallback writer)
+        except ImportError:
+            raise ConfigError("logger=tensorboard needs the tensorboard package: pip install 'xla_train[tensorboard]' "
+                              "(or pip install tensorboard), or use logger=csv") from None
+
+
+def eval_parent(runs_dir: str, name: str, ckpt_path: str | None) -> Path:
+    """The run folder a checkpoint was written in (RUNS/NAME/version_N/checkpoints/FILE.ckpt) if this user may
+    write there, else RUNS/NAME."""
+    if ckpt_path:
+        run = Path(ckpt_path).resolve().parent.parent
+        if (Path(ckpt_path).resolve().parent.name == "checkpoints" and (run / "config.yaml").is_file()
+                and os.access(run, os.W_OK | os.X_OK)):  # someone else's run, read-only: results go under runs_dir
+            return run
+    return Path(runs_dir) / name
+
+
+def run_logger(kind: str, runs_dir: str, name: str, command: str | None, ckpt_path: str | None = None):
+    """The logger of a fit (a new version_N) or of a validate/test (a new eval_K beside the checkpoint's run)."""
+    cls = RunTensorBoardLogger if kind == "tensorboard" else RunCSVLogger
+    if kind == "tensorboard":
+        require_tensorboard()
+    if command in ("validate", "test"):
+        return cls(str(eval_parent(runs_dir, name, ckpt_path)), name="", prefix=EVAL_PREFIX)
+    return cls(runs_dir, name=name)

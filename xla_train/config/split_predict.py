@@ -1,0 +1,138 @@
+"""`predict ckpt=PATH split=test|val|train`: a whole split of the checkpoint's own data, on any accelerator.
+
+The recipe and the data settings are the run's own: LightningCLI saved them as
+config.yaml in the run folder that holds checkpoints/, and they are rebuilt
+here through the same path fit takes (config/build.py), so the split is the
+one the run trained and validated on; data_dir= and batch_size= override. A
+text checkpoint encodes the reviews with its own tokenizer, never one rebuilt
+from the data folder. The hardware is runtime.plan's, and the predicting
+itself is training/split_prediction.py's; the table is serve/table.py's.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
+from xla_train.errors import CheckpointError, ConfigError
+
+SPLITS = ("test", "val", "train")
+
+
+def run_config(ckpt: Path) -> Path:
+    """The config.yaml of the run that wrote `ckpt` (runs/NAME/version_N/checkpoints/FILE.ckpt)."""
+    for folder in (ckpt.resolve().parent.parent, ckpt.resolve().parent):
+        if (folder / "config.yaml").is_file():
+            return folder / "config.yaml"
+    raise ConfigError(f"{ckpt} has no saved run config: predicting a split reads the recipe and data settings "
+                      f"from the config.yaml of its run folder (runs/NAME/version_N/), which is not there")
+
+
+def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices="auto",
+                  batch_size: int | None = None, data_dir: str | None = None, out=None, probs: bool = False):
+    """(the CSV written, the SplitPredictions): every sample of `split`, in order, one row each."""
+    from xla_train.serve.table import check_out, default_out, table_text, write_new
+
+    if split not in SPLITS:
+        raise ConfigError(f"split={split!r} is not a split; use split=test, split=val or split=train")
+    ckpt = Path(ckpt)
+    out_path = check_out(out) if out is not None else None
+    loaded = safe_load(ckpt)
+    block, state = read_inference_block(loaded, ckpt), net_state_dict(loaded)
+    config = run_config(ckpt)
+    net, dm = build_from_run(config, ckpt, block, batch_size, data_dir)
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"{ckpt}: its weights do not fit the net of {config} "
+                              f"({str(e).splitlines()[0]})") from None
+    net.eval()
+    inputs, labels = dm.arrays(split)  # a missing or corrupt data set fails here, before anything runs
+
+    from xla_train.runtime.plan import plan_hardware
+    from xla_train.training.split_prediction import predict_arrays
+
+    plan = plan_hardware(accelerator, devices)
+    result = predict_arrays(net, inputs, labels, dm.transform(False), dm.batch_size, plan.trainer_kwargs)
+    text = table_text(result.probs, result.labels, list(block["labels"]), probs)
+    candidates = [out_path] if out_path is not None else default_out(config.parent, split, ckpt)
+    return write_new(candidates, text), result
+
+
+def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_dir=None):
+    """(net, data module) as the run's saved config builds them, the net checked against the checkpoint's."""
+    from xla_train.config.build import build_parts
+
+    overrides = {}
+    if data_dir is not None:
+        overrides["data_dir"] = str(data_dir)
+    if batch_size is not None:
+        overrides["batch_size"] = str(batch_size)
+    import tempfile
+
+    import yaml
+
+    saved = yaml.safe_load(config.read_text()) or {}
+    for key in ("ckpt_path", "weights_only"):  # the subcommand's own options; building the parts runs none
+        saved.pop(key, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        recipe = Path(tmp, "config.yaml")
+        recipe.write_text(yaml.safe_dump(saved))
+        model, dm = build_parts(str(recipe), overrides)
+    net = model.net
+    theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
+    if theirs != ours:
+        raise CheckpointError(f"{ckpt} holds a {theirs[0]} net {theirs[1]}, but its run config {config} builds "
+                              f"a {ours[0]} net {ours[1]}")
+    if block.get("kind") == "text":
+        dm.use_tokenizer(block["tokenizer"])
+    dm.check_net(net)
+    return net, dm
+
+
+KEYS = ("ckpt", "split", "accelerator", "devices", "batch_size", "data_dir", "out")
+
+
+def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
+    """The command line's `predict ... split=`: checks its keys, predicts, says where the table went."""
+    unknown = sorted(set(pairs) - set(KEYS))
+    if unknown:
+        extra = "; give either inputs= or split=, not both" if {"inputs", "text"} & set(unknown) else ""
+        raise ConfigError(f"predict with split= takes {', '.join(k + '=' for k in KEYS)} and --probs; "
+                          f"not {', '.join(unknown)}{extra}")
+    bad_flags = [f for f in flags if f != "--probs"]
+    if bad_flags:
+        raise ConfigError(f"predict with split= does not know {' '.join(bad_flags)}; its flag is --probs")
+    if "ckpt" not in pairs:
+        raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
+    batch_size = None
+    if "batch_size" in pairs:
+        try:
+            batch_size = int(pairs["batch_size"])
+            if batch_size < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
+    path, r = predict_split(pairs["ckpt"], pairs["split"], pairs.get("accelerator", "auto"),
+                            pairs.get("devices", "auto"), batch_size, pairs.get("data_dir"), pairs.get("out"),
+                            "--probs" in flags)
+    from xla_train.serve.table import accuracy
+
+    print(f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
+          f"batch(es) of {r.global_batch} (the last padded)")
+    if "xla" in r.device:
+        print(f"XLA graphs compiled: {r.graphs_first_batch} for the first batch, {r.graphs_after_first_batch} after it")
+    print(f"accuracy {accuracy(r.probs, r.labels):.4f}")
+    print(f"predictions: {path}")
+    return 0
+
+
+def split_data(ckpt, split: str = "test", data_dir: str | None = None):
+    """(transform, raw inputs, labels) of a checkpoint's own split, read and encoded as its run reads them
+    (a text checkpoint's with its own tokenizer): what the benchmarks score a changed model on."""
+    import numpy as np
+
+    ckpt = Path(ckpt)
+    block = read_inference_block(safe_load(ckpt), ckpt)
+    _, dm = build_from_run(run_config(ckpt), ckpt, block, data_dir=data_dir)
+    inputs, labels = dm.arrays(split)
+    return dm.transform(False), inputs, np.asarray(labels, dtype=np.int64)
