@@ -11,6 +11,7 @@ import torch
 from xla_train.data.base import ArrayDataModule
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule
+from xla_train.errors import require_positive
 
 
 class AutocastProbe(pl.Callback):
@@ -42,6 +43,7 @@ class TinyNet(torch.nn.Module):
 
     def __init__(self, num_classes: int = 10):
         super().__init__()
+        require_positive("model.net.", num_classes=num_classes)
         self.config = {"num_classes": num_classes}
         self.body = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.AvgPool2d(4), torch.nn.Flatten(),
                                         torch.nn.Linear(3 * 8 * 8, num_classes))

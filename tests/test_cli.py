@@ -54,6 +54,21 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
     (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
     (["fit"], "which recipe? add recipe=NAME"),
+    # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
+    (["recipe=quickstart", "seed=-1"], "seed_everything: -1 is out of range"),
+    (["recipe=quickstart", "lr=-1"], "model.lr=-1.0 must be positive"),
+    (["recipe=quickstart", "model.weight_decay=-1"], "model.weight_decay=-1.0 must be 0 or more"),
+    (["recipe=quickstart", "data.num_workers=-1"], "num_workers=-1 must be 0"),
+    (["recipe=quickstart", "split_seed=-1"], "split_seed=-1 must be in [0, 2**32)"),
+    (["recipe=quickstart", "val_fraction=1"], "val_fraction=1.0 must be in [0, 1)"),
+    (["recipe=quickstart", "data.test_fraction=1.5"], "test_fraction=1.5 must be in (0, 1)"),
+    (["recipe=quickstart", "trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches: not of type"),
+    (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
+    (["recipe=quickstart", "model.net.num_classes=-1"], "model.net.num_classes=-1 must be at least 1"),
+    (["recipe=cifar10", "model.dropout=2"], "model.net.dropout=2.0 must be in [0, 1)"),
+    (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
+    (["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],
+     "the net has 1 output class(es) but the data 10 labels; set model.net.num_classes=10"),
 ])
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)

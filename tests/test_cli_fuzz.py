@@ -1,6 +1,7 @@
 """Random command lines end in a parsed config or a one-line usage error, never a traceback."""
 import os
 
+import lightning.pytorch  # noqa: F401  imported outside capsys: its log handler keeps the stderr of its import
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -73,7 +74,9 @@ SETTINGS = st.dictionaries(st.sampled_from(sorted(BUILD_KEYS)), st.just(None), m
                                         for k in keys}))
 
 
-@settings(max_examples=int(os.environ.get("XLA_TRAIN_FUZZ_EXAMPLES", 25)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomized: the default suite runs the same examples each time. Many examples in one process once ended
+# in a segfault (120 examples, 2026-11-23; not reproduced on the next run): XLA_TRAIN_FUZZ_EXAMPLES=N explores.
+@settings(max_examples=int(os.environ.get("XLA_TRAIN_FUZZ_EXAMPLES", 25)), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(SETTINGS)
 def test_random_settings_build_and_run_one_step_or_fail_in_one_line(tmp_path_factory, monkeypatch, capsys, pairs):
     """fit with fast_dev_run on the offline digits and a tiny net: every value reaches the hardware plan, the

@@ -160,12 +160,14 @@ def test_resnet_checkpoint_predicts_on_cpu_alike_at_batch_sizes_1_and_64(resnet_
     predictor = load_for_inference(run / "checkpoints" / "last.ckpt")
     assert isinstance(predictor.model, CifarResNet) and predictor.model.config["depth"] == 20
     assert not predictor.model.training
-    images, labels = CIFAR10DataModule(data_dir=str(cifar_root), download=False).arrays("val")
-    one = predictor.probabilities(images[:64], batch_size=1)
-    many = predictor.probabilities(images[:64], batch_size=64)
+    dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False)
+    test_images, _ = dm.arrays("test")
+    one = predictor.probabilities(test_images[:64], batch_size=1)
+    many = predictor.probabilities(test_images[:64], batch_size=64)
     assert one.shape == many.shape == (64, 10)
     torch.testing.assert_close(one, many, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(many.sum(1), torch.ones(64))
+    images, labels = dm.arrays("val")  # the fixture's 20 held-out validation images
     # The CPU serves the accuracy XLA measured on the same split at the same (last) epoch.
     acc = (predictor.probabilities(images).argmax(1).numpy() == np.asarray(labels)).mean()
     assert acc == pytest.approx(epoch_value(metrics_rows(run), "val_acc")[1], abs=1e-6)

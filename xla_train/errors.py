@@ -37,3 +37,16 @@ def find_user_error(exc: BaseException | None) -> UserError | None:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def require_positive(prefix: str, **sizes: int) -> None:
+    """A layer size of 0 or less: one line naming the key, not torch's 'negative dimension' traceback."""
+    for name, value in sizes.items():
+        if value < 1:
+            raise ConfigError(f"{prefix}{name}={value} must be at least 1")
+
+
+def require_probability(prefix: str, **rates: float) -> None:
+    for name, value in rates.items():
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"{prefix}{name}={value} must be in [0, 1)")

@@ -53,12 +53,15 @@ def one_line(message: str) -> str:
     lines = [ln.strip(" -") for ln in message.strip().splitlines() if ln.strip(" -")]
     key = ".".join(re.findall(r'Parser key "([^"]+)"', message))
     expected = next((ln for ln in lines if ln.startswith("Expected")), None)
+    reason = next((ln for ln in lines if ln.startswith("Not of type")), None)
+    given = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
+    if key and reason and given and "does not conform to restriction" in reason:  # a union with a range (seed)
+        return f"{key}: {given} is out of range ({reason.split(': ', 1)[-1]})"
     if key and expected:
         expected, _, got = expected.partition(". Got value: ")
         got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
         expected = re.sub(r"^Expected (a )?", "expected ", expected)
         return f"{key}: {expected}" + (f", got {got!r}" if got else "")
-    reason = next((ln for ln in lines if ln.startswith("Not of type")), None)
     if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."
         return f"{key}: {reason[0].lower()}{reason[1:]}"
     return lines[0] if lines else "invalid arguments"

@@ -5,12 +5,16 @@ anything that has torch: the same class trains on a TPU and predicts on a laptop
 """
 from torch import nn
 
+from xla_train.errors import require_positive, require_probability
+
 
 class CifarCNN(nn.Module):
     arch = "cnn"
 
     def __init__(self, num_classes: int = 10, dropout: float = 0.25, dense_dropout: float = 0.5):
         super().__init__()
+        require_positive("model.net.", num_classes=num_classes)
+        require_probability("model.net.", dropout=dropout, dense_dropout=dense_dropout)
         self.config = {"num_classes": num_classes, "dropout": dropout, "dense_dropout": dense_dropout}
         self.features = nn.Sequential(
             nn.BatchNorm2d(3),

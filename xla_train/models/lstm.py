@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xla_train.errors import require_positive
+
 PAD_ID = 0
 
 
@@ -91,6 +93,7 @@ class SentimentLSTM(nn.Module):
 
     def __init__(self, vocab_size: int = 10000, embed_dim: int = 128, hidden_size: int = 32):
         super().__init__()
+        require_positive("model.net.", vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size)
         self.config = {"vocab_size": vocab_size, "embed_dim": embed_dim, "hidden_size": hidden_size}
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
         self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True, final_cell=False)  # the head reads h only

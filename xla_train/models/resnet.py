@@ -15,7 +15,7 @@ from typing import Literal
 import torch.nn.functional as F
 from torch import nn
 
-from xla_train.errors import ConfigError
+from xla_train.errors import ConfigError, require_positive
 
 SHORTCUTS = ("A", "B")
 
@@ -68,6 +68,7 @@ class CifarResNet(nn.Module):
 
     def __init__(self, depth: int = 20, num_classes: int = 10, shortcut: Literal["A", "B"] = "A"):
         super().__init__()
+        require_positive("model.net.", num_classes=num_classes)
         n = blocks_per_stage(depth)
         if shortcut not in SHORTCUTS:
             raise ConfigError(f"shortcut={shortcut!r} is not known; use A (zero-padded identity, "
