@@ -10,17 +10,15 @@ a default, decided by `choose` below and said in the run report, and each
 key (`precision=`, `channels_last=`, `compile=`) wins over it. An explicit
 `precision=32 channels_last=false compile=false` is the fp32 eager path.
 
-compile=auto compiles only where compiled steps were measured to be faster
-and only when the run is long enough for the first compile to pay back:
-steps x saving per step >= compile seconds. Counted in samples, since the
-saving grows with the batch and the compile does not, that is at least
-COMPILE_PAYBACK_SAMPLES samples. On a CPU with AMX, issue 18's figures (CNN,
-batch 128: 10 s compile, 0.23 ms saved per sample) break even near 43,000
-samples, doubled here for margin. On this project's reference machine (an
-AMD EPYC with AVX512-BF16 but no AMX) compiled steps were no faster than
-eager ones (README, "The CPU and GPU fallback"), so a CPU without AMX never
-compiles by default. GPUs take the same sample rule, not yet measured. Runs
-under it (the quickstart, every test) stay eager. Weights stay float32 and the compiled wrapper lives outside the state
+compile=auto compiles only when the run is long enough for the first compile
+to pay back: steps x saving per step >= compile seconds. Counted in samples,
+since the saving grows with the batch and the compile does not, that is at
+least COMPILE_PAYBACK_SAMPLES samples: the README's CPU fallback table breaks
+even at about 16,000 samples for the ResNet-20 and issue 18's Xeon figures at
+43,000 for the CNN; the constant doubles the larger for margin (a cold
+compile on a busy machine took over twice its quiet time). GPUs take the same
+rule, not yet measured. Runs under it (the quickstart, every test) stay
+eager. Weights stay float32 and the compiled wrapper lives outside the state
 dict (`nn.Module.compile` compiles in place), so checkpoints load as before.
 """
 from __future__ import annotations
@@ -36,7 +34,7 @@ from xla_train import compat
 from xla_train.errors import ConfigError
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matrix arithmetic
-COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above)
+COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above and README)
 CompileSetting = bool | str  # True, False or "auto"
 
 
@@ -111,9 +109,6 @@ def choose(kind: str, precision=None, compile: CompileSetting = "auto",
     why["channels_last"] = "default: conv nets only" if channels_last == "auto" else "channels_last= as given"
     why["compile"] = (f"default: compiles when the run trains >= {COMPILE_PAYBACK_SAMPLES:,} samples"
                       if compile == "auto" else "compile= as given")
-    if compile == "auto" and kind == "cpu" and cpu_bf16_flag() != "amx_bf16":
-        compile = False
-        why["compile"] = "default: compiled steps were not faster on a CPU without AMX"
     return FastPath(precision, channels_last, compile, why)
 
 
