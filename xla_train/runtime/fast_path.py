@@ -2,8 +2,8 @@
 
 `accelerator=cpu|gpu` is plain PyTorch, so its speed depends on three knobs
 that users rarely know: bf16 autocast, which only pays where the hardware
-multiplies bf16 natively (on a CPU without it, autocast emulates bf16 and is
-slower than fp32); channels_last, which lets oneDNN and cuDNN pick their
+multiplies bf16 natively (without it autocast emulates bf16, which can cost
+more than it saves); channels_last, which lets oneDNN and cuDNN pick their
 fastest convolutions; and torch.compile (inductor), which fuses the small
 ops between them but costs a first compile of seconds to minutes. Each has
 a default, decided by `choose` below and said in the run report, and each
