@@ -10,15 +10,18 @@ a default, decided by `choose` below and said in the run report, and each
 key (`precision=`, `channels_last=`, `compile=`) wins over it. An explicit
 `precision=32 channels_last=false compile=false` is the fp32 eager path.
 
-compile=auto compiles only when the run is long enough for the first compile
-to pay back: steps x saving per step >= compile seconds. Counted in samples,
-since the saving grows with the batch and the compile does not, that is at
-least COMPILE_PAYBACK_SAMPLES samples: the README's CPU fallback table breaks
-even at about 16,000 samples for the ResNet-20 and issue 18's Xeon figures at
-43,000 for the CNN; the constant doubles the larger for margin (a cold
-compile on a busy machine took over twice its quiet time). GPUs take the same
-rule, not yet measured. Runs under it (the quickstart, every test) stay
-eager. Weights stay float32 and the compiled wrapper lives outside the state
+compile=auto compiles only where compiled steps were measured faster, and
+only when the run is long enough for the first compile to pay back: steps x
+saving per step >= compile seconds. Counted in samples, since the saving
+grows with the batch and the compile does not, that is at least
+COMPILE_PAYBACK_SAMPLES samples: issue 18's figures on a Xeon with AMX (CNN,
+batch 128: 10 s compile, 0.23 ms saved per sample) break even near 43,000,
+doubled for margin. On this project's reference machine (AMD EPYC with
+AVX512-BF16, no AMX) compiled steps were slower than bf16 + channels_last
+eager for both the CNN and the ResNet-20 on a quiet machine (README, "The CPU
+and GPU fallback"), so a CPU without AMX stays eager by default. GPUs take
+the sample rule, not yet measured. Runs under it (the quickstart, every
+test) stay eager. Weights stay float32 and the compiled wrapper lives outside the state
 dict (`nn.Module.compile` compiles in place), so checkpoints load as before.
 """
 from __future__ import annotations
@@ -109,6 +112,9 @@ def choose(kind: str, precision=None, compile: CompileSetting = "auto",
     why["channels_last"] = "default: conv nets only" if channels_last == "auto" else "channels_last= as given"
     why["compile"] = (f"default: compiles when the run trains >= {COMPILE_PAYBACK_SAMPLES:,} samples"
                       if compile == "auto" else "compile= as given")
+    if compile == "auto" and kind == "cpu" and cpu_bf16_flag() != "amx_bf16":
+        compile = False
+        why["compile"] = "default: compiled steps were not faster on a CPU without AMX"
     return FastPath(precision, channels_last, compile, why)
 
 
