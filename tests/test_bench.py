@@ -305,3 +305,18 @@ def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
     assert any(ln.split(",")[0] == "1" for ln in fit.read_text().splitlines())
     assert "validation accuracy by epoch" in proc.stdout
     png_text(run / "val_acc_by_epoch.png")
+
+
+def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tiny_recipe, tmp_path):
+    """The fast path's knobs as lists (runtime/fast_path.py): one cell each, recording what it ran with."""
+    run_cli("bench", f"recipe={tiny_recipe}", "accelerators=cpu", "batch_sizes=8", "precision=32,bf16-mixed",
+            "compile=false", "channels_last=true", "steps=2", "warmup=1", cwd=tmp_path, timeout=300)
+    run = tmp_path / "runs" / "bench" / "version_0"
+    _, rows = read_table(run / "bench.csv")
+    assert [(r["precision"], r["compile"], r["channels_last"]) for r in rows] == [
+        ("32", "False", "True"), ("bf16-mixed", "False", "True")], rows
+    assert all(not r["error"] and float(r["step_ms"]) > 0 and r["compiles"] == "" for r in rows), rows
+    md = (run / "bench.md").read_text()
+    assert "| precision |" in md and "| channels_last |" not in md  # only the keys that vary get a column
+    assert sorted(p.stem for p in (run / "cells").glob("*.json")) == ["cpu-d1-b8-32-nocompile-cl",
+                                                                      "cpu-d1-b8-bf16-mixed-nocompile-cl"]

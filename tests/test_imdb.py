@@ -434,8 +434,9 @@ def xla_run(cli_root, tmp_path_factory):
 @pytest.fixture(scope="module")
 def cpu_run(cli_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("imdb_cpu")
-    run_cli(*FIT, "accelerator=cpu", "batch_size=64", "epochs=1", "test_after_fit=false", f"data_dir={cli_root}",
-            cwd=work)
+    # precision=32: compared with the XLA run's float32 losses (the CPU's default may be bf16, runtime/fast_path.py)
+    run_cli(*FIT, "accelerator=cpu", "precision=32", "batch_size=64", "epochs=1", "test_after_fit=false",
+            f"data_dir={cli_root}", cwd=work)
     return work / "runs" / "imdb" / "version_0"
 
 

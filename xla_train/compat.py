@@ -243,6 +243,35 @@ def mark_optimizer_stepped(optimizer) -> None:
 
 # --- torch, torchvision, Python -------------------------------------------------------------------------------
 
+_INDUCTOR_COMPILES: list | None = None
+
+
+def inductor_compile_clock():
+    """A function returning (compilations, seconds) of torch.compile so far in this process.
+
+    torch._dynamo.callback's on_compile_start/on_compile_end (torch 2.9) bracket each compilation, nested ones
+    counted once: a frame that Dynamo traces and inductor compiles, and the backward graph that AOTAutograd
+    compiles lazily at the first backward (CallbackTrigger.LAZY_BACKWARD). Installed once per process."""
+    global _INDUCTOR_COMPILES
+    if _INDUCTOR_COMPILES is None:
+        import time
+
+        from torch._dynamo.callback import on_compile_end, on_compile_start
+
+        _INDUCTOR_COMPILES = totals = [0, 0.0, 0.0]  # count, seconds, start of the open compilation
+
+        def start(_args) -> None:
+            totals[2] = time.perf_counter()
+
+        def end(_args) -> None:
+            totals[0] += 1
+            totals[1] += time.perf_counter() - totals[2]
+
+        on_compile_start(start)
+        on_compile_end(end)
+    return lambda: (_INDUCTOR_COMPILES[0], _INDUCTOR_COMPILES[1])
+
+
 def batch_norm_base():
     """torch.nn.modules.batchnorm._BatchNorm: the base of BatchNorm1d/2d/3d (and SyncBatchNorm's)."""
     from torch.nn.modules.batchnorm import _BatchNorm

@@ -5,6 +5,7 @@
     python -m xla_train bench lstm maxlens=100,200,500                                 (the scan's compile time)
     python -m xla_train bench pipeline recipe=quickstart progress_every=0,10 rounds=2   (the live bar's cost)
     python -m xla_train bench recipe=quickstart accelerators=xla batch_sizes=32 steps_per_execution=1,8
+    python -m xla_train bench recipe=cifar10 accelerators=cpu batch_sizes=128 precision=32,bf16-mixed compile=false,true
 
 Each cell (bench/timing.py says how it is timed) records the first step (trace
 and compile on XLA), the steady step as the median of the timed steps,
@@ -14,7 +15,9 @@ peak host and device memory. With rounds>1 the
 grid runs again in reverse order, so that a slow spell on a shared machine
 falls on every cell, and the steps of all rounds are pooled. A cell that fails
 (out of memory at a large batch, say) is recorded with its error and the rest
-go on. This process never starts an XLA runtime: on a TPU only one process at a
+go on. On cpu and gpu, precision=, compile= and channels_last= (lists too) set
+runtime/fast_path.py's knobs, and each cell records what it ran with (its
+default when a key is left unset). This process never starts an XLA runtime: on a TPU only one process at a
 time may hold the chips, and each cell needs them.
 """
 from __future__ import annotations
@@ -37,9 +40,11 @@ from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerat
 Accelerator = Literal["cpu", "gpu", "tpu", "xla"]
 DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
+Setting = Union[bool, Literal["auto"]]
+FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
 COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "steps_per_execution",
            "progress_every", "data",
-           "precision", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
+           "precision", "compile", "channels_last", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
            "timed_host_syncs", "step_ms", "step_ms_mean", "host_ms_per_step", "device_ms_per_step", "host_bound",
            "split_steps", "samples_per_s", "train_size", "train_size_source",
            "steps_per_epoch", "epoch_s", "host_peak_mb", "device_peak_mb", "threads", "error"]
@@ -98,11 +103,12 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
           batch_sizes: list[PositiveInt] = [32, 128, 512, 1024], devices: list[DeviceCount] = [1],
           progress_every: list[NonNegativeInt] = [0], steps_per_execution: list[PositiveInt] = [1],
           steps: PositiveInt = 20, warmup: PositiveInt = 3,
-          rounds: PositiveInt = 1, precision: Optional[str] = None, data: Data = "synthetic",
+          rounds: PositiveInt = 1, precision: Optional[list[Union[int, str]]] = None,
+          compile: list[Setting] = ["auto"], channels_last: list[Setting] = ["auto"], data: Data = "synthetic",
           chart_batch: Optional[PositiveInt] = None, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
           overrides: Optional[dict] = None, grid: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
-    """Every accelerator x devices x batch size (x live-bar refresh, x steps per execution on XLA, x any recipe
-    key in `grid`) of a recipe."""
+    """Every accelerator x devices x batch size (x live-bar refresh, x steps per execution on XLA, x precision,
+    x compile and channels_last on cpu/gpu, x any recipe key in `grid`) of a recipe."""
     from tqdm import tqdm
 
     accelerators = check_accelerators(accelerators)
@@ -113,16 +119,20 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
     n_train, source = train_size(dm)
     run_dir = report.new_run_dir(runs_dir)
     cells = {}
-    for a, d, b, p, k, *values in itertools.product(accelerators, devices, batch_sizes, progress_every,
-                                                     steps_per_execution, *grid.values()):
+    for a, d, b, p, k, prec, comp, cl, *values in itertools.product(
+            accelerators, devices, batch_sizes, progress_every, steps_per_execution, precision or [None], compile,
+            channels_last, *grid.values()):
         d = 1 if a == "cpu" else d
         k = 1 if a in ("cpu", "gpu") else k  # K steps as one program is for XLA
+        comp, cl = ("auto", "auto") if a in ("tpu", "xla") else (comp, cl)  # XLA compiles the step itself
         keys = dict(zip(grid, map(str, values)))
         name = (f"{a}-d{d}-b{b}" + (f"-k{k}" if k > 1 else "") + (f"-p{p}" if p else "")
+                + (f"-{prec}" if prec else "") + _flag("compile", comp) + _flag("cl", cl)
                 + "".join(f"-{n}{v}" for n, v in keys.items()))
         cells[name] = {"recipe": recipe, "overrides": {**overrides, **keys}, "accelerator": a, "devices": d,
-                       "batch": b, "progress_every": p, "steps_per_execution": k, "precision": precision,
-                       "warmup": warmup, "steps": steps, "data": data, **keys}
+                       "batch": b, "progress_every": p, "steps_per_execution": k, "precision": prec,
+                       "compile": comp, "channels_last": cl, "warmup": warmup, "steps": steps, "data": data,
+                       **keys}
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
     results = run_rounds(cells, run_dir, rounds, timeout, note=lambda line: (bar.update(), bar.write(line)))
     bar.close()
@@ -137,6 +147,11 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
         rows.append(row)
     write_sweep(run_dir, rows, locals(), n_train, source, list(grid))
     return (0 if any(r.get("step_ms") is not None for r in rows) else 1), run_dir
+
+
+def _flag(name: str, value) -> str:
+    """A cell name's part for a cpu/gpu knob: nothing for auto, -NAME for on, -noNAME for off."""
+    return "" if value == "auto" else f"-{name}" if value else f"-no{name}"
 
 
 def table_row(r: dict, grid: list[str]) -> list:
@@ -158,6 +173,7 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     for key in ("progress_every", "steps_per_execution"):
         if len(opts[key]) > 1:
             grid = [key, *grid]
+    grid += [key for key in FAST_KEYS if len(opts[key] or []) > 1]
     names = {"progress_every": "bar every", "steps_per_execution": "steps/execution"}
     headers = HEADERS[:3] + [names.get(k, k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
@@ -165,13 +181,15 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     table = [table_row(r, grid) for r in rows]
     data = sorted({r["data"] for r in rows if r.get("data")})
     notes = [f"recipe {opts['recipe']}" + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
-             + (f", precision {opts['precision']}" if opts["precision"] else ""),
+             + (f", precision {opts['precision'][0]}" if len(opts["precision"] or []) == 1 else ""),
              f"step ms: median of {opts['steps']} timed steps after {opts['warmup']} warm-up steps"
              + (f", x {opts['rounds']} rounds in alternating order" if opts["rounds"] > 1 else "")
              + f", pipelined as in training; samples/s = batch / step; epoch s = {n_train:,} training samples "
                f"({source}) // batch x step",
-             "first step: the first training step to the end of its execution (on XLA: trace + compile + run); "
-             "compiles: XLA graphs compiled in the cell (- for eager CPU)",
+             "first step: the first training step to the end of its execution (on XLA: trace + compile + run; "
+             "with compile: torch.compile's forward, and its backward, which compiles at the first backward); "
+             "compiles: XLA graphs compiled in the cell, or with compile on cpu/gpu torch.compile's (inductor) "
+             "compilations and their seconds (- for eager)",
              "host ms / device ms: medians of split steps run after the timed ones, each started on an idle device: "
              "host = fetch, hooks, trace and sync up to dispatch; device = the wait for the execution after it "
              "(- for eager CPU, where the host does everything); host-bound: host ms >= device ms, so the "

@@ -181,6 +181,7 @@ class Loop:
         self.spec = spec
 
     def run(self) -> dict:
+        from xla_train import compat
         from xla_train.bench.data import use_data
         from xla_train.bench.report import cpu_model
         from xla_train.config.build import build_parts
@@ -190,15 +191,22 @@ class Loop:
         s = self.spec
         accelerator = s["accelerator"]
         plan = plan_hardware(accelerator, 1 if accelerator == "cpu" else s.get("devices", 1), "auto",
-                             s.get("precision"), steps_per_execution=s.get("steps_per_execution", 1))
+                             s.get("precision"), steps_per_execution=s.get("steps_per_execution", 1),
+                             compile=s.get("compile", "auto"), channels_last=s.get("channels_last", "auto"))
         model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
         self.k = s.get("steps_per_execution", 1)
         self.total = sum(units(s["warmup"], s["steps"], accelerator, self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
+        inductor = compat.inductor_compile_clock()
         watch = self.steps(plan, model, dm)
         out = watch.result()
+        fp = plan.fast_path
+        if fp is not None:  # what the cell ran with, its defaults resolved (runtime/fast_path.py)
+            out.update(precision=fp.precision, compile=fp.compile, channels_last=fp.channels_last)
+            if fp.compile:
+                out["compiles"], out["compile_s"] = inductor()
         out.update(device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""), devices=n,
                    global_batch=s["batch"] * n, data=data, samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
                    device_peak_mb=device_peak_mb(watch.device))
@@ -215,6 +223,7 @@ class LightningLoop(Loop):
         import lightning.pytorch as pl
         from typing_extensions import override
 
+        from xla_train.runtime.fast_path import FastPathCallback
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
 
@@ -235,11 +244,12 @@ class LightningLoop(Loop):
 
         clock = Clock()
         callbacks = [CompileAccounting()] if plan.is_xla else []
+        if plan.fast_path is not None:
+            callbacks.append(FastPathCallback(plan.fast_path))
         if s.get("progress_every"):  # the live bar as a terminal would get it, drawn into nothing
             callbacks.append(KerasProgress(s["progress_every"], stream=_Terminal()))
-        kwargs = {"precision": s["precision"]} if s.get("precision") else {}
         with tempfile.TemporaryDirectory(prefix="xla_train-bench-") as tmp:
-            pl.Trainer(**{**kwargs, **plan.trainer_kwargs}, callbacks=[*callbacks, clock], max_epochs=1,
+            pl.Trainer(**plan.trainer_kwargs, callbacks=[*callbacks, clock], max_epochs=1,
                        limit_train_batches=self.total, limit_val_batches=0, num_sanity_val_steps=0,
                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
                        enable_model_summary=False, use_distributed_sampler=False,

@@ -8,7 +8,7 @@ write theirs beside the checkpoint's run (config/run_folders.py).
 from __future__ import annotations
 
 import logging
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -22,9 +22,11 @@ from xla_train.config.run_folders import run_logger
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError, ConfigError
+from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware
 from xla_train.serve.predictor import load_for_inference
 from xla_train.training.compile_guard import CompileAccounting
+from xla_train.training.hooks import publish
 from xla_train.training.module import Classifier
 from xla_train.training.progress import KerasProgress
 from xla_train.training.report import RunReport
@@ -79,6 +81,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
         parser.add_argument("--steps_per_execution", type=PositiveInt, default=1,
                             help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
+        parser.add_argument("--compile", type=Union[bool, Literal["auto"]], default="auto",
+                            help="cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)")
+        parser.add_argument("--channels_last", type=Union[bool, Literal["auto"]], default="auto",
+                            help="cpu/gpu: channels_last weights and image batches (auto: for conv nets)")
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
         compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed
@@ -98,7 +104,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
                              t.get("strategy", "auto"), t.get("precision"), self.setting("compile_cache"),
                              num_nodes=t.get("num_nodes", 1),
-                             steps_per_execution=self.setting("steps_per_execution") or 1)
+                             steps_per_execution=self.setting("steps_per_execution") or 1,
+                             compile=self.setting("compile"), channels_last=self.setting("channels_last"))
         kwargs.update(plan.trainer_kwargs)
         name = self.setting("recipe_name")
         if t.get("logger") in (None, True):  # fit: a new version_N; validate/test: eval_K beside the checkpoint's run
@@ -113,7 +120,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         self.preemption = Preemption()
         # The live bar reads the device mid-epoch on host 0 only; hosts that share one SPMD program must not differ.
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
-        callbacks += [RunReport(plan.kind), RngState(), self.last_checkpoint, self.preemption, KerasProgress(every)]
+        if plan.fast_path is not None:
+            callbacks.append(FastPathCallback(plan.fast_path, publish))
+        callbacks += [RunReport(plan.kind, plan.fast_path), RngState(), self.last_checkpoint, self.preemption,
+                      KerasProgress(every)]
         kwargs["callbacks"] = callbacks
         try:
             return super().instantiate_trainer(**kwargs)

@@ -6,7 +6,9 @@ strategy, for several SPMD data parallelism over all of them in one process
 (or, on a TPU and on request, Lightning's one process per device); on a pod
 slice, one SPMD program over every device of every host, one process per host.
 `cpu` and `gpu` are plain Lightning (several nodes: its DDP, under torchrun or
-SLURM); `auto` takes a TPU if the PCI bus has one, then a GPU, then the CPU.
+SLURM), with the precision, memory format and torch.compile setting that
+runtime/fast_path.py picks for the hardware; `auto` takes a TPU if the PCI
+bus has one, then a GPU, then the CPU.
 Every choice writes checkpoints through the same atomic writer.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
+from xla_train.runtime import fast_path as fast
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.probe import require_cuda, resolve_accelerator
 
@@ -26,6 +29,7 @@ class HardwarePlan:
     kind: str
     trainer_kwargs: dict
     spmd_hosts: int = 1  # hosts that run one SPMD program in lockstep: a device read on one host alone would hang
+    fast_path: fast.FastPath | None = None  # cpu and gpu: precision, channels_last, torch.compile
 
     @property
     def is_xla(self) -> bool:
@@ -33,7 +37,8 @@ class HardwarePlan:
 
 
 def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
-                  compile_cache: str | None = None, num_nodes=1, steps_per_execution: int = 1) -> HardwarePlan:
+                  compile_cache: str | None = None, num_nodes=1, steps_per_execution: int = 1,
+                  compile: fast.CompileSetting = "auto", channels_last: fast.CompileSetting = "auto") -> HardwarePlan:
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
     if not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1:
@@ -51,10 +56,13 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
             require_cuda()
         from xla_train.runtime.checkpoint_io import AtomicCheckpointIO  # Lightning's plugin base: imported only to train
 
-        kwargs = {"accelerator": kind, "devices": _lightning_devices(kind, devices), "plugins": [AtomicCheckpointIO()]}
+        path = fast.choose(kind, precision, compile, channels_last)
+        kwargs = {"accelerator": kind, "devices": _lightning_devices(kind, devices), "plugins": [AtomicCheckpointIO()],
+                  "precision": path.precision}
         if strategy != "auto":
             kwargs["strategy"] = _lightning_strategy(kind, strategy)
-        return HardwarePlan(kind, kwargs)
+        return HardwarePlan(kind, kwargs, fast_path=path)
+    fast.refuse_on_xla(kind, compile, channels_last)
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
     plan.trainer_kwargs["strategy"].steps_per_execution = steps_per_execution
     return plan

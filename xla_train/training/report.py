@@ -14,8 +14,8 @@ from xla_train.training.hooks import EpochCallback, publish
 
 
 class RunReport(EpochCallback):
-    def __init__(self, hardware: str) -> None:
-        self.hardware = hardware
+    def __init__(self, hardware: str, fast_path=None) -> None:
+        self.hardware, self.fast_path = hardware, fast_path
         self._t0 = 0.0
         self._samples = 0
         self._train_s: float | None = None
@@ -27,6 +27,8 @@ class RunReport(EpochCallback):
             hosts = f" on each of {trainer.num_nodes} hosts" if trainer.num_nodes > 1 else ""
             print(f"run folder: {folder}  (accelerator {self.hardware}, "
                   f"{trainer.num_devices} device(s){hosts})", flush=True)
+            if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
+                print(f"fast path: {self.fast_path.summary()}", flush=True)
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:

@@ -1,0 +1,193 @@
+"""The eager CPU and GPU fallback at the hardware's speed: precision, memory format and torch.compile, decided here.
+
+`accelerator=cpu|gpu` is plain PyTorch, so its speed depends on three knobs
+that users rarely know: bf16 autocast, which only pays where the hardware
+multiplies bf16 natively (without it autocast emulates bf16, which can cost
+more than it saves); channels_last, which lets oneDNN and cuDNN pick their
+fastest convolutions; and torch.compile (inductor), which fuses the small
+ops between them but costs a first compile of seconds to minutes. Each has
+a default, decided by `choose` below and said in the run report, and each
+key (`precision=`, `channels_last=`, `compile=`) wins over it. An explicit
+`precision=32 channels_last=false compile=false` is the fp32 eager path.
+
+compile=auto compiles only where compiled steps were measured faster, and
+only when the run is long enough for the first compile to pay back: steps x
+saving per step >= compile seconds. Counted in samples, since the saving
+grows with the batch and the compile does not, that is at least
+COMPILE_PAYBACK_SAMPLES samples: issue 18's figures on a Xeon with AMX (CNN,
+batch 128: 10 s compile, 0.23 ms saved per sample) break even near 43,000,
+doubled for margin. On this project's reference machine (AMD EPYC with
+AVX512-BF16, no AMX) compiled steps were slower than bf16 + channels_last
+eager for both the CNN and the ResNet-20 on a quiet machine (README, "The CPU
+and GPU fallback"), so a CPU without AMX stays eager by default. GPUs take
+the sample rule, not yet measured. Runs under it (the quickstart, every
+test) stay eager. Weights stay float32 and the compiled wrapper lives outside the state
+dict (`nn.Module.compile` compiles in place), so checkpoints load as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from typing_extensions import override
+
+from xla_train import compat
+from xla_train.errors import ConfigError
+
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matrix arithmetic
+COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above and README)
+CompileSetting = bool | str  # True, False or "auto"
+
+
+def cpu_bf16_flag(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The first native-bf16 flag this CPU reports, or None (also where /proc/cpuinfo does not exist)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return next((f for f in BF16_CPU_FLAGS if f in flags), None)
+
+
+def gpu_bf16() -> str | None:
+    """Why this GPU takes bf16 natively (compute capability 8.0 or later, Ampere on), or None."""
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) >= (8, 0) and torch.cuda.is_bf16_supported():
+        return f"the GPU has compute capability {major}.{minor}"
+    return None
+
+
+def parse_setting(key: str, value) -> CompileSetting:
+    """True, False or "auto" from a key's value (the CLI gives strings, Python bools)."""
+    if isinstance(value, bool) or value == "auto":
+        return value
+    if value is None:
+        return "auto"
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "false", "auto"):
+        return {"true": True, "false": False}.get(lowered, "auto")
+    raise ConfigError(f"{key}={value!r} is not a setting; use {key}=true, false or auto")
+
+
+@dataclass
+class FastPath:
+    """What a cpu/gpu run uses, and why; `compile` stays "auto" until the run's length is known."""
+    precision: str
+    channels_last: CompileSetting
+    compile: CompileSetting
+    why: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        cl = {True: "channels_last", False: "contiguous (NCHW)", "auto": "channels_last for conv nets"}
+        comp = {True: "compiled (inductor)", False: "eager", "auto": "eager unless compile pays back"}
+        parts = [(self.precision, "precision"), (cl[self.channels_last], "channels_last"),
+                 (comp[self.compile], "compile")]
+        return "; ".join(f"{what} ({self.why[key]})" for what, key in parts)
+
+
+def choose(kind: str, precision=None, compile: CompileSetting = "auto",
+           channels_last: CompileSetting = "auto") -> FastPath:
+    """The precision, memory format and compile setting of a cpu or gpu run; an explicit key always wins."""
+    compile, channels_last = parse_setting("compile", compile), parse_setting("channels_last", channels_last)
+    why = {}
+    if precision is not None:
+        why["precision"] = "precision= as given"
+        precision = str(precision)
+    else:
+        if kind == "cpu":
+            flag = cpu_bf16_flag()
+            native = f"the CPU has {flag}" if flag else None
+            lacks = "the CPU has neither amx_bf16 nor avx512_bf16"
+        else:
+            native, lacks = gpu_bf16(), "the GPU has no native bf16 (compute capability < 8.0)"
+        precision = "bf16-mixed" if native else "32-true"
+        why["precision"] = f"default: {native}" if native else f"default: {lacks}, where bf16 would be emulated"
+    why["channels_last"] = "default: conv nets only" if channels_last == "auto" else "channels_last= as given"
+    why["compile"] = (f"default: compiles when the run trains >= {COMPILE_PAYBACK_SAMPLES:,} samples"
+                      if compile == "auto" else "compile= as given")
+    if compile == "auto" and kind == "cpu" and cpu_bf16_flag() != "amx_bf16":
+        compile = False
+        why["compile"] = "default: compiled steps were not faster on a CPU without AMX"
+    return FastPath(precision, channels_last, compile, why)
+
+
+def refuse_on_xla(kind: str, compile, channels_last) -> None:
+    """compile= and channels_last= are the eager paths' knobs; XLA compiles and lays out the graph itself."""
+    for key, value in (("compile", compile), ("channels_last", channels_last)):
+        if parse_setting(key, value) is True:
+            what = "torch.compile (inductor)" if key == "compile" else "a memory format for eager convolutions"
+            raise ConfigError(f"{key}=true is {what} for accelerator=cpu or gpu; accelerator={kind} already "
+                              f"compiles each step with XLA, so leave {key} unset")
+
+
+def is_conv_net(net: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.Conv2d) for m in net.modules())
+
+
+def _to_channels_last(module, args):
+    """Forward pre-hook: a 4-d image batch enters in the memory format of the channels_last weights."""
+    if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:
+        return (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
+    return None
+
+
+class FastPathCallback(pl.Callback):
+    """Applies a FastPath to the Classifier's net, and reports torch.compile's compile time per epoch as
+    XLA's is (the epoch line's `compile ... s`) through `publish(trainer, metrics)`, which training/ supplies:
+    runtime/ does not import it."""
+
+    def __init__(self, fast_path: FastPath, publish=None) -> None:
+        self.fast_path, self.publish = fast_path, publish
+        self.channels_last = self.compiled = False
+        self._clock = compat.inductor_compile_clock()
+        self._epoch_start = (0, 0.0)
+
+    @override
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        fp, net = self.fast_path, pl_module.net
+        conv = is_conv_net(net)
+        self.channels_last = fp.channels_last is True or (fp.channels_last == "auto" and conv)
+        if fp.channels_last == "auto":
+            fp.why["channels_last"] = "default: a conv net" if conv else "default: not a conv net"
+        if self.channels_last and not getattr(net, "_xla_train_channels_last", False):
+            net.to(memory_format=torch.channels_last)
+            net.register_forward_pre_hook(_to_channels_last)
+            net._xla_train_channels_last = True
+        if fp.compile == "auto":
+            samples = self._training_samples(trainer) if stage == "fit" else 0
+            pays = samples >= COMPILE_PAYBACK_SAMPLES
+            fp.why["compile"] = (f"default: {samples:,} training samples {'>=' if pays else '<'} "
+                                 f"{COMPILE_PAYBACK_SAMPLES:,} to pay back its first compile")
+            fp.compile = pays
+        if fp.compile and not self.compiled:
+            net.compile()  # in place: the state dict keeps its keys, no _orig_mod.
+            self.compiled = True
+        fp.channels_last = self.channels_last
+
+    @staticmethod
+    def _training_samples(trainer) -> int:
+        dm = getattr(trainer, "datamodule", None)
+        batch = getattr(dm, "batch_size", None)
+        if not batch:
+            return 0
+        compat.setup_train_data(trainer)
+        return int(trainer.estimated_stepping_batches) * batch * trainer.accumulate_grad_batches
+
+    @override
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._epoch_start = self._clock()
+
+    @override
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self.compiled or self.publish is None:
+            return
+        (n0, s0), (n1, s1) = self._epoch_start, self._clock()
+        self.publish(trainer, {"inductor_compiles": n1 - n0, "inductor_compile_s": s1 - s0})
+
