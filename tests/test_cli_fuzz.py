@@ -45,9 +45,14 @@ def test_random_command_lines_never_crash(tmp_path_factory, monkeypatch, capsys,
 # --- past the parser: the Trainer, the hardware plan, the data module and one step -----------------------------
 
 BUILD_KEYS = {
-    "accelerator": ["cpu", "xla", "tpu", "gpu", "auto", "bogus"],
-    "devices": ["1", "2", "0", "-1", "auto", "abc", "[0]"],
-    "strategy": ["auto", "spmd", "xla_mp", "ddp", "bogus"],
+    # no in-process XLA run: a fit stopped after one step leaves torch_xla's device-loader threads waiting,
+    # and many such fits in one process crash it at exit (a segfault, 2026-11-23); the XLA paths' bad values
+    # are refused before the runtime starts (test_cli.py, test_spmd.py) and tpu/gpu here are refused too
+    "accelerator": ["cpu", "tpu", "gpu", "bogus"],
+    # one CPU device only: with more, Lightning's DDP launcher re-runs this process's command line (pytest)
+    # and waits for it; a real `devices=2` fit is a run, not bad input
+    "devices": ["1", "0", "-1", "auto", "abc", "[0]"],
+    "strategy": ["auto", "spmd", "xla_mp", "bogus"],
     "precision": ["32", "bf16", "16", "bf16-mixed", "64", "x"],
     "batch_size": ["8", "32", "12", "0", "-8", "4096"],
     "val_fraction": ["0", "0.1", "0.5", "0.001", "1", "-0.1", "nan"],
@@ -61,7 +66,7 @@ BUILD_KEYS = {
     "model.weight_decay": ["0", "-1"],
     "model.net.num_classes": ["10", "1", "0", "-3"],
     "steps_per_execution": ["1", "2", "0"],
-    "num_nodes": ["1", "2", "0"],
+    "num_nodes": ["1", "0", "-1", "x"],  # 2 or more on the CPU is a real multi-node run: it waits for its peers
     "xla_guard": ["warn", "strict", "loud"],
     "checkpoint_every": ["0", "1", "-1"],
     "trainer.max_steps": ["-1", "-5", "3"],
@@ -70,12 +75,12 @@ BUILD_KEYS = {
     "trainer.gradient_clip_val": ["1", "-1"],
 }
 SETTINGS = st.dictionaries(st.sampled_from(sorted(BUILD_KEYS)), st.just(None), max_size=4).flatmap(
-    lambda keys: st.fixed_dictionaries({k: st.one_of(st.sampled_from(BUILD_KEYS[k]), st.integers(-3, 64).map(str))
+    lambda keys: st.fixed_dictionaries({k: st.sampled_from(BUILD_KEYS[k]) if k in ("devices", "num_nodes") else
+                                        st.one_of(st.sampled_from(BUILD_KEYS[k]), st.integers(-3, 64).map(str))
                                         for k in keys}))
 
 
-# Derandomized: the default suite runs the same examples each time. Many examples in one process once ended
-# in a segfault (120 examples, 2026-11-23; not reproduced on the next run): XLA_TRAIN_FUZZ_EXAMPLES=N explores.
+# Derandomized: the default suite runs the same examples each time; XLA_TRAIN_FUZZ_EXAMPLES=N explores more.
 @settings(max_examples=int(os.environ.get("XLA_TRAIN_FUZZ_EXAMPLES", 25)), derandomize=True, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(SETTINGS)
 def test_random_settings_build_and_run_one_step_or_fail_in_one_line(tmp_path_factory, monkeypatch, capsys, pairs):
@@ -84,7 +89,7 @@ def test_random_settings_build_and_run_one_step_or_fail_in_one_line(tmp_path_fac
     work = tmp_path_factory.mktemp("fuzz_fit")
     monkeypatch.chdir(work)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    tokens = ["fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet", "trainer.fast_dev_run=1",
+    tokens = ["fit", "recipe=quickstart", "accelerator=cpu", "model.net.class_path=probes.TinyNet", "trainer.fast_dev_run=1",
               "predict_samples=0", "test_after_fit=false", *(f"{k}={v}" for k, v in pairs.items())]
     code = main(tokens)
     out, err = capsys.readouterr()
