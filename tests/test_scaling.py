@@ -221,6 +221,8 @@ def torchrun_rank(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))  # the fast path asks (A100)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
     monkeypatch.setattr(fabric_cuda, "num_cuda_devices", lambda: 4)
     monkeypatch.setattr(pl_cuda, "num_cuda_devices", lambda: 4)
     monkeypatch.setattr(rank_zero_only, "rank", rank_zero_only.rank)  # DDP sets it; restore it afterwards

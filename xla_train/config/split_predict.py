@@ -51,7 +51,9 @@ def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices=
     from xla_train.runtime.plan import plan_hardware
     from xla_train.training.split_prediction import predict_arrays
 
-    plan = plan_hardware(accelerator, devices)
+    # float32 everywhere: the table must be the checkpoint's own predictions, equal to CPU `predict`'s
+    # (the cpu/gpu fast path's bf16 default is for training speed)
+    plan = plan_hardware(accelerator, devices, precision="32-true")
     result = predict_arrays(net, inputs, labels, dm.transform(False), dm.batch_size, plan.trainer_kwargs)
     text = table_text(result.probs, result.labels, list(block["labels"]), probs)
     candidates = [out_path] if out_path is not None else default_out(config.parent, split, ckpt)
