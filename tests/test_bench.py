@@ -113,6 +113,7 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         assert (run / "cells" / f"{cell}.log").is_file()
 
 
+@pytest.mark.slow  # default-suite time; a benchmark's own check, not a product path
 def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
     proc = run_cli("bench", "overhead", f"recipe={tiny_recipe}", "steps=2", "warmup=1", cwd=tmp_path, timeout=300)
     ratio = re.search(r"xla_train / plain steady step time: ([\d.]+)", proc.stdout)
@@ -230,6 +231,7 @@ def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # default-suite time; SPMD itself: test_spmd.py
 def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
     run_cli("bench", "replicas", f"recipe={tiny_recipe}", "devices=1,2", "batch_sizes=8", "steps=2", "warmup=2",
             cwd=tmp_path, timeout=400)
@@ -239,6 +241,7 @@ def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
     assert all(not r["error"] and int(r["compiles"]) > 0 and r["timed_compiles"] == "0" for r in rows), rows
 
 
+@pytest.mark.slow  # default-suite time; K itself: test_steps_per_execution.py
 def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
     """K steps as one program: each cell times whole executions and reports per step (bench/timing.py)."""
     run_cli("bench", f"recipe={tiny_recipe}", "accelerators=cpu,xla", "batch_sizes=8", "steps_per_execution=1,4",
@@ -260,6 +263,7 @@ def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
                                                                       "xla-d1-b8.json"]
 
 
+@pytest.mark.slow  # default-suite time; the sweep's own test covers the mechanism
 def test_lstm_and_pipeline_presets_vary_their_own_key(tiny_recipe, tmp_path):
     run_cli("bench", "lstm", f"recipe={tiny_recipe}", "maxlens=8,16", "accelerators=cpu", "batch_sizes=8",
             "steps=2", "warmup=1", cwd=tmp_path, timeout=300)

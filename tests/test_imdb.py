@@ -468,6 +468,7 @@ def test_xla_and_cpu_train_alike_and_save_the_same_keys(xla_run, cpu_run):
     assert xla["xla_train"]["kind"] == "text" and xla["xla_train"]["arch"] == "lstm"
 
 
+@pytest.mark.slow  # default-suite time; SPMD equality stays in test_spmd.py
 def test_eight_device_spmd_fit_matches_one_device(xla_run, cli_root, tmp_path):
     """8 x 8 reviews per step under SPMD is the 1-device step on 64, loss for loss."""
     run_cli(*FIT, "accelerator=xla", "devices=8", "batch_size=8", "epochs=2", "test_after_fit=false",

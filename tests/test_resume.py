@@ -131,6 +131,7 @@ def test_sigint_is_a_clean_stop_too(cifar_root, tmp_path):
     assert final_weights(tmp_path)[0] == 3
 
 
+@pytest.mark.slow  # default-suite time; XLA SIGTERM stays via test_steps_per_execution's SIGTERM-in-a-group
 def test_xla_sigterm_then_resume_matches_the_uninterrupted_run(cifar_root, tmp_path):
     """On XLA the resumed run recompiles its graphs, and XLA may fuse the first step after a restore
     differently from the steady step, so float results can differ in the last bits; 1e-5 absolute on

@@ -88,6 +88,7 @@ def test_eight_steps_per_execution_compile_once_even_with_a_remainder(cnn_runs):
     assert "12/12 - " in procs[8].stdout and "ms/step (host " in procs[8].stdout  # progress counts single steps
 
 
+@pytest.mark.slow  # default-suite time; SIGTERM in a group stays in the default suite
 def test_resume_mid_group_ends_at_the_uninterrupted_weights(cnn_runs, cifar_root, tmp_path):
     """A checkpoint every 5 steps falls inside a group of 8: the kept steps run first, so it holds step 10
     exactly; killed at step 11, the run resumes there and ends where the uninterrupted K=8 run ended."""
@@ -110,6 +111,7 @@ def test_a_sigterm_inside_a_group_saves_every_counted_step(cifar_root, tmp_path)
     assert ckpt["global_step"] == 3 and int(ckpt["optimizer_states"][0]["state"][0]["step"]) == 3
 
 
+@pytest.mark.slow  # default-suite time; the CNN's K=8 comparison stays in the default suite
 def test_eight_steps_per_execution_train_as_one_at_a_time_lstm(tmp_path):
     data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
     args = ("recipe=imdb", "accelerator=xla", "maxlen=64", "model.net.embed_dim=32", "lr=0.01", "download=false",

@@ -58,16 +58,10 @@ def provenance(command: str, accelerators: list[str] | None = None) -> dict[str,
 
 
 def new_run_dir(runs_dir: str, name: str = "bench") -> Path:
-    """runs_dir/name/version_N, with N one more than any existing; created here, so two runs never share one."""
-    root = Path(runs_dir) / name
-    root.mkdir(parents=True, exist_ok=True)
-    n = 1 + max((int(p.name[8:]) for p in root.glob("version_*") if p.name[8:].isdigit()), default=-1)
-    while True:
-        try:
-            (root / f"version_{n}").mkdir()
-            return root / f"version_{n}"
-        except FileExistsError:
-            n += 1
+    """runs_dir/name/version_N, claimed exclusively (config/folders.py): two runs never share one."""
+    from xla_train.config.folders import claim_folder
+
+    return claim_folder(Path(runs_dir) / name)
 
 
 def write_csv(path: Path, rows: list[dict], columns: list[str], prov: dict[str, str]) -> None:
