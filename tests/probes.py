@@ -1,6 +1,7 @@
 """Test-only pieces for real CLI runs, named on the command line (--trainer.callbacks+=probes.NAME,
 model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and the CLI built without running."""
 import json
+import os
 import random
 
 import lightning.pytorch as pl
@@ -34,6 +35,47 @@ class AutocastProbe(pl.Callback):
     def on_fit_end(self, trainer, pl_module):
         with open(self.out, "w") as f:
             json.dump(self.seen, f)
+
+
+class LibraryLoads(pl.Callback):
+    """Counts the shared libraries opened (ctypes.CDLL) inside each training step, and notes whether Lightning's
+    NVML-based CUDA check is set there; as a control, after fit, what one torch.cuda.is_available() opens with
+    that check set."""
+
+    def __init__(self, out: str):
+        self.out, self.steps, self._opened = out, [], [0]
+
+    def on_train_start(self, trainer, pl_module):
+        import ctypes
+
+        opened, init = self._opened, ctypes.CDLL.__init__
+
+        def counting(cdll, *args, **kwargs):
+            opened[0] += 1
+            return init(cdll, *args, **kwargs)
+
+        self._init, ctypes.CDLL.__init__ = init, counting
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._before = self._opened[0]
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps.append({"opened": self._opened[0] - self._before,
+                           "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")})
+
+    def on_fit_end(self, trainer, pl_module):
+        import ctypes
+
+        before, previous = self._opened[0], os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        torch.cuda.is_available()
+        control = self._opened[0] - before
+        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK")
+        if previous is not None:
+            os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = previous
+        ctypes.CDLL.__init__ = self._init
+        with open(self.out, "w") as f:
+            json.dump({"steps": self.steps, "control": control}, f)
 
 
 class TinyNet(torch.nn.Module):

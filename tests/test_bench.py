@@ -135,6 +135,12 @@ def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
     assert float(host_ratio.group(1)) == pytest.approx(float(ours["host_ratio"]), abs=1e-3)
     assert all(float(side["host_ms_per_step"]) > 0 and float(side["device_ms_per_step"]) > 0
                and side["steps_per_execution"] == "1" for side in rows)
+    cpu_ratio = re.search(r"xla_train / plain host CPU ms per step: ([\d.]+) \(goal <= 1\.10: (met|NOT met)\)", proc.stdout)
+    assert cpu_ratio, proc.stdout
+    assert float(cpu_ratio.group(1)) == pytest.approx(
+        float(ours["host_cpu_ms_per_step"]) / float(plain["host_cpu_ms_per_step"]), abs=1e-3)
+    # the thread's own work fits inside its wall time, and a trace takes real work
+    assert all(0 < float(side["host_cpu_ms_per_step"]) <= float(side["host_ms_per_step"]) * 1.05 + 0.1 for side in rows)
     assert int(plain["compiles"]) > 0 and int(ours["compiles"]) > 0
 
 

@@ -1,5 +1,7 @@
 """fit through the real CLI, on the XLA path (XLA:CPU here) and on eager CPU."""
 import csv
+import json
+import os
 import re
 import subprocess
 import sys
@@ -24,8 +26,20 @@ def epoch_value(rows, key):
 def xla_run(cifar_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("xla_run")
     proc = run_cli("fit", "recipe=cifar10", "accelerator=xla", "devices=1", "epochs=2", "batch_size=32",
-                   f"data_dir={cifar_root}", "download=false", cwd=work)
+                   f"data_dir={cifar_root}", "download=false", "--trainer.callbacks+=probes.LibraryLoads",
+                   f"--trainer.callbacks.init_args.out={work / 'loads.json'}", cwd=work)
     return work / "runs" / "cifar10" / "version_0", proc
+
+
+def test_an_xla_step_opens_no_library_though_lightning_set_its_nvml_check(xla_run):
+    """Lightning's import sets PYTORCH_NVML_BASED_CUDA_CHECK=1, with which every Adam step would dlopen
+    libnvidia-ml mid-trace (runtime/accelerators.py); the XLA accelerator lifts it for the run."""
+    run, _ = xla_run
+    seen = json.loads((run.parents[2] / "loads.json").read_text())
+    assert len(seen["steps"]) == 10, seen
+    assert all(s == {"opened": 0, "nvml_check": None} for s in seen["steps"]), seen["steps"]
+    if torch.backends.cuda.is_built():  # the control: with the check set, torch does open a library
+        assert seen["control"] >= 1, seen
 
 
 def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
@@ -130,3 +144,14 @@ def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
         assert (new[0] / "config.yaml").is_file() and not (new[0] / "checkpoints").exists()
         evals.append(new[0])
     assert sorted(p.name for p in cpu_run.parent.iterdir()) == runs
+
+
+def test_the_xla_accelerator_gives_lightning_its_nvml_check_back_at_teardown(monkeypatch):
+    from xla_train.runtime.accelerators import PJRTAccelerator
+
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    accelerator = PJRTAccelerator()
+    accelerator.setup_device(torch.device("xla", 0))
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ
+    accelerator.teardown()
+    assert os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"

@@ -29,6 +29,12 @@ cannot be split at all: its sync waits for the previous step's execution
 (torch_xla lets one execution per device run at a time), and on XLA:CPU the
 trace competes with that execution for the same cores. On eager CPU the host
 does everything, so there is nothing to split.
+The host's wall time also holds waits for the GIL, which MpDeviceLoader's
+threads take while they load and copy the next batches; where those waits
+fall depends on where a loop lets the GIL go (a long sync hides them from the
+host's share). So the split steps also read the training thread's CPU time
+outside syncs: the work the loop itself does to trace a step, whatever the
+threads beside it do.
 With steps_per_execution=k the clock reads only where an execution of k steps
 begins and ends (the steps inside it only keep their batch) and divides by k.
 """
@@ -65,12 +71,14 @@ class Stopwatch:
         self.xla, self.wait_each = device.type == "xla", device.type == "cuda"
         self.readings: list[float] = []
         self.host_s: list[float] = []
+        self.host_cpu_s: list[float] = []
         self.device_s: list[float] = []
         self.first_step_s = self.first_loss = None
         self._t0 = self._idle = 0.0
         self._counters = [counters(device)]
         self._in_syncs = sync_clock(device) if self.split else (lambda: 0.0)
-        self._synced = 0.0
+        self._cpu_in_syncs = sync_clock(device, cpu=True) if self.split else (lambda: 0.0)
+        self._synced = self._idle_cpu = self._cpu_synced = 0.0
 
     def _wait(self) -> None:
         cut_graph(self.device)  # a no-op when the step already cut its graph
@@ -112,18 +120,25 @@ class Stopwatch:
         i = step // self.k
         if i == self.last:
             self._wait()
-            self._idle, self._synced = time.perf_counter(), self._in_syncs()
+            self._mark_idle()
             self.readings.append(self._idle)
             self._counters.append(counters(self.device))
         elif i > self.last:  # a split execution: it began on an idle device at self._idle
             cut_graph(self.device)
             dispatched, synced = time.perf_counter(), self._in_syncs()
+            cpu, cpu_synced = time.thread_time(), self._cpu_in_syncs()
             wait_for_device(self.device)
             idle = time.perf_counter()
             in_syncs = synced - self._synced  # graph lookup and dispatch, and on XLA:CPU at times the run itself
             self.host_s.append((dispatched - self._idle - in_syncs) / self.k)
             self.device_s.append((in_syncs + idle - dispatched) / self.k)
-            self._idle, self._synced = idle, self._in_syncs()
+            self.host_cpu_s.append((cpu - self._idle_cpu - (cpu_synced - self._cpu_synced)) / self.k)
+            self._mark_idle()
+
+    def _mark_idle(self) -> None:
+        """Where the host's turn begins: the device has nothing left to run."""
+        self._idle, self._synced = time.perf_counter(), self._in_syncs()
+        self._idle_cpu, self._cpu_synced = time.thread_time(), self._cpu_in_syncs()
 
     def result(self) -> dict:
         if len(self.readings) != self.steps + 1:
@@ -133,10 +148,11 @@ class Stopwatch:
         times = [(b - a) / self.k for a, b in zip(self.readings, self.readings[1:])]  # per step
         (c0, s0, _), (c1, s1, h1), (c2, _, h2) = self._counters
         xla = (lambda v: v) if self.xla else (lambda v: None)
-        split = {"host_ms_per_step": None, "device_ms_per_step": None, "host_bound": None}
+        split = {"host_ms_per_step": None, "device_ms_per_step": None, "host_bound": None, "host_cpu_ms_per_step": None}
         if self.split:
             host, dev = statistics.median(self.host_s) * 1e3, statistics.median(self.device_s) * 1e3
             split = {"host_ms_per_step": host, "device_ms_per_step": dev, "host_bound": host >= dev,
+                     "host_cpu_ms_per_step": statistics.median(self.host_cpu_s) * 1e3,
                      "host_times_ms": [t * 1e3 for t in self.host_s],
                      "device_times_ms": [t * 1e3 for t in self.device_s]}
         return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
@@ -265,8 +281,11 @@ class PlainLoop(Loop):
         from xla_train.runtime.scan_lstm import use_scan_lstm
         from xla_train.runtime.strategies import device_loader
 
+        from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
+
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device
+        keep_cuda_probe_off_the_trace()  # as xla_train's XLA runs do, and as a process without Lightning is
         use_scan_lstm(net, verbose=False)  # as the XLA strategies do, so both sides run the same graph
         net.to(device).train()
         opt = make_optimizer(hp, net.parameters())

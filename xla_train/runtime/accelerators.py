@@ -89,10 +89,45 @@ def device_kind() -> str:
     return xr.device_type() or "unknown"
 
 
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def keep_cuda_probe_off_the_trace() -> str | None:
+    """Stop `torch.cuda.is_available()` from loading libnvidia-ml on every call; returns the value it replaced.
+
+    Lightning sets PYTORCH_NVML_BASED_CUDA_CHECK=1 when it is imported, so that
+    its CUDA checks cannot poison a later fork. With it set, torch answers
+    `is_available()` by dlopen-ing libnvidia-ml each time until CUDA is
+    initialised, which an XLA run never does, and torch's Adam and AdamW ask
+    in every `step()`: a library search in the middle of each trace, which
+    also lets the GIL go to MpDeviceLoader's threads. Unset, torch asks the
+    CUDA runtime once and caches the answer: no GPU on a TPU VM, and nothing
+    initialised that a forked worker would need.
+    """
+    return os.environ.pop(NVML_CHECK, None)
+
+
+def restore_cuda_probe(previous: str | None) -> None:
+    if previous is not None:
+        os.environ[NVML_CHECK] = previous
+
+
 class PJRTAccelerator(XLAAccelerator):
     """The `xla` accelerator: whatever PJRT device is configured (the CPU here, a TPU on a TPU VM)."""
 
     kind = "xla"
+    _nvml_check: str | None = None
+
+    @override
+    def setup_device(self, device: torch.device) -> None:
+        super().setup_device(device)
+        self._nvml_check = keep_cuda_probe_off_the_trace()
+
+    @override
+    def teardown(self) -> None:
+        restore_cuda_probe(self._nvml_check)  # the process as Lightning left it, for a GPU run after this one
+        self._nvml_check = None
+        super().teardown()
 
     @staticmethod
     @override

@@ -26,11 +26,12 @@ def cut_graph(device) -> None:
         torch_xla.sync()
 
 
-_SYNC_SECONDS: list[float] | None = None
+_SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds] inside syncs
 
 
-def sync_clock(device):
-    """A function returning the seconds spent so far inside XLA syncs (torch_xla.sync, xm.mark_step).
+def sync_clock(device, cpu: bool = False):
+    """A function returning the seconds spent so far inside XLA syncs (torch_xla.sync, xm.mark_step): wall
+    seconds, or with cpu=True the CPU seconds of the threads that called them.
 
     Such a call hashes the graph, looks it up and dispatches it, but it also waits for the device while the
     previous step's execution still runs, and XLA:CPU sometimes runs the whole execution inside it, so a
@@ -39,30 +40,32 @@ def sync_clock(device):
     global _SYNC_SECONDS
     if device.type != "xla":
         return lambda: 0.0
+    which = 1 if cpu else 0
     if _SYNC_SECONDS is not None:
-        return lambda: _SYNC_SECONDS[0]
+        return lambda: _SYNC_SECONDS[which]
     import time
 
     import torch_xla
     import torch_xla.core.xla_model as xm
 
-    spent, depth = [0.0], [0]
+    spent, depth = [0.0, 0.0], [0]
 
     def timed(fn):
         def wrapper(*args, **kwargs):
             depth[0] += 1
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 depth[0] -= 1
                 if not depth[0]:  # mark_step calls sync: count the outer call once
                     spent[0] += time.perf_counter() - t0
+                    spent[1] += time.thread_time() - c0
         return wrapper
 
     torch_xla.sync, xm.mark_step = timed(torch_xla.sync), timed(xm.mark_step)
     _SYNC_SECONDS = spent
-    return lambda: spent[0]
+    return lambda: spent[which]
 
 
 def device_rng_state(device):
