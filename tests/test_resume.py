@@ -95,6 +95,7 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu,
     assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
 
 
+@pytest.mark.slow  # default-suite time; torch's RNG restore: test_sigkill_mid_epoch_then_resume_gives_the_same_weights
 def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_root, tmp_path):
     """GlobalRngCifar augments every training batch from np.random and random: a resumed run gives the
     uninterrupted run's weights only if both RNGs come back as they were at the checkpoint (RngState)."""

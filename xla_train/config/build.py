@@ -47,6 +47,14 @@ def build_parts(recipe: str, overrides: dict[str, str]):
     return cli.model, cli.datamodule
 
 
+def _type_name(name: str) -> str:
+    """A type as a command line would write its values: 'auto' for Literal['auto'], null for NoneType."""
+    if name.startswith("typing.Literal["):
+        return name[len("typing.Literal["):-1]
+    name = name.rsplit(".", 1)[-1]
+    return {"NoneType": "null", "SeedInt": "int"}.get(name, name)
+
+
 def one_line(message: str) -> str:
     """jsonargparse explains a type error over many lines; keep the key, what it expected and what it got."""
     message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
@@ -60,6 +68,10 @@ def one_line(message: str) -> str:
     if key and expected:
         expected, _, got = expected.partition(". Got value: ")
         got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
+        subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), None)
+        if subtypes:  # a union: name every member, not only the first (compile: bool or 'auto')
+            expected = "Expected " + " or ".join(_type_name(t) for t in re.findall(
+                r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes[len("Subtypes: ["):-1]))
         expected = re.sub(r"^Expected (a )?", "expected ", expected)
         return f"{key}: {expected}" + (f", got {got!r}" if got else "")
     if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."

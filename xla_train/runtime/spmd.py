@@ -273,9 +273,7 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         slice would hang; asked here, over the store, every host stops after one same
         step, at the cost of one host-side exchange a step and no device work.
         """
-        if not self.topology.multi_host:
-            return requested
-        return any(self.channel.all_gather(bool(requested)))
+        return self.reduce_boolean_decision(requested, all=False)
 
     @override
     def reduce(self, tensor, *args, **kwargs):
