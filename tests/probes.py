@@ -5,7 +5,6 @@ import os
 import random
 
 import lightning.pytorch as pl
-from lightning.pytorch.accelerators import XLAAccelerator
 import numpy as np
 import torch
 
@@ -13,6 +12,7 @@ from xla_train.data.base import ArrayDataModule
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
+from xla_train.runtime.accelerators import TracingAccelerator
 
 
 class AutocastProbe(pl.Callback):
@@ -193,9 +193,9 @@ class StopRecord(pl.Callback):
             json.dump({"step": trainer.global_step, "exception": type(exception).__name__}, f)
 
 
-class OneCore(XLAAccelerator):  # for tests/mp_host.py; picklable here, for the forked worker
-    """Lightning's XLAAccelerator counts TPU chips on the PCI bus without starting the runtime, which the
-    worker must start; here it counts the one XLA:CPU device the same way."""
+class OneCore(TracingAccelerator):  # for tests/mp_host.py; picklable here, for the forked worker
+    """strategy=xla_mp's accelerator (Lightning's XLAAccelerator underneath) counts TPU chips on the PCI bus
+    without starting the runtime, which the worker must start; here it counts the one XLA:CPU device."""
 
     @staticmethod
     def auto_device_count() -> int:

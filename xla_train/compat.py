@@ -118,8 +118,8 @@ class ReturningXLALauncher:
 
 
 def logger_state(logger) -> dict:
-    """What a logger has settled in a worker process: its `_version` (CSVLogger and TensorBoardLogger choose it
-    by listing the runs folder on first use) and its `_experiment` where that pickles (CSVLogger's
+    """What a logger has settled in a worker process: its version (CSVLogger and TensorBoardLogger choose it
+    by listing the runs folder on first use, xla_train's run loggers by claiming one) and its `_experiment` where that pickles (CSVLogger's
     _ExperimentWriter; a new one would delete the metrics.csv the worker wrote, _check_log_dir_exists)."""
     import pickle
 
@@ -128,12 +128,15 @@ def logger_state(logger) -> dict:
         pickle.dumps(experiment)
     except Exception:  # TensorBoard's SummaryWriter: a new one in the next process adds an event file
         experiment = None
-    return {"version": getattr(logger, "_version", None), "experiment": experiment}
+    return {"version": logger.version, "experiment": experiment}
 
 
 def set_logger_state(logger, state: dict) -> None:
     if state["version"] is not None:
-        logger._version = state["version"]
+        if hasattr(logger, "adopt_version"):  # config/run_folders.py's claimed folders
+            logger.adopt_version(state["version"])
+        else:
+            logger._version = state["version"]
     if state["experiment"] is not None:
         logger._experiment = state["experiment"]
 

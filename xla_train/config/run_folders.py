@@ -46,6 +46,11 @@ class _ClaimedVersion:
             self._claimed = int(name[len(RUN_PREFIX):]) if self._folder_prefix == RUN_PREFIX else name
         return self._claimed
 
+    def adopt_version(self, version) -> None:
+        """The version another process claimed for this run (strategy=xla_mp's worker): the parent's next stage,
+        a test after fit, writes to that folder instead of claiming one more."""
+        self._claimed = version
+
 
 class RunCSVLogger(_ClaimedVersion, CSVLogger):
     pass

@@ -112,10 +112,10 @@ def restore_cuda_probe(previous: str | None) -> None:
         os.environ[NVML_CHECK] = previous
 
 
-class PJRTAccelerator(XLAAccelerator):
-    """The `xla` accelerator: whatever PJRT device is configured (the CPU here, a TPU on a TPU VM)."""
+class TracingAccelerator(XLAAccelerator):
+    """Lightning's XLAAccelerator, with torch's CUDA probe kept off every traced step for the run (in each
+    process of strategy=xla_mp, which counts TPU cores this way without starting the runtime)."""
 
-    kind = "xla"
     _nvml_check: str | None = None
 
     @override
@@ -128,6 +128,12 @@ class PJRTAccelerator(XLAAccelerator):
         restore_cuda_probe(self._nvml_check)  # the process as Lightning left it, for a GPU run after this one
         self._nvml_check = None
         super().teardown()
+
+
+class PJRTAccelerator(TracingAccelerator):
+    """The `xla` accelerator: whatever PJRT device is configured (the CPU here, a TPU on a TPU VM)."""
+
+    kind = "xla"
 
     @staticmethod
     @override

@@ -209,10 +209,9 @@ def _check_spmd_devices(n: int, topo) -> None:
 
 def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> HardwarePlan:
     """strategy=xla_mp: Lightning's XLAStrategy, one process per TPU core. TPU only, and the parent process
-    must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator counts the cores
-    without starting it."""
-    from lightning.pytorch.accelerators import XLAAccelerator
-
+    must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator (under
+    TracingAccelerator) counts the cores without starting it."""
+    from xla_train.runtime.accelerators import TracingAccelerator
     from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
 
     if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
@@ -221,6 +220,6 @@ def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> Har
                             f"(pytorch/xla#5005): use strategy=spmd, the default")
     if requested == 1:
         raise ConfigError("strategy=xla_mp needs several devices; for one device leave strategy=auto")
-    strat = XLAMultiProcessStrategy(accelerator=XLAAccelerator(), precision_plugin=plugin)
+    strat = XLAMultiProcessStrategy(accelerator=TracingAccelerator(), precision_plugin=plugin)
     return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto",
                                "precision": None})
