@@ -88,3 +88,36 @@ def test_the_xla_device_loader_lets_lightning_reshuffle_each_epoch():
                                       sampler=sampler), "cpu")
     _set_sampler_epoch(loader, 3)  # what Lightning's fit loop calls on the processed loader
     assert sampler.epoch == 3
+
+
+@pytest.mark.parametrize("kind", ["adam", "sgd"])
+def test_the_multi_tensor_optimizer_takes_the_one_at_a_time_steps_and_keeps_their_state(kind):
+    """make_optimizer's foreach=True changes how many calls an update takes, not what it computes or keeps:
+    checkpoints, resume and steps_per_execution's FunctionalOptimizer read the same state either way."""
+    from types import SimpleNamespace
+
+    from xla_train.models.cnn import CifarCNN
+    from xla_train.objective import make_optimizer
+
+    hp = SimpleNamespace(lr=1e-3, optimizer=kind, momentum=0.9, nesterov=True, weight_decay=1e-4)
+    torch.manual_seed(0)
+    nets = [CifarCNN(), CifarCNN()]
+    nets[1].load_state_dict(nets[0].state_dict())
+    ours = make_optimizer(hp, nets[0].parameters())
+    assert ours.defaults["foreach"] is True
+    reference = type(ours)(nets[1].parameters(), **{**ours.defaults, "foreach": False})
+    for step in range(5):
+        grads = [torch.randn_like(p) for p in nets[0].parameters()]
+        for net, opt in zip(nets, (ours, reference)):
+            for p, g in zip(net.parameters(), grads):
+                p.grad = g.clone()
+            opt.step()
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-6)
+    s0, s1 = ours.state_dict(), reference.state_dict()
+    assert s0["state"].keys() == s1["state"].keys()
+    for i in s0["state"]:
+        assert s0["state"][i].keys() == s1["state"][i].keys()
+        for k, v in s0["state"][i].items():
+            torch.testing.assert_close(v, s1["state"][i][k], atol=1e-7, rtol=1e-6)
+            assert v.device == s1["state"][i][k].device  # Adam's step count stays on the CPU

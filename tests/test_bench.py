@@ -330,3 +330,14 @@ def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tiny_recipe, 
     assert "| precision |" in md and "| channels_last |" not in md  # only the keys that vary get a column
     assert sorted(p.stem for p in (run / "cells").glob("*.json")) == ["cpu-d1-b8-32-nocompile-cl",
                                                                       "cpu-d1-b8-bf16-mixed-nocompile-cl"]
+
+
+def test_rounds_pool_every_split_step_for_the_host_and_its_cpu_time():
+    """bench overhead's and the sweep's host figures are medians over the split steps of all rounds, not one
+    round's median (a slow spell in one round must not decide the ratio)."""
+    from xla_train.bench.sweep import split_medians
+
+    rounds = [{"host_times_ms": [10, 11, 30], "device_times_ms": [80, 81, 82], "host_cpu_times_ms": [9, 9.5, 25]},
+              {"host_times_ms": [12, 13, 14], "device_times_ms": [83, 84, 85], "host_cpu_times_ms": [8, 10, 11]}]
+    assert split_medians(rounds) == {"host_ms_per_step": 12.5, "device_ms_per_step": 82.5, "host_bound": False,
+                                     "host_cpu_ms_per_step": 9.75}

@@ -96,7 +96,9 @@ def split_medians(results: list[dict]) -> dict:
     if not host:
         return {}
     h, d = statistics.median(host), statistics.median(device)
-    return {"host_ms_per_step": h, "device_ms_per_step": d, "host_bound": h >= d}
+    cpu = [t for r in results for t in r.get("host_cpu_times_ms") or []]
+    return {"host_ms_per_step": h, "device_ms_per_step": d, "host_bound": h >= d,
+            **({"host_cpu_ms_per_step": statistics.median(cpu)} if cpu else {})}
 
 
 def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,

@@ -154,6 +154,7 @@ class Stopwatch:
             split = {"host_ms_per_step": host, "device_ms_per_step": dev, "host_bound": host >= dev,
                      "host_cpu_ms_per_step": statistics.median(self.host_cpu_s) * 1e3,
                      "host_times_ms": [t * 1e3 for t in self.host_s],
+                     "host_cpu_times_ms": [t * 1e3 for t in self.host_cpu_s],
                      "device_times_ms": [t * 1e3 for t in self.device_s]}
         return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
                 "step_ms_mean": statistics.fmean(times) * 1e3, "step_times_ms": [t * 1e3 for t in times],
