@@ -68,10 +68,12 @@ def one_line(message: str) -> str:
     if key and expected:
         expected, _, got = expected.partition(". Got value: ")
         got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
-        subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), None)
-        if subtypes:  # a union: name every member, not only the first (compile: bool or 'auto')
-            expected = "Expected " + " or ".join(_type_name(t) for t in re.findall(
-                r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes[len("Subtypes: ["):-1]))
+        subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), "")[len("Subtypes: ["):-1]
+        members = re.findall(r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes)
+        if members and "[" not in re.sub(r"typing\.Literal\[[^\]]*\]", "", subtypes):
+            # a union of plain types: name every member, not only the first (compile: bool or 'auto'); a union
+            # with a list in it keeps the first line, which names what each element should be
+            expected = "Expected " + " or ".join(_type_name(t) for t in members)
         expected = re.sub(r"^Expected (a )?", "expected ", expected)
         return f"{key}: {expected}" + (f", got {got!r}" if got else "")
     if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."
