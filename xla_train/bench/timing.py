@@ -279,10 +279,9 @@ class PlainLoop(Loop):
 
     def steps(self, plan, model, dm) -> Stopwatch:
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
+        from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
         from xla_train.runtime.scan_lstm import use_scan_lstm
         from xla_train.runtime.strategies import device_loader
-
-        from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
 
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device
