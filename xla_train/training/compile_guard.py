@@ -96,9 +96,9 @@ class CompileAccounting(EpochCallback):
         if warm_up_done:
             self._warm.add(phase)
 
-    def _check(self, phase: str, batch) -> None:
+    def _check(self, phase: str, batch, now: tuple | None = None) -> None:
         shapes = batch_shapes(batch)
-        now = xla_counters()
+        now = now or xla_counters()
         new = now[0] - self._last[0]
         self._last = now
         seen = self._shapes[phase]
@@ -133,8 +133,9 @@ class CompileAccounting(EpochCallback):
         t0, compiling, synced = self._batch_t0
         # compiles are shown apart; a sync may wait for the device (runtime/device.py, sync_clock)
         elapsed = time.perf_counter() - t0
-        self._host_s.append(elapsed - (xla_counters()[1] - compiling) - (self._in_syncs() - synced))
-        self._check("train", batch)
+        now = xla_counters()  # read once a step: the compile seconds here and the guard's count below
+        self._host_s.append(elapsed - (now[1] - compiling) - (self._in_syncs() - synced))
+        self._check("train", batch, now)
         if batch_idx + 1 >= trainer.num_training_batches and self._epoch_start is not None:
             self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
             self._end("train")  # validation, which runs before on_train_epoch_end, is its own phase
