@@ -231,6 +231,13 @@ def xla_seed_input_id() -> int:
     return torch_xla._XLAC._get_seed_info_id()
 
 
+def xla_seed_after_step(seed: int) -> int:
+    """The device seed after torch_xla.sync(): XLAGraphExecutor::DeviceContextArena::MarkStep sets
+    seed = 1012031 + seed * 7012063 (uint64; csrc/xla_graph_executor.cpp, 2.9.0). steps_per_execution keeps a
+    step's batch without a sync, and gives the next step the seed that sync would have given it."""
+    return (1012031 + (seed & (2**64 - 1)) * 7012063) & (2**64 - 1)
+
+
 def xla_user_computation(name: str, inputs, computation) -> list:
     """Pending tensors for the outputs of an xla_builder computation applied to `inputs`."""
     import torch_xla

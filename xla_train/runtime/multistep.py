@@ -96,6 +96,7 @@ class StepsPerExecution:
     """For the XLA strategies: with steps_per_execution > 1, batches are kept and run K at a time."""
 
     steps_per_execution = 1
+    execution_loop = "unroll"  # or "while" (runtime/step_program.py); runtime/plan.py resolves auto
 
     def _reset_group(self) -> None:
         self._group, self._rows, self._seeds = [], [], []
@@ -139,7 +140,13 @@ class StepsPerExecution:
         last = batch_idx + 1 >= trainer.num_training_batches or 0 < trainer.max_steps <= trainer.global_step + 1
         if len(self._group) == self.steps_per_execution or last:
             self.flush()
-        return torch.tensor(float("nan"))  # the loss of a single step is not read back: it stays on the device
+        return torch.tensor(float("nan"))
+
+    @property
+    def at_execution_end(self) -> bool:
+        """Whether the last training step ended an execution (always, one step at a time): where the hosts of a
+        pod agree whether to stop, once per execution (training/resume.py)."""
+        return not (self._grouping and getattr(self, "_group", None))  # the loss of a single step is not read back: it stays on the device
 
     @override
     def backward(self, closure_loss, optimizer, *args, **kwargs):
@@ -152,7 +159,10 @@ class StepsPerExecution:
         if not self._grouping:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         result = closure()  # the training step: keeps the batch, and runs the group when it is full
-        cut_graph(self.root_device)  # as XLAPrecision.optimizer_step does: the device seed advances alike
+        if self.at_execution_end:
+            cut_graph(self.root_device)  # dispatches the execution, as XLAPrecision.optimizer_step does a step
+        else:  # nothing to dispatch: the seed advances as that sync would advance it, with no sync
+            set_device_rng_state(self.root_device, compat.xla_seed_after_step(device_rng_state(self.root_device)))
         return result
 
     @override
@@ -235,7 +245,7 @@ class StepsPerExecution:
         state = self._state()
         scalars = torch.tensor(self._rows[0], dtype=torch.float32).to(self.root_device)
         seed = device_rng_state(self.root_device)
-        self._program = StepProgram(self.steps_per_execution)
+        self._program = StepProgram(self.steps_per_execution, self.execution_loop)
         self._program.build(self._step, state, first, scalars)
         set_device_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
 

@@ -10,16 +10,19 @@ which the runtime finds in its cache: no tracing, one dispatch for K steps.
 This is torch_xla's own `experimental.gradient_accumulation` technique (trace a
 step with lazy tensors, take its HLO and graph inputs, wrap it with
 xla_builder) carried to the whole step: forward, backward, optimizer update,
-BatchNorm buffers and the on-device metric sums are all in the state. Two
-choices differ from it:
+BatchNorm buffers and the on-device metric sums are all in the state. The K
+calls run in one of two loops (`execution_loop`), chosen per backend
+(runtime/plan.py):
 
-- The K calls are unrolled, not an XLA While loop. XLA:CPU does not give a
-  convolution inside a While body its fast layout (the optimised HLO keeps
-  NCHW convolutions, about 15x slower), and a TPU runs the unrolled program
-  just as well; the price is compile time, which grows with K.
-- The number of real steps is an input: steps past it leave the state as it
-  was (a select per state tensor), so an epoch's remainder, or a checkpoint
-  taken inside a group, runs the same compiled program on padding.
+- `while`: an XLA While loop over the one body, as gradient_accumulation
+  builds it. The program, its compile time and its host memory do not grow
+  with K, and the trip count is the number of real steps, so a remainder runs
+  no padding steps.
+- `unroll`: K calls in a row. XLA:CPU does not give a convolution inside a
+  While body its fast layout (README, "Keep a TPU fed"), so there this is the
+  faster program; its compile time grows with K. The number of real steps is
+  an input: steps past it leave the state as it was (a select per state
+  tensor), so a remainder runs the same compiled program on padding.
 
 Random numbers: the body's one seed input is fed, per step, the seed the
 device would have had at that step without grouping (the caller records it),
@@ -34,6 +37,7 @@ import torch
 from xla_train import compat
 
 MASK64 = (1 << 64) - 1
+LOOPS = ("unroll", "while")
 
 
 def signed64(seed: int) -> int:
@@ -45,8 +49,10 @@ def signed64(seed: int) -> int:
 class StepProgram:
     """`build` traces one step; `run` executes up to k of them as one graph and returns the new state."""
 
-    def __init__(self, k: int) -> None:
-        self.k = k
+    def __init__(self, k: int, loop: str = "unroll") -> None:
+        if loop not in LOOPS:
+            raise ValueError(f"execution_loop={loop!r}; use one of {', '.join(LOOPS)}")
+        self.k, self.loop = k, loop
         self.computation = None
         self._sources: list[tuple[str, int]] = []  # per body input: ("state"|"batch"|"seed"|"const", index)
         self._consts: list[torch.Tensor] = []
@@ -85,9 +91,13 @@ class StepProgram:
             else:
                 sources.append(("scalars", 0))
         self._sources, self._consts = sources, consts
-        self.computation = self._unrolled(body, state, batch, scalars)
+        self._n_state, self._n_batch = len(state), len(batch)
+        build = self._while if self.loop == "while" else self._unrolled
+        self.computation = build(body, self._params(state, batch, scalars))
 
-    def _unrolled(self, body, state, batch, scalars):
+    def _params(self, state, batch, scalars):
+        """The program's parameters: (real steps, *state, *K stacked batch tensors, K scalar rows, K seeds,
+        *constants), the order `run` passes them in."""
         import torch_xla.core.xla_builder as xb
 
         k = self.k
@@ -96,29 +106,69 @@ class StepProgram:
                   *(torch.empty((k, *t.shape), dtype=t.dtype) for t in batch),
                   torch.empty((k, *scalars.shape), dtype=scalars.dtype), torch.empty((k,), dtype=torch.int64),
                   *self._consts]
-        ops = [xb.mkparam(builder, i, xb.tensor_shape(t)) for i, t in enumerate(shapes)]
-        n, carry = ops[0], list(ops[1:1 + len(state)])
-        rest = ops[1 + len(state):]
-        stacked, per_step, seeds, consts = rest[:len(batch)], rest[len(batch)], rest[len(batch) + 1], \
-            rest[len(batch) + 2:]
+        return builder, [xb.mkparam(builder, i, xb.tensor_shape(t)) for i, t in enumerate(shapes)]
+
+    def _unpack(self, ops):
+        """(real steps, state, stacked batch tensors, scalar rows, seeds, constants) from the parameters."""
+        s, b = self._n_state, self._n_batch
+        rest = ops[1 + s:]
+        return ops[0], list(ops[1:1 + s]), rest[:b], rest[b], rest[b + 1], rest[b + 2:]
+
+    def _call(self, body, i, carry, stacked, per_step, seeds, consts, at):
+        """One step's outputs: the body called on step i's slice of every per-step input."""
+        import torch_xla.core.xla_builder as xb
+
+        args = []
+        for kind, j in self._sources:
+            args.append({"state": lambda: carry[j], "batch": lambda: at(stacked[j], i),
+                         "scalars": lambda: at(per_step, i), "seed": lambda: at(seeds, i),
+                         "const": lambda: consts[j]}[kind]())
+        result = xb.Op.call(body, args)
+        return [result.get_tuple_element(j) for j in range(len(carry))]
+
+    def _unrolled(self, body, params):
+        import torch_xla.core.xla_builder as xb
+
+        builder, ops = params
+        n, carry, stacked, per_step, seeds, consts = self._unpack(ops)
 
         def at(op, i: int):
             return op.slice_in_dim(i, i + 1, 0).reshape(list(op.shape().sizes)[1:])
 
-        for i in range(k):
-            args = []
-            for kind, j in self._sources:
-                args.append({"state": lambda: carry[j], "batch": lambda: at(stacked[j], i),
-                             "scalars": lambda: at(per_step, i), "seed": lambda: at(seeds, i),
-                             "const": lambda: consts[j]}[kind]())
-            result = xb.Op.call(body, args)
-            new = [result.get_tuple_element(j) for j in range(len(carry))]
+        for i in range(self.k):
+            new = self._call(body, i, carry, stacked, per_step, seeds, consts, at)
             if i == 0:  # the first step always runs: a group holds at least one
                 carry = new
             else:
                 real = xb.Op.scalar(builder, i, dtype=xb.Type.S32) < n
                 carry = [real.broadcast(list(c.shape().sizes)).select(a, c) for a, c in zip(new, carry)]
         return xb.Op.tuple(carry, builder=builder).build("xla_train_steps")
+
+    def _while(self, body, params):
+        """An XLA While loop whose carry is (step, real steps, every parameter): it runs the body n times, and
+        the per-step inputs ride along unchanged, sliced at the step (gradient_accumulation's _body_fn_wrapper)."""
+        import torch_xla.core.xla_builder as xb
+
+        builder, ops = params
+        zero = xb.Op.scalar(builder, 0, dtype=xb.Type.S32)
+
+        def at(op, i):
+            sizes = list(op.shape().sizes)
+            start = [i] + [i.zeros_like() for _ in sizes[1:]]
+            return op.dynamic_slice(start, [1, *sizes[1:]]).reshape(sizes[1:])
+
+        def cond(i, *params):
+            return i < params[0]
+
+        def step(i, *params):
+            n, carry, stacked, per_step, seeds, consts = self._unpack(list(params))
+            new = self._call(body, i, carry, stacked, per_step, seeds, consts, at)
+            one = xb.Op.scalar(i.builder(), 1, dtype=xb.Type.S32)
+            return (i + one, n, *new, *params[1 + len(carry):])
+
+        loop = xb.Op.mkwhile([zero, *ops], cond, step)
+        out = [loop.get_tuple_element(2 + j) for j in range(self._n_state)]
+        return xb.Op.tuple(out, builder=builder).build("xla_train_steps")
 
     def run(self, state: Sequence[torch.Tensor], batches: Sequence[Sequence[torch.Tensor]], n: int,
             scalars: Sequence[Sequence[float]], seeds: Sequence[int], shard: Callable = lambda t: t) -> list:

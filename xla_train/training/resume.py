@@ -105,8 +105,9 @@ class Preemption(pl.Callback):
 
     On a pod slice the signal reaches the hosts at different steps, and every host
     must stop after the same one (runtime/spmd.py, `agree_to_stop`). There the
-    signals only note the request; after each training step the hosts agree, and
-    only then is Lightning told to stop, on every host at once.
+    signals only note the request; after each execution (a training step, or K of
+    them with steps_per_execution=K) the hosts agree, and only then is Lightning
+    told to stop, on every host at once.
     """
 
     def __init__(self) -> None:
@@ -142,7 +143,9 @@ class Preemption(pl.Callback):
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self._agree is not None and self._agree(self._requested):
+        # with steps_per_execution=K, once per execution: every host has then run the same steps
+        if self._agree is not None and getattr(trainer.strategy, "at_execution_end", True) \
+                and self._agree(self._requested):
             compat.request_stop_after_step(trainer)
 
     @override
