@@ -147,10 +147,10 @@ class _SecondEpochShift:
         return len(self.loader)
 
     def __iter__(self):
-        for i, (x, y) in enumerate(self.loader):
+        for i, batch in enumerate(self.loader):
             if self.trainer.current_epoch == 1 and i == 1:
-                x, y = x[: len(x) // 2], y[: len(y) // 2]
-            yield x, y
+                batch = tuple(t[: len(t) // 2] for t in batch)
+            yield batch
 
 
 class ShapeShiftingDigits(DigitsDataModule):

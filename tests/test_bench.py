@@ -69,7 +69,8 @@ def png_text(path) -> dict:
 def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_path):
     # eager CPU cells: test_sweep_compares_precision_compile_and_channels_last_on_cpu (default-suite time)
     proc = run_cli("bench", f"recipe={tiny_recipe}", "accelerators=xla", "batch_sizes=8,16", "steps=2",
-                   "warmup=1", cwd=tmp_path, timeout=400)
+                   "warmup=2", "on_device=true", "steps_per_execution=2", "execution_loop=while", cwd=tmp_path,
+                   timeout=400)
     run = tmp_path / "runs" / "bench" / "version_0"
     assert f"results: {run.relative_to(tmp_path)}" in proc.stdout
     prov, rows = read_table(run / "bench.csv")
@@ -80,7 +81,9 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
     assert [(r["accelerator"], int(r["batch"])) for r in rows] == [("xla", 8), ("xla", 16)]
     for r in rows:
         assert not r["error"], r["error"]
-        assert r["data"] == "synthetic" and r["steps"] == "2" and r["warmup"] == "1"
+        assert r["data"] == "synthetic" and r["steps"] == "2" and r["warmup"] == "2"
+        assert (r["on_device"], r["steps_per_execution"], r["execution_loop"]) == ("True", "2", "while")
+        assert r["timed_compiles"] == "0", r  # warm-up compiled everything the timed executions ran
         # the real IMDB is not here, so the epoch is projected from its published training-set size,
         # less the 2,500 reviews val_fraction=0.1 holds out for validation
         assert (r["train_size"], r["train_size_source"]) == ("22500", "published size")
@@ -106,7 +109,7 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         assert f"]({name})" in md
         meta = png_text(run / name)
         assert prov["versions"] in meta["Description"] and prov["date"] in meta["Description"]
-    for cell in ("xla-d1-b8", "xla-d1-b16"):  # each cell ran in its own process, with its own log
+    for cell in ("xla-d1-b8-k2-while-on_devicetrue", "xla-d1-b16-k2-while-on_devicetrue"):  # each in its own process and log
         assert (run / "cells" / f"{cell}.log").is_file()
 
 

@@ -44,9 +44,10 @@ def test_strict_guard_exits_3_through_the_real_cli_on_a_real_recompile(tmp_path)
     proc = run_cli("fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet",
                    "data.class_path=probes.ShapeShiftingDigits", "epochs=2", "trainer.limit_train_batches=3",
                    "trainer.limit_val_batches=1", "predict_samples=0", "test_after_fit=false", "xla_guard=strict",
-                   cwd=tmp_path, check=False)
+                   "on_device=false", cwd=tmp_path, check=False)  # streamed: the batch's shape is the images'
+
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
     err = proc.stderr.strip().splitlines()
     assert "Traceback" not in proc.stderr and len(err) >= 1, proc.stderr
     assert err[-1].startswith("xla_train: error: XLA compiled") and "during train after warm-up" in err[-1]
-    assert "(16, 3, 32, 32)" in err[-1] and "xla_guard=strict" in err[-1], err[-1]
+    assert "(16, 32, 32, 3)" in err[-1] and "xla_guard=strict" in err[-1], err[-1]  # uint8 NHWC, as stored

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 
 from conftest import CLASSES
 from xla_train.data.cifar10 import CIFAR10DataModule
@@ -22,7 +23,7 @@ def test_cifar10_reads_the_real_file_layout(cifar_root, relaxed_cifar_checks):
     assert dm.arrays("test")[0].shape == (80, 32, 32, 3)
     assert dm.labels == CLASSES
     xb, yb = next(iter(dm.train_dataloader()))
-    assert xb.shape == (16, 3, 32, 32) and yb.shape == (16,)
+    assert xb.shape == (16, 32, 32, 3) and xb.dtype == torch.uint8 and yb.shape == (16,)  # sent as stored
     info = dm.inference_info()
     assert info["labels"] == CLASSES and info["image_size"] == 32 and len(info["mean"]) == 3
 
@@ -30,7 +31,7 @@ def test_cifar10_reads_the_real_file_layout(cifar_root, relaxed_cifar_checks):
 def test_cifar10_eval_loader_pads_the_last_batch(cifar_root, relaxed_cifar_checks):
     dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False, batch_size=24)
     batches = list(dm.test_dataloader())
-    assert {tuple(b[0].shape) for b in batches} == {(24, 3, 32, 32)}
+    assert {tuple(b[0].shape) for b in batches} == {(24, 32, 32, 3)}
     labels = np.concatenate([b[1].numpy() for b in batches])
     assert (labels >= 0).sum() == 80 and len(labels) == 96
 

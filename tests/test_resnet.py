@@ -85,7 +85,7 @@ def test_augmentation_changes_training_batches_only(cifar_root, relaxed_cifar_ch
     first, second = list(train), list(train)  # same epoch, so the same indices in the same order
     assert len(first) == len(second) == 180 // 32  # 200 images, 20 held out for validation
     for (x1, y1), (x2, y2) in zip(first, second):
-        assert x1.shape == x2.shape == (32, 3, 32, 32) and x1.dtype == torch.float32
+        assert x1.shape == x2.shape == (32, 32, 32, 3) and x1.dtype == torch.uint8  # normalised on the device
         assert torch.equal(y1, y2)
         assert not torch.equal(x1, x2)
 
@@ -102,7 +102,7 @@ def test_augmentation_changes_training_batches_only(cifar_root, relaxed_cifar_ch
     n = min(32, len(val_inputs))  # the fixture's 20 validation images: one batch, padded to 32
     assert torch.equal(val1[0][0][:n], plain(val_inputs[:n]))
     for (x1, y1), (x2, y2) in zip(val1, val2):
-        assert x1.shape == (32, 3, 32, 32) and torch.equal(x1, x2) and torch.equal(y1, y2)
+        assert x1.shape == (32, 32, 32, 3) and torch.equal(x1, x2) and torch.equal(y1, y2)
     test_inputs, _ = dm.arrays("test")  # evaluation never augments, on either held-out split
     assert all(torch.equal(x, plain(test_inputs[32 * i:32 * (i + 1)])) for i, (x, _) in enumerate(dm.test_dataloader())
                if 32 * (i + 1) <= len(test_inputs))

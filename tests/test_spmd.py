@@ -63,12 +63,14 @@ class Probe(pl.Callback):
                     m.eval()
         spec = torch_xla._XLAC._get_xla_sharding_spec
         if trainer.current_epoch == 0 and batch_idx == 0:
-            x, y = batch
+            sent = batch[0]  # uint8 images (streamed), or the rows' indices into device-resident data
+            x, _ = pl_module.batch_inputs(batch, "train", train=True)  # the net's input, made on the device
             sharded = getattr(trainer.strategy, "mesh", None) is not None
-            shards = torch_xla._XLAC._get_local_shards([x])[0] if sharded else []
+            shards = torch_xla._XLAC._get_local_shards([sent])[0] if sharded else []
             self.record.update(
-                num_devices=trainer.num_devices, world_size=trainer.world_size, global_batch=int(x.shape[0]),
-                input_spec=spec(x), label_spec=spec(y), param_spec=spec(next(pl_module.parameters())),
+                num_devices=trainer.num_devices, world_size=trainer.world_size, global_batch=int(sent.shape[0]),
+                resident=len(batch) == 1, input_spec=spec(sent), label_spec=spec(batch[1]) if len(batch) > 1 else None,
+                param_spec=spec(next(pl_module.parameters())),
                 shards=[[str(dev), list(data.shape)] for data, dev in shards],
                 batch_norm_error=self._batch_norm_error(x, pl_module.net.features[0]))
         if trainer.current_epoch == 0 and batch_idx == 1:  # the optimizer has state after one step
@@ -102,7 +104,7 @@ class Probe(pl.Callback):
         trainer.save_checkpoint(Path(trainer.log_dir, "final.ckpt"))
 
         raw, _ = trainer.datamodule.arrays("test")
-        x = trainer.datamodule.transform(False)(raw[:PREDICT_ROWS])
+        x = trainer.datamodule.net_inputs(raw[:PREDICT_ROWS])
         mesh = getattr(trainer.strategy, "mesh", None)
         if mesh is not None:
             from xla_train.runtime.spmd import batch_sharding
@@ -125,12 +127,13 @@ COMMON = (*AS_TRAINED, "model.dropout=0", "model.dense_dropout=0", "--trainer.ca
 
 @pytest.fixture(scope="module")
 def runs(cifar_root, tmp_path_factory):
-    """The same 2 epochs of global batch 64: 1 device x 64, and 8 devices x 8. Both at once, to save time."""
+    """The same 2 epochs of global batch 64: 1 device x 64, its batches streamed from the host, and 8 devices x 8,
+    on device-resident data (on_device=auto on XLA) gathered by index under SPMD. Both at once, to save time."""
     work = {d: tmp_path_factory.mktemp(f"spmd_{d}dev") for d in (1, 8)}
 
     def fit(devices: int):
         proc = run_cli(*COMMON, f"devices={devices}", f"batch_size={64 // devices}", f"data_dir={cifar_root}",
-                       cwd=work[devices], devices=devices)
+                       *(["on_device=false"] if devices == 1 else []), cwd=work[devices], devices=devices)
         return work[devices] / "runs" / "cifar10" / "version_0", proc
 
     with ThreadPoolExecutor(2) as pool:
@@ -273,9 +276,10 @@ def test_each_of_the_eight_devices_holds_one_slice_of_the_batch(runs):
     p = probe(runs[8][0])
     assert (p["num_devices"], p["world_size"], p["global_batch"]) == (8, 1, 64)
     devices = "0,1,2,3,4,5,6,7"
-    assert p["input_spec"] == f"{{devices=[8,1,1,1]{devices}}}"
-    assert p["label_spec"] == f"{{devices=[8]{devices}}}"
-    assert sorted(p["shards"]) == sorted([f"CPU:{i}", [8, 3, 32, 32]] for i in range(8))
+    # device-resident data: the host sends each device its 8 rows' indices; the images and labels stay put
+    assert p["resident"] and p["input_spec"] == f"{{devices=[8]{devices}}}" and p["label_spec"] is None
+    assert sorted(p["shards"]) == sorted([f"CPU:{i}", [8]] for i in range(8))
+    assert not probe(runs[1][0])["resident"]  # the 1-device run it trains exactly like streams its batches
     assert p["param_spec"] == p["optimizer_state_spec"] == "{replicated}"
     assert p["batch_norm_error"] < 1e-4  # training-mode statistics over the whole batch, not per slice
     assert "(accelerator xla, 8 device(s))" in runs[8][1].stdout

@@ -5,6 +5,7 @@
     python -m xla_train bench lstm maxlens=100,200,500                                 (the scan's compile time)
     python -m xla_train bench pipeline recipe=quickstart progress_every=0,10 rounds=2   (the live bar's cost)
     python -m xla_train bench recipe=quickstart accelerators=xla batch_sizes=32 steps_per_execution=1,8
+    python -m xla_train bench recipe=cifar10 accelerators=xla batch_sizes=128 steps_per_execution=1,32 on_device=true execution_loop=while
     python -m xla_train bench recipe=cifar10 accelerators=cpu batch_sizes=128 precision=32,bf16-mixed compile=false,true
 
 Each cell (bench/timing.py says how it is timed) records the first step (trace
@@ -41,9 +42,10 @@ Accelerator = Literal["cpu", "gpu", "tpu", "xla"]
 DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
 Setting = Union[bool, Literal["auto"]]
+Loop = Literal["auto", "unroll", "while"]
 FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
 COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "steps_per_execution",
-           "progress_every", "data",
+           "execution_loop", "on_device", "progress_every", "data",
            "precision", "compile", "channels_last", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
            "timed_host_syncs", "step_ms", "step_ms_mean", "host_ms_per_step", "device_ms_per_step", "host_bound",
            "split_steps", "samples_per_s", "train_size", "train_size_source",
@@ -104,35 +106,41 @@ def split_medians(results: list[dict]) -> dict:
 def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
           batch_sizes: list[PositiveInt] = [32, 128, 512, 1024], devices: list[DeviceCount] = [1],
           progress_every: list[NonNegativeInt] = [0], steps_per_execution: list[PositiveInt] = [1],
-          steps: PositiveInt = 20, warmup: PositiveInt = 3,
+          execution_loop: list[Loop] = ["auto"], on_device: Optional[list[Setting]] = None, steps: PositiveInt = 20, warmup: PositiveInt = 3,
           rounds: PositiveInt = 1, precision: Optional[list[Union[int, str]]] = None,
           compile: list[Setting] = ["auto"], channels_last: list[Setting] = ["auto"], data: Data = "synthetic",
           chart_batch: Optional[PositiveInt] = None, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
           overrides: Optional[dict] = None, grid: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
     """Every accelerator x devices x batch size (x live-bar refresh, x steps per execution on XLA, x precision,
-    x compile and channels_last on cpu/gpu, x any recipe key in `grid`) of a recipe."""
+    x compile and channels_last on cpu/gpu, x any recipe key in `grid`) of a recipe. on_device= (data.on_device)
+    and execution_loop= (for steps_per_execution > 1) are lists like the rest."""
     from tqdm import tqdm
 
     accelerators = check_accelerators(accelerators)
     for b in batch_sizes:
         check_batch_size(b)
     overrides, grid = dict(overrides or {}), dict(grid or {})
+    if on_device is not None:
+        grid["on_device"] = [str(v).lower() for v in on_device]
     _, dm = build_parts(recipe, {**overrides, **{k: str(v[0]) for k, v in grid.items()}})  # bad keys fail here
     n_train, source = train_size(dm)
     run_dir = report.new_run_dir(runs_dir)
     cells = {}
-    for a, d, b, p, k, prec, comp, cl, *values in itertools.product(
-            accelerators, devices, batch_sizes, progress_every, steps_per_execution, precision or [None], compile,
-            channels_last, *grid.values()):
+    for a, d, b, p, k, loop, prec, comp, cl, *values in itertools.product(
+            accelerators, devices, batch_sizes, progress_every, steps_per_execution, execution_loop,
+            precision or [None], compile, channels_last, *grid.values()):
         d = 1 if a == "cpu" else d
         k = 1 if a in ("cpu", "gpu") else k  # K steps as one program is for XLA
+        loop = "auto" if k == 1 else loop
         comp, cl = ("auto", "auto") if a in ("tpu", "xla") else (comp, cl)  # XLA compiles the step itself
         keys = dict(zip(grid, map(str, values)))
-        name = (f"{a}-d{d}-b{b}" + (f"-k{k}" if k > 1 else "") + (f"-p{p}" if p else "")
+        name = (f"{a}-d{d}-b{b}" + (f"-k{k}" if k > 1 else "") + (f"-{loop}" if loop != "auto" else "")
+                + (f"-p{p}" if p else "")
                 + (f"-{prec}" if prec else "") + _flag("compile", comp) + _flag("cl", cl)
                 + "".join(f"-{n}{v}" for n, v in keys.items()))
         cells[name] = {"recipe": recipe, "overrides": {**overrides, **keys}, "accelerator": a, "devices": d,
-                       "batch": b, "progress_every": p, "steps_per_execution": k, "precision": prec,
+                       "batch": b, "progress_every": p, "steps_per_execution": k, "execution_loop": loop,
+                       "precision": prec,
                        "compile": comp, "channels_last": cl, "warmup": warmup, "steps": steps, "data": data,
                        **keys}
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
@@ -161,9 +169,10 @@ def table_row(r: dict, grid: list[str]) -> list:
     note = r.get("error") or "; ".join(filter(None, [
         "recompiled while timed: more warmup=?" if r.get("timed_compiles") else "",
         "host-bound" if r.get("host_bound") else ""]))
-    extra = [r.get(k) or "-" for k in ("steps_per_execution", "progress_every") if k in grid]
+    own = ("steps_per_execution", "execution_loop", "progress_every")
+    extra = [r.get(k) or "-" for k in own if k in grid]
     return [r["accelerator"], r.get("device", "-"), r.get("global_batch", "-"), *extra,
-            *(r.get(k) for k in grid if k not in ("steps_per_execution", "progress_every")),
+            *(r.get(k) for k in grid if k not in own),
             fmt(r.get("first_step_s"), 2),
             fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
             fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")),
@@ -172,11 +181,11 @@ def table_row(r: dict, grid: list[str]) -> list:
 
 
 def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:
-    for key in ("progress_every", "steps_per_execution"):
-        if len(opts[key]) > 1:
+    for key in ("progress_every", "execution_loop", "steps_per_execution"):
+        if len(opts[key]) > 1 or (key == "execution_loop" and opts[key] != ["auto"]):
             grid = [key, *grid]
     grid += [key for key in FAST_KEYS if len(opts[key] or []) > 1]
-    names = {"progress_every": "bar every", "steps_per_execution": "steps/execution"}
+    names = {"progress_every": "bar every", "steps_per_execution": "steps/execution", "execution_loop": "loop"}
     headers = HEADERS[:3] + [names.get(k, k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
     report.write_csv(run_dir / "bench.csv", rows, COLUMNS + [k for k in grid if k not in COLUMNS], prov)

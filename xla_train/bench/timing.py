@@ -209,6 +209,7 @@ class Loop:
         accelerator = s["accelerator"]
         plan = plan_hardware(accelerator, 1 if accelerator == "cpu" else s.get("devices", 1), "auto",
                              s.get("precision"), steps_per_execution=s.get("steps_per_execution", 1),
+                             execution_loop=s.get("execution_loop", "auto"),
                              compile=s.get("compile", "auto"), channels_last=s.get("channels_last", "auto"))
         model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
@@ -216,6 +217,7 @@ class Loop:
         self.k = s.get("steps_per_execution", 1)
         self.total = sum(units(s["warmup"], s["steps"], accelerator, self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
+        dm.place(*plan.resident_data)  # data.on_device: resident or streamed, as fit decides
         inductor = compat.inductor_compile_clock()
         watch = self.steps(plan, model, dm)
         out = watch.result()
@@ -224,6 +226,9 @@ class Loop:
             out.update(precision=fp.precision, compile=fp.compile, channels_last=fp.channels_last)
             if fp.compile:
                 out["compiles"], out["compile_s"] = inductor()
+        strategy = plan.trainer_kwargs.get("strategy")
+        out.update(on_device=dm.resident, execution_loop=getattr(strategy, "execution_loop", None) if self.k > 1
+                   else None)
         out.update(device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""), devices=n,
                    global_batch=s["batch"] * n, data=data, samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
                    device_peak_mb=device_peak_mb(watch.device))
@@ -292,8 +297,10 @@ class PlainLoop(Loop):
         total = self.total  # Lightning's estimated_stepping_batches for this run
         sched = lr_scheduler(opt, [cosine_decay(total)] if hp.schedule == "cosine" else [])
         watch = Stopwatch(s["warmup"], s["steps"], device)
-        for i, (x, y) in enumerate(device_loader(dm.train_dataloader(), device)):
+        inputs = dm.batch_inputs()
+        for i, batch in enumerate(device_loader(dm.train_dataloader(), device)):
             watch.batch_ready(i)
+            x, y = inputs(batch, "train", train=True)
             loss, _ = masked_stats(net(x), y)
             opt.zero_grad()
             loss.backward()

@@ -81,6 +81,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
         parser.add_argument("--steps_per_execution", type=PositiveInt, default=1,
                             help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
+        parser.add_argument("--execution_loop", type=Literal["auto", "unroll", "while"], default="auto",
+                            help="on XLA with steps_per_execution > 1: an XLA While loop over the step, or K "
+                                 "unrolled calls (auto: While, except on XLA:CPU)")
         parser.add_argument("--compile", type=Union[bool, Literal["auto"]], default="auto",
                             help="cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)")
         parser.add_argument("--channels_last", type=Union[bool, Literal["auto"]], default="auto",
@@ -105,8 +108,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                              t.get("strategy", "auto"), t.get("precision"), self.setting("compile_cache"),
                              num_nodes=t.get("num_nodes", 1),
                              steps_per_execution=self.setting("steps_per_execution") or 1,
+                             execution_loop=self.setting("execution_loop") or "auto",
                              compile=self.setting("compile"), channels_last=self.setting("channels_last"))
         kwargs.update(plan.trainer_kwargs)
+        self.plan = plan
         name = self.setting("recipe_name")
         if t.get("logger") in (None, True):  # fit: a new version_N; validate/test: eval_K beside the checkpoint's run
             kwargs["logger"] = run_logger(self.setting("logger_kind"), self.setting("runs_dir"), name,
@@ -155,6 +160,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             self.datamodule.use_tokenizer(self._ckpt_block["tokenizer"])
         self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
         self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
+        if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
+            self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch
 
     def _check_steps_per_execution(self) -> None:

@@ -54,7 +54,8 @@ def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices=
     # float32 everywhere: the table must be the checkpoint's own predictions, equal to CPU `predict`'s
     # (the cpu/gpu fast path's bf16 default is for training speed)
     plan = plan_hardware(accelerator, devices, precision="32-true")
-    result = predict_arrays(net, inputs, labels, dm.transform(False), dm.batch_size, plan.trainer_kwargs)
+    dm.place(*plan.resident_data)
+    result = predict_arrays(net, dm, split, plan.trainer_kwargs)
     text = table_text(result.probs, result.labels, list(block["labels"]), probs)
     candidates = [out_path] if out_path is not None else default_out(config.parent, split, ckpt)
     return write_new(candidates, text), result
@@ -131,12 +132,12 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
 
 
 def split_data(ckpt, split: str = "test", data_dir: str | None = None):
-    """(transform, raw inputs, labels) of a checkpoint's own split, read and encoded as its run reads them
-    (a text checkpoint's with its own tokenizer): what the benchmarks score a changed model on."""
+    """(raw inputs -> the net's CPU input, raw inputs, labels) of a checkpoint's own split, read and encoded as
+    its run reads them (a text checkpoint's with its own tokenizer): what the benchmarks score a changed model on."""
     import numpy as np
 
     ckpt = Path(ckpt)
     block = read_inference_block(safe_load(ckpt), ckpt)
     _, dm = build_from_run(run_config(ckpt), ckpt, block, data_dir=data_dir)
     inputs, labels = dm.arrays(split)
-    return dm.transform(False), inputs, np.asarray(labels, dtype=np.int64)
+    return dm.net_inputs, inputs, np.asarray(labels, dtype=np.int64)

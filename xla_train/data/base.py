@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import os
 
+from typing import Literal, Union
+
 import lightning.pytorch as pl
 import numpy as np
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.data.batching import ArrayDataset, BatchSampler
+from xla_train.data.batching import (ArrayDataset, BatchInputs, BatchSampler, IndexBatches, ResidentInputs,
+                                     StreamedInputs, nbytes)
 from xla_train.errors import ConfigError
+
+OnDevice = Union[bool, Literal["auto"]]
 
 SPLITS = ("train", "val", "test")
 DEFAULT_VAL_FRACTION = 0.1
@@ -60,13 +65,22 @@ def carve_validation(labels: np.ndarray, val_fraction: float, split_seed: int) -
     return fit, val
 
 
+def megabytes(n: int) -> str:
+    mb = n / 2**20
+    return f"{mb:,.0f} MB" if mb >= 10 else f"{mb:.2g} MB"
+
+
+def keep(x, augment: bool = False):
+    return x
+
+
 class ArrayDataModule(pl.LightningDataModule):
     """val_fraction > 0 holds out that share of the training split for validation (checkpoint choice,
     early stopping), so the test split is seen only by the final test. val_fraction=0 validates on the
     test split, as the Keras tutorials did; then the test accuracy is not a held-out figure."""
 
     def __init__(self, batch_size: int = 128, num_workers: int = 0, seed: int | None = None,
-                 val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0):
+                 val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0, on_device: OnDevice = "auto"):
         super().__init__()
         check_batch_size(batch_size)
         check_val_fraction(val_fraction)
@@ -80,6 +94,9 @@ class ArrayDataModule(pl.LightningDataModule):
         self.val_fraction, self.split_seed = val_fraction, split_seed
         self._arrays: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
         self._resume: dict | None = None
+        self.on_device = on_device
+        self.resident = False  # decided by place() for the hardware that runs: off until then
+        self.placement = "streamed from the host"
 
     # --- what a subclass provides -------------------------------------------
     def load_arrays(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -88,12 +105,22 @@ class ArrayDataModule(pl.LightningDataModule):
         raise NotImplementedError
 
     def transform(self, train: bool):
-        """A picklable callable: a batch of raw inputs -> a float tensor."""
+        """A picklable callable on the host: a batch of raw inputs -> the tensor the loader sends, in its stored
+        dtype (uint8 images, int64 token ids); augmented there when streamed."""
         raise NotImplementedError
+
+    def preparer(self):
+        """A picklable callable for the device that holds a batch: (the sent tensor, augment) -> the net's input
+        (normalising, augmenting). Token ids go in as they are."""
+        return keep
 
     def inference_info(self) -> dict:
         """What a checkpoint must carry so that raw inputs can be predicted without this module."""
         raise NotImplementedError
+
+    def net_inputs(self, raw):
+        """Raw inputs -> the net's input on the CPU, as evaluation prepares them (no augmentation)."""
+        return self.preparer()(self.transform(False)(raw), augment=False)
 
     def check_net(self, net) -> None:
         """Refuse a net that cannot take this data (a ConfigError); the CLI asks before any run folder exists."""
@@ -132,6 +159,36 @@ class ArrayDataModule(pl.LightningDataModule):
         devices_per_process = max(1, t.num_devices * t.num_nodes // t.world_size)
         return self.batch_size * devices_per_process, t.global_rank, t.world_size
 
+    # --- where the data lives ---------------------------------------------------
+    def place(self, auto_on: bool, budget_bytes: int) -> str:
+        """Decide whether the splits go to the device once (resident) or stream from the host, from on_device,
+        whether `auto` turns it on for this hardware, and the device-memory budget; returns the decision in
+        words. on_device=true over the budget is refused here, before any run folder exists."""
+        size = nbytes({s: self.arrays(s) for s in SPLITS})
+        mb, budget = megabytes(size), megabytes(budget_bytes)
+        if self.on_device is True and size > budget_bytes:
+            raise ConfigError(f"data.on_device=true: the splits take {mb} on each device, over the {budget} "
+                              f"budget for device-resident data; use on_device=auto or false (streamed from the host)")
+        if self.on_device is True:
+            self.resident, self.placement = True, f"on the device ({mb} per device; on_device=true)"
+        elif self.on_device is False:
+            self.resident, self.placement = False, "streamed from the host as stored (on_device=false)"
+        elif not auto_on:
+            self.resident, self.placement = False, "streamed from the host as stored (on_device=auto: not on XLA)"
+        elif size > budget_bytes:
+            self.resident, self.placement = False, (f"streamed from the host as stored (on_device=auto: {mb} is "
+                                                    f"over the {budget} budget)")
+        else:
+            self.resident, self.placement = True, f"on the device ({mb} per device, within the {budget} budget)"
+        return self.placement
+
+    def batch_inputs(self) -> BatchInputs:
+        """What a step does to a loaded batch, on its device (data/batching.py)."""
+        augment = bool(getattr(self, "augment", False))
+        if self.resident:
+            return ResidentInputs({s: self.arrays(s) for s in SPLITS}, self.preparer(), augment)
+        return StreamedInputs(self.preparer())
+
     def _split_loader(self, split: str, train: bool) -> DataLoader:
         inputs, labels = self.arrays(split)
         batch, rank, world = self.process_share()
@@ -143,8 +200,8 @@ class ArrayDataModule(pl.LightningDataModule):
                 f"{sampler.global_batch}; lower batch_size or use fewer devices")
         if train and self._resume is not None:
             sampler.resume_at(self._resume["epoch"], self._resume["batches_done"])
-        return DataLoader(ArrayDataset(inputs, labels, self.transform(train)), batch_size=None,
-                          sampler=sampler, num_workers=self.num_workers,
+        dataset = IndexBatches(len(inputs)) if self.resident else ArrayDataset(inputs, labels, self.transform(train))
+        return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)
 
     @override

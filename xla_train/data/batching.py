@@ -4,6 +4,14 @@ Training drops the remainder of each epoch. Evaluation pads the last batch with
 label -1 rows, which the task masks out, so every sample counts exactly once
 and no batch has an odd shape. Sharding across processes happens here too, so
 that every replica gets the same shape on every step.
+
+A batch reaches the step in one of two forms, and the step turns it into the
+net's input on whatever device runs it (`BatchInputs`). Streamed, it carries
+its samples as stored (uint8 images, token ids), and the device normalises
+them. Resident, it carries only the samples' indices into the splits, which
+went to the device once (`data.on_device`), and the device gathers, augments
+and normalises: the host sends a few hundred bytes a step. Both come from the
+same sampler, so they hold the same samples in the same order.
 """
 from __future__ import annotations
 
@@ -74,3 +82,68 @@ class ArrayDataset(Dataset):
         y = np.where(pad, PAD_LABEL, self.labels[safe])
         x = self.transform(x) if self.transform is not None else torch.as_tensor(x)
         return x, torch.as_tensor(y)
+
+
+class IndexBatches(Dataset):
+    """Serves the sampler's index arrays themselves (-1 for padding), as a 1-tuple: the resident form."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: np.ndarray):
+        return (torch.as_tensor(np.asarray(idx, dtype=np.int64)),)
+
+
+class BatchInputs:
+    """A loaded batch -> (net input, labels), on the batch's device. `prepare(x, augment)` is the data's own
+    device-side step (normalising images; nothing for token ids)."""
+
+    def __init__(self, prepare, augment: bool = False):
+        self.prepare, self.augment = prepare, augment
+
+    def __call__(self, batch, split: str, train: bool):
+        raise NotImplementedError
+
+
+class StreamedInputs(BatchInputs):
+    """(samples as stored, labels), augmented on the host if at all."""
+
+    def __call__(self, batch, split: str, train: bool):
+        x, y = batch[0], batch[1]
+        return self.prepare(x, augment=False), y
+
+
+class ResidentInputs(BatchInputs):
+    """(indices,) into the splits, which go to the batch's device at their first use and stay there."""
+
+    def __init__(self, arrays: dict[str, tuple[np.ndarray, np.ndarray]], prepare, augment: bool = False):
+        super().__init__(prepare, augment)
+        self.arrays = arrays
+        self._tables: dict = {}
+
+    def __getstate__(self) -> dict:  # a pickled copy (xla_mp workers) uploads its own
+        return {**self.__dict__, "_tables": {}}
+
+    def table(self, split: str, device) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.arrays[split]
+        key = (id(x), str(device))  # val_fraction=0: "val" is the test split, held once
+        if key not in self._tables:
+            self._tables[key] = (torch.from_numpy(np.ascontiguousarray(x)).to(device),
+                                 torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device))
+        return self._tables[key]
+
+    def __call__(self, batch, split: str, train: bool):
+        (idx,) = batch
+        xs, ys = self.table(split, idx.device)
+        safe = idx.clamp(min=0)
+        y = torch.where(idx < 0, torch.full_like(idx, PAD_LABEL), ys[safe])
+        return self.prepare(xs[safe], augment=self.augment and train), y
+
+
+def nbytes(arrays: dict[str, tuple[np.ndarray, np.ndarray]]) -> int:
+    """What the distinct splits' inputs and labels (int64 on the device) take."""
+    distinct = {id(x): (x, y) for x, y in arrays.values()}
+    return sum(x.nbytes + len(y) * 8 for x, y in distinct.values())

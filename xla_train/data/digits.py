@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from xla_train.data.base import OnDevice
 from xla_train.data.images import ImageDataModule
 from xla_train.errors import ConfigError
 from xla_train.preprocess.images import resize_images
@@ -26,9 +27,10 @@ class DigitsDataModule(ImageDataModule):
     std = (0.27, 0.27, 0.27)
 
     def __init__(self, batch_size: int = 32, test_fraction: float = 0.2, val_fraction: float = 0.1,
-                 split_seed: int = 0, augment: bool = False, num_workers: int = 0, seed: int | None = None):
+                 split_seed: int = 0, augment: bool = False, num_workers: int = 0, seed: int | None = None,
+                 on_device: OnDevice = "auto"):
         super().__init__(batch_size=batch_size, augment=augment, num_workers=num_workers, seed=seed,
-                         val_fraction=val_fraction, split_seed=split_seed)
+                         val_fraction=val_fraction, split_seed=split_seed, on_device=on_device)
         if not 0.0 < test_fraction < 1.0:
             raise ConfigError(f"test_fraction={test_fraction} must be in (0, 1): the share of the digits held "
                               f"out for the final test (default 0.2)")

@@ -1,40 +1,43 @@
-"""Image data modules: uint8 NHWC arrays in memory, normalised (and augmented) per batch on the host."""
+"""Image data modules: uint8 NHWC arrays in memory, sent as uint8 and normalised on the device.
+
+Streamed batches are augmented on the host; resident ones (data.on_device) on
+the device, from its own random numbers. Both use preprocess/images.py's crop_flip.
+"""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule
+from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, OnDevice
 from xla_train.errors import ConfigError
-from xla_train.preprocess.images import images_to_tensor
+from xla_train.preprocess.images import crop_flip, normalise
+
+PAD = 4  # the crop's zero padding: CIFAR's 32x32 -> random 32x32 crops of 40x40
 
 
 class ImageTransform:
-    """uint8 (N, H, W, 3) -> float (N, 3, H, W); with augment, a padded random crop and a flip.
+    """The host's part: uint8 (N, H, W, 3) stays uint8; with augment, a padded random crop and a flip.
 
     The crop keeps the image size, so augmentation never changes a batch's shape.
     """
 
-    def __init__(self, mean, std, augment: bool = False, pad: int = 4):
-        self.mean, self.std, self.augment, self.pad = tuple(mean), tuple(std), augment, pad
+    def __init__(self, augment: bool = False, pad: int = PAD):
+        self.augment, self.pad = augment, pad
 
     def __call__(self, images: np.ndarray) -> torch.Tensor:
-        if self.augment:
-            images = random_crop_flip(images, self.pad)
-        return images_to_tensor(images, self.mean, self.std)
+        x = torch.from_numpy(np.ascontiguousarray(images))
+        return crop_flip(x, self.pad) if self.augment else x
 
 
-def random_crop_flip(images: np.ndarray, pad: int) -> np.ndarray:
-    n, h, w, _ = images.shape
-    padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    dy = torch.randint(0, 2 * pad + 1, (n,)).numpy()
-    dx = torch.randint(0, 2 * pad + 1, (n,)).numpy()
-    flip = torch.rand(n).numpy() < 0.5
-    out = np.empty_like(images)
-    for i in range(n):
-        crop = padded[i, dy[i]:dy[i] + h, dx[i]:dx[i] + w]
-        out[i] = crop[:, ::-1] if flip[i] else crop
-    return out
+class ImagePrepare:
+    """The device's part: uint8 (N, H, W, 3) -> normalised float (N, 3, H, W), cropped and flipped first with
+    augment (resident batches). Picklable, and holds no tensor: the run's checkpoint does not change."""
+
+    def __init__(self, mean, std, pad: int = PAD):
+        self.mean, self.std, self.pad = tuple(mean), tuple(std), pad
+
+    def __call__(self, x: torch.Tensor, augment: bool = False) -> torch.Tensor:
+        return normalise(crop_flip(x, self.pad) if augment else x, self.mean, self.std)
 
 
 class ImageDataModule(ArrayDataModule):
@@ -44,9 +47,10 @@ class ImageDataModule(ArrayDataModule):
     std: tuple = (0.25, 0.25, 0.25)
 
     def __init__(self, batch_size: int = 128, augment: bool = False, num_workers: int = 0,
-                 seed: int | None = None, val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0):
+                 seed: int | None = None, val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0,
+                 on_device: OnDevice = "auto"):
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
-                         val_fraction=val_fraction, split_seed=split_seed)
+                         val_fraction=val_fraction, split_seed=split_seed, on_device=on_device)
         self.augment = augment
 
     @property
@@ -60,7 +64,10 @@ class ImageDataModule(ArrayDataModule):
                               f"set model.net.num_classes={classes}")
 
     def transform(self, train: bool) -> ImageTransform:
-        return ImageTransform(self.mean, self.std, augment=self.augment and train)
+        return ImageTransform(augment=self.augment and train)
+
+    def preparer(self) -> ImagePrepare:
+        return ImagePrepare(self.mean, self.std)
 
     def inference_info(self) -> dict:
         return {"kind": self.kind, "labels": list(self.labels), "image_size": self.image_size,

@@ -27,7 +27,7 @@ from typing_extensions import override
 
 from xla_train.checkpoint import atomic_write
 from xla_train.preprocess import text
-from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule
+from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice, ArrayDataModule
 from xla_train.data.download import staged_download
 from xla_train.errors import ConfigError, DataError
 
@@ -145,9 +145,10 @@ class IMDBDataModule(ArrayDataModule):
 
     def __init__(self, data_dir: str | None = None, download: bool = True, maxlen: int = 500,
                  vocab_size: int = 10000, val_fraction: float = DEFAULT_VAL_FRACTION, batch_size: int = 128,
-                 num_workers: int = 0, seed: int | None = None, split_seed: int = 0):
+                 num_workers: int = 0, seed: int | None = None, split_seed: int = 0,
+                 on_device: OnDevice = "auto"):
         super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
-                         val_fraction=val_fraction, split_seed=split_seed)
+                         val_fraction=val_fraction, split_seed=split_seed, on_device=on_device)
         if maxlen < 1:
             raise ConfigError(f"maxlen={maxlen} must be at least 1 (the Keras tutorial uses 500)")
         if vocab_size < 3:

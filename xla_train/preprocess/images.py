@@ -1,26 +1,48 @@
 """Raw inputs to net-ready tensors, shared by training and inference.
 
 One function serves both sides so that a checkpoint predicts on exactly the
-tensors it was trained on. Only torch and numpy: inference imports this.
+tensors it was trained on. Training runs the same torch functions on whatever
+device holds the batch: images travel as uint8 (a quarter of float32's bytes)
+and are normalised, and augmented, where the step runs. Only torch and numpy:
+inference imports this.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
-def images_to_tensor(images, mean, std) -> torch.Tensor:
-    """uint8 images (N, H, W, 3) -> normalised float32 (N, 3, H, W)."""
-    x = torch.as_tensor(np.ascontiguousarray(images))
+def normalise(x: torch.Tensor, mean, std) -> torch.Tensor:
+    """uint8 images (N, H, W, 3) on any device -> normalised float32 (N, 3, H, W) on that device."""
     if x.dtype != torch.uint8:
         raise TypeError(f"expected uint8 images, got {x.dtype}")
-    x = x.permute(0, 3, 1, 2).float().div_(255.0)
-    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-    return (x - m) / s
+    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1).to(x.device)
+    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1).to(x.device)
+    return (x.permute(0, 3, 1, 2).float().div(255.0) - m) / s
+
+
+def images_to_tensor(images, mean, std) -> torch.Tensor:
+    """uint8 images (N, H, W, 3), numpy or CPU tensor -> normalised float32 (N, 3, H, W) on the CPU."""
+    return normalise(torch.as_tensor(np.ascontiguousarray(images)), mean, std)
+
+
+def crop_flip(x: torch.Tensor, pad: int) -> torch.Tensor:
+    """uint8 (N, H, W, C) on any device -> the same shape: a random crop of the zero-padded image, mirrored
+    left-right with probability 1/2. Drawn from x's device's generator (torch.randint, torch.rand), so on XLA
+    the step's device seed decides the crops and a resumed run draws the same ones."""
+    n, h, w, _ = x.shape
+    dy = torch.randint(0, 2 * pad + 1, (n,), device=x.device)
+    dx = torch.randint(0, 2 * pad + 1, (n,), device=x.device)
+    flip = torch.rand(n, device=x.device) < 0.5
+    padded = F.pad(x, (0, 0, pad, pad, pad, pad))
+    rows = dy[:, None] + torch.arange(h, device=x.device)  # (N, H)
+    cols = dx[:, None] + torch.arange(w, device=x.device)  # (N, W)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    return padded[torch.arange(n, device=x.device)[:, None, None], rows[:, :, None], cols[:, None, :]]
 
 
 def resize_images(images: np.ndarray, size: int) -> np.ndarray:

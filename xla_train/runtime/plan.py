@@ -22,6 +22,23 @@ from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.probe import require_cuda, resolve_accelerator
 
 XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
+# Device-resident data (data.on_device): what the splits may take on each device, where every device holds all
+# of them (replicated; a batch's rows are gathered where they are needed). 1 GiB is an eighth of the smallest
+# TPU core's memory (v2: 8 GiB) and a sixteenth of a v5e chip's, and holds CIFAR-10 (184 MB) and IMDB at
+# maxlen 500 (200 MB) with room to spare. XLA_TRAIN_DEVICE_DATA_MB sets another.
+DEVICE_DATA_MB = 1024
+EXECUTION_LOOPS = ("auto", "unroll", "while")
+
+
+def resolve_execution_loop(setting: str = "auto") -> str:
+    """How K steps run as one program (runtime/step_program.py). auto: an XLA While loop, whose program does not
+    grow with K, except on XLA:CPU, which runs a conv net's step inside a While body many times slower than
+    unrolled (README, "Keep a TPU fed"); there the K calls are unrolled."""
+    if setting not in EXECUTION_LOOPS:
+        raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
+    if setting != "auto":
+        return setting
+    return "unroll" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else "while"
 
 
 @dataclass
@@ -35,10 +52,22 @@ class HardwarePlan:
     def is_xla(self) -> bool:
         return self.kind in ("tpu", "xla")
 
+    @property
+    def resident_data(self) -> tuple[bool, int]:
+        """(whether data.on_device=auto puts the data on the device, the budget in bytes): on XLA, where every
+        host-side step costs the accelerator time, and a loader cannot overlap as a GPU's can."""
+        mb = os.environ.get("XLA_TRAIN_DEVICE_DATA_MB", str(DEVICE_DATA_MB))
+        try:
+            budget = int(float(mb) * 2**20)
+        except ValueError:
+            raise ConfigError(f"XLA_TRAIN_DEVICE_DATA_MB={mb!r} is not a number of megabytes") from None
+        return self.is_xla, budget
+
 
 def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
                   compile_cache: str | None = None, num_nodes=1, steps_per_execution: int = 1,
-                  compile: fast.CompileSetting = "auto", channels_last: fast.CompileSetting = "auto") -> HardwarePlan:
+                  compile: fast.CompileSetting = "auto", channels_last: fast.CompileSetting = "auto",
+                  execution_loop: str = "auto") -> HardwarePlan:
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
     if not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1:
@@ -64,7 +93,9 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
         return HardwarePlan(kind, kwargs, fast_path=path)
     fast.refuse_on_xla(kind, compile, channels_last)
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
-    plan.trainer_kwargs["strategy"].steps_per_execution = steps_per_execution
+    strat = plan.trainer_kwargs["strategy"]
+    strat.steps_per_execution = steps_per_execution
+    strat.execution_loop = resolve_execution_loop(execution_loop)
     return plan
 
 

@@ -19,6 +19,8 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import inference_block
+from xla_train.data.base import keep
+from xla_train.data.batching import BatchInputs, StreamedInputs
 from xla_train.errors import ConfigError
 from xla_train.objective import cosine_decay, linear_warmup, lr_scheduler, make_optimizer, masked_stats
 from xla_train.training.hooks import publish
@@ -35,6 +37,7 @@ class Classifier(pl.LightningModule):
                 raise ConfigError(f"model.{name}={value} must be {'positive' if low is not None else '0 or more'}")
         self.save_hyperparameters(ignore=["net"])
         self.net = net
+        self.batch_inputs: BatchInputs = StreamedInputs(keep)  # the data module's, once a Trainer sets up
         self._totals: dict[str, torch.Tensor] = {}
         self.epoch_metrics: dict[str, float] = {}
 
@@ -42,8 +45,14 @@ class Classifier(pl.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    @override
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule
+        if dm is not None and hasattr(dm, "batch_inputs"):
+            self.batch_inputs = dm.batch_inputs()  # the batch as loaded -> the net's input, inside the step
+
     def _step(self, batch, stage: str) -> torch.Tensor:
-        x, y = batch
+        x, y = self.batch_inputs(batch, stage, train=stage == "train")
         loss, stats = masked_stats(self.net(x), y)
         if stage not in self._totals:
             # Made on the host and moved, so it enters the graph as data: every step compiles alike.

@@ -29,6 +29,14 @@ class RunReport(EpochCallback):
                   f"{trainer.num_devices} device(s){hosts})", flush=True)
             if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
                 print(f"fast path: {self.fast_path.summary()}", flush=True)
+            placement = getattr(trainer.datamodule, "placement", None)
+            if placement:  # data.on_device: which path feeds the steps, and why
+                print(f"data: {placement}", flush=True)
+            loop = getattr(trainer.strategy, "execution_loop", None)
+            k = getattr(trainer.strategy, "steps_per_execution", 1)
+            if loop and k > 1:
+                print(f"steps per execution: {k}, as an XLA {'While loop' if loop == 'while' else 'unrolled program'}"
+                      f" (execution_loop={loop})", flush=True)
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchSampler
+from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchInputs, BatchSampler, IndexBatches
 from xla_train.errors import ConfigError
 from xla_train.objective import probabilities
 from xla_train.runtime.device import counters
@@ -42,11 +42,12 @@ class IndexedBatches(Dataset):
 
 
 class SplitPredictor(pl.LightningModule):
-    """The trained net, returning (probabilities, label, index) per batch; nothing is read on the host here."""
+    """The trained net, returning (probabilities, label, index) per batch; nothing is read on the host here.
+    A batch is the data module's (streamed, or resident indices) with the rows' sample indices last."""
 
-    def __init__(self, net: nn.Module):
+    def __init__(self, net: nn.Module, inputs: BatchInputs, split: str):
         super().__init__()
-        self.net = net
+        self.net, self.inputs, self.split = net, inputs, split
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -54,8 +55,8 @@ class SplitPredictor(pl.LightningModule):
 
     @override
     def predict_step(self, batch, batch_idx):
-        x, y, index = batch
-        return probabilities(self.net(x)), y, index
+        x, y = self.inputs(batch, self.split, train=False)
+        return probabilities(self.net(x)), y, batch[-1]
 
 
 class CompileCount(pl.Callback):
@@ -95,9 +96,11 @@ class SplitPredictions:
     device: str
 
 
-def predict_arrays(net: nn.Module, inputs: np.ndarray, labels: np.ndarray, transform, batch_size: int,
-                   trainer_kwargs: dict) -> SplitPredictions:
-    """Every row of (inputs, labels) through `net` on the Trainer that `trainer_kwargs` (runtime.plan) describe."""
+def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> SplitPredictions:
+    """Every row of the data module's split through `net` on the Trainer that `trainer_kwargs` (runtime.plan)
+    describe, fed as the module's place() decided (resident or streamed)."""
+    inputs, labels = dm.arrays(split)
+    batch_size = dm.batch_size
     count = CompileCount()
     trainer = pl.Trainer(**trainer_kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, use_distributed_sampler=False, callbacks=[count])
@@ -106,8 +109,10 @@ def predict_arrays(net: nn.Module, inputs: np.ndarray, labels: np.ndarray, trans
                           f"on XLA use strategy=spmd (the default), on a GPU devices=1")
     global_batch = batch_size * trainer.num_devices
     sampler = BatchSampler(len(inputs), global_batch, train=False)
-    loader = DataLoader(IndexedBatches(inputs, labels, transform), batch_size=None, sampler=sampler)
-    out = trainer.predict(SplitPredictor(net), dataloaders=loader, return_predictions=True)
+    rows = IndexBatches(len(inputs)) if dm.resident else IndexedBatches(inputs, labels, dm.transform(False))
+    loader = DataLoader(rows, batch_size=None, sampler=sampler)
+    out = trainer.predict(SplitPredictor(net, dm.batch_inputs(), split), dataloaders=loader,
+                          return_predictions=True)
     probs = torch.cat([p for p, _, _ in out]).float().numpy()
     index = torch.cat([i for _, _, i in out]).numpy()
     keep = index >= 0
