@@ -153,6 +153,29 @@ class _SecondEpochShift:
             yield batch
 
 
+class _BreaksAtBatch:
+    """Iterates a loader and raises at its third batch, as a broken augmentation or a bad file would."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for i, batch in enumerate(self.loader):
+            if i == 2:
+                raise ValueError("the loader broke at batch 2")
+            yield batch
+
+
+class BreakingDigits(DigitsDataModule):
+    """The quickstart's digits, with a training loader that raises mid-epoch."""
+
+    def train_dataloader(self):
+        return _BreaksAtBatch(super().train_dataloader())
+
+
 class ShapeShiftingDigits(DigitsDataModule):
     """The quickstart's digits, but one training batch of epoch 2 has a new shape: a real recompile after
     warm-up, which xla_guard=strict must turn into exit code 3 through the CLI."""

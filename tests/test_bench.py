@@ -217,6 +217,8 @@ def test_int8_lstm_keeps_the_masked_recurrence():
     (["recipe=quickstart", "steps=0"], "steps: not of type PositiveInt: 0 does not conform"),
     (["recipe=quickstart", "steps=many"], "steps: not of type PositiveInt"),
     (["recipe=quickstart", "stepz=3"], "unknown key 'stepz'; did you mean steps?"),
+    (["recipe=quickstart", "devicez=8"], "unknown key 'devicez'; did you mean devices or on_device?;"),  # each candidate once
+    (["recipe=quickstart", "on_device=maybe"], "on_device: expected"),
     (["recipe=quickstart", "epochs=3"], "builds the trainer itself"),
     (["recipe=quickstart", "batch_size=64"], "sets the batch itself: use batch_sizes="),
     (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),

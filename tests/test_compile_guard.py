@@ -51,3 +51,13 @@ def test_strict_guard_exits_3_through_the_real_cli_on_a_real_recompile(tmp_path)
     assert "Traceback" not in proc.stderr and len(err) >= 1, proc.stderr
     assert err[-1].startswith("xla_train: error: XLA compiled") and "during train after warm-up" in err[-1]
     assert "(16, 32, 32, 3)" in err[-1] and "xla_guard=strict" in err[-1], err[-1]  # uint8 NHWC, as stored
+
+
+def test_a_loader_that_raises_mid_epoch_fails_the_run_on_xla(tmp_path):
+    """torch_xla's MpDeviceLoader reads batches in a thread that ends the epoch quietly on an error; the run must
+    fail with that error instead of reporting an epoch of two batches as done."""
+    proc = run_cli("fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet",
+                   "data.class_path=probes.BreakingDigits", "epochs=1", "trainer.limit_val_batches=1",
+                   "predict_samples=0", "test_after_fit=false", cwd=tmp_path, check=False)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "ValueError: the loader broke at batch 2" in proc.stderr

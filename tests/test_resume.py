@@ -148,3 +148,21 @@ def test_xla_sigterm_then_resume_matches_the_uninterrupted_run(cifar_root, tmp_p
     resumed = run_cli(*COMMON, "accelerator=xla", f"data_dir={cifar_root}", "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)
     assert "compile" in resumed_epoch_line(resumed.stdout)  # the new process's compiles are counted, not hidden
+
+
+def test_xla_resume_on_device_data_with_device_augmentation_ends_at_the_uninterrupted_weights(cifar_root, tmp_path):
+    """On XLA with the data on the device and augment=true, crops and flips are drawn on the device from its seed,
+    which the checkpoint keeps: killed at step 9 and resumed from step 8, the run ends where the uninterrupted one
+    did. A tiny net (fast to compile) with dropout-free BatchNorm; a lost or redrawn crop moves weights by 1e-3."""
+    args = (*COMMON, "accelerator=xla", "model.net.class_path=probes.TinyNet", "augment=true", "on_device=true",
+            f"data_dir={cifar_root}", "trainer.limit_val_batches=1")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    first = run_cli(*args, cwd=a)
+    assert "data: on the device (" in first.stdout
+    killed = run_cli(*args, "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9", cwd=b,
+                     check=False)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert final_weights(b)[0] == 8
+    run_cli(*args, "ckpt=last", cwd=b)
+    assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)

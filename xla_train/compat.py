@@ -180,11 +180,6 @@ def xla_sharded_across_devices(tensor) -> bool:
     return kind is not None and ShardingType(kind) != ShardingType.REPLICATED
 
 
-def wrapped_loader(device_loader):
-    """The DataLoader inside torch_xla's MpDeviceLoader (its `_loader`)."""
-    return device_loader._loader
-
-
 # The lazy-tensor internals behind runtime/step_program.py, as torch_xla's own
 # experimental/gradient_accumulation.py uses them (2.9.0).
 

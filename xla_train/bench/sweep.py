@@ -151,6 +151,8 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
         row = {**{k: v for k, v in spec.items() if k != "overrides"}, "train_size_source": source, **results[name]}
         row.setdefault("global_batch", spec["batch"] * spec["devices"] if isinstance(spec["devices"], int) else None)
         row["train_size"] = n_train
+        if isinstance(row.get("on_device"), str):  # a cell that failed before deciding: the setting asked for
+            row["on_device"] = {"true": True, "false": False}.get(row["on_device"], row["on_device"])
         if row.get("step_ms") is not None and row.get("global_batch"):
             row["steps_per_epoch"] = n_train // row["global_batch"]  # training drops each epoch's partial batch
             row["epoch_s"] = row["steps_per_epoch"] * row["step_ms"] / 1e3

@@ -110,7 +110,7 @@ def resolve_key(key: str, keys: dict[str, str]) -> str:
     matches = [k for k in keys if k.startswith(root) and k.endswith(tail)]
     if len(matches) == 1:
         return matches[0]
-    near = difflib.get_close_matches(key, list(keys) + list(ALIASES), n=3, cutoff=0.6) or matches[:3]
+    near = difflib.get_close_matches(key, list(dict.fromkeys([*keys, *ALIASES])), n=3, cutoff=0.6) or matches[:3]
     hint = f"; did you mean {' or '.join(near)}?" if near else "; see `python -m xla_train fit --help`"
     raise ConfigError(f"unknown key {key!r}{hint}")
 

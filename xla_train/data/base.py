@@ -8,7 +8,6 @@ process's. Nothing here knows what kind of device runs the model.
 from __future__ import annotations
 
 import os
-
 from typing import Literal, Union
 
 import lightning.pytorch as pl
@@ -174,7 +173,7 @@ class ArrayDataModule(pl.LightningDataModule):
         elif self.on_device is False:
             self.resident, self.placement = False, "streamed from the host as stored (on_device=false)"
         elif not auto_on:
-            self.resident, self.placement = False, "streamed from the host as stored (on_device=auto: not on XLA)"
+            self.resident, self.placement = False, "streamed from the host as stored (on_device=auto streams on this accelerator)"
         elif size > budget_bytes:
             self.resident, self.placement = False, (f"streamed from the host as stored (on_device=auto: {mb} is "
                                                     f"over the {budget} budget)")

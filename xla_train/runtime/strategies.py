@@ -68,23 +68,55 @@ def device_loader(dataloader, device, **kwargs):
     calls `iter()` before `set_epoch()` when a run resumes (FitLoop.setup_data
     runs first), so the prefetch read the previous epoch's order and a resumed
     XLA run trained on the wrong batches.
+
+    It fails loudly: MpDeviceLoader's thread reads the wrapped loader, and an
+    error there ends its queue as if the epoch were over (ParallelLoader's
+    _loader_worker closes it in a `finally`), so a loader that raised trained
+    on the batches before the error and reported success. The error is kept and
+    raised here, in the training thread.
     """
     from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
     if isinstance(dataloader, MpDeviceLoader):
         return dataloader
+    source = _Recorded(dataloader)
 
     class DeviceLoader(MpDeviceLoader):
-        sampler = property(lambda self: getattr(compat.wrapped_loader(self), "sampler", None))
-        batch_sampler = property(lambda self: getattr(compat.wrapped_loader(self), "batch_sampler", None))
+        sampler = property(lambda self: getattr(dataloader, "sampler", None))
+        batch_sampler = property(lambda self: getattr(dataloader, "batch_sampler", None))
 
         @override
         def __iter__(self):
             start = super().__iter__
 
             def batches():  # a generator: nothing starts until the first next()
+                source.error = None
                 yield from start()
+                if source.error is not None:
+                    raise source.error
 
             return batches()
 
-    return DeviceLoader(dataloader, device, **kwargs)
+    return DeviceLoader(source, device, **kwargs)
+
+
+class _Recorded:
+    """A loader whose iteration keeps the error it ended with (it is read in another thread)."""
+
+    def __init__(self, loader) -> None:
+        self.loader, self.error = loader, None
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        if name == "loader":  # not yet set (unpickling)
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        try:
+            yield from self.loader
+        except Exception as e:
+            self.error = e
+            raise

@@ -4,7 +4,9 @@ The loss, the learning-rate factors and the optimizer are objective.py's, so
 that serving and the benchmarks' plain loop share them. Metrics are sums kept
 on the device (loss, correct, count) and read once per epoch, so a step never
 waits on the host. Padded evaluation rows carry label -1 and are masked out of
-both loss and accuracy, so every sample counts once. With lr_scaling=linear lr
+both loss and accuracy, so every sample counts once. A batch arrives as the data
+module loads it (uint8 samples, or indices into data already on the device) and
+becomes the net's input inside the step, on the device (data/batching.py). With lr_scaling=linear lr
 is the rate for one device's batch, and k devices train at k x lr.
 """
 from __future__ import annotations
