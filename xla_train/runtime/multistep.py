@@ -12,7 +12,8 @@ optimizer's own state: a checkpoint looks the same whatever K wrote it.
 A group runs early, with the steps it has, whenever the state must be true
 before K steps are in: at the end of an epoch (or of max_steps), before a
 checkpoint is taken, before validation. The program takes its number of real
-steps as an input, so that costs no new graph.
+steps as an input, so that costs no new graph. Between the steps of a group
+the host syncs nothing: it only advances the device seed as a sync would.
 """
 from __future__ import annotations
 
@@ -140,13 +141,13 @@ class StepsPerExecution:
         last = batch_idx + 1 >= trainer.num_training_batches or 0 < trainer.max_steps <= trainer.global_step + 1
         if len(self._group) == self.steps_per_execution or last:
             self.flush()
-        return torch.tensor(float("nan"))
+        return torch.tensor(float("nan"))  # the loss of a single step is not read back: it stays on the device
 
     @property
     def at_execution_end(self) -> bool:
         """Whether the last training step ended an execution (always, one step at a time): where the hosts of a
         pod agree whether to stop, once per execution (training/resume.py)."""
-        return not (self._grouping and getattr(self, "_group", None))  # the loss of a single step is not read back: it stays on the device
+        return not (self._grouping and getattr(self, "_group", None))
 
     @override
     def backward(self, closure_loss, optimizer, *args, **kwargs):
