@@ -152,8 +152,11 @@ def test_eight_steps_per_execution_train_as_one_at_a_time_lstm(tmp_path):
 
 @pytest.mark.slow
 def test_eight_steps_per_execution_train_as_one_at_a_time_resnet(cifar_root, tmp_path):
-    """SGD with Nesterov momentum and weight decay, and BatchNorm's running statistics in the carried state."""
-    args = (*CNN, "recipe=cifar10_resnet", "depth=8", f"data_dir={cifar_root}")
+    """SGD with Nesterov momentum and weight decay, and BatchNorm's running statistics in the carried state.
+    Streamed batches: on device-resident data XLA fuses the gather into the step around its fused batch norm
+    differently in the two programs, and this ResNet's float32 BatchNorm amplifies the last bits: measured
+    8.4e-4 on weights after 16 steps, with the epoch's train loss 5e-6 relative apart (2026-11-24)."""
+    args = (*CNN, "recipe=cifar10_resnet", "depth=8", f"data_dir={cifar_root}", "on_device=false")
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}")
     assert_same_training(tmp_path / "k1", tmp_path / "k8")

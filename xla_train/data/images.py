@@ -10,7 +10,7 @@ import torch
 
 from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, OnDevice
 from xla_train.errors import ConfigError
-from xla_train.preprocess.images import crop_flip, normalise
+from xla_train.preprocess.images import channel_stats, crop_flip, normalise
 
 PAD = 4  # the crop's zero padding: CIFAR's 32x32 -> random 32x32 crops of 40x40
 
@@ -31,13 +31,21 @@ class ImageTransform:
 
 class ImagePrepare:
     """The device's part: uint8 (N, H, W, 3) -> normalised float (N, 3, H, W), cropped and flipped first with
-    augment (resident batches). Picklable, and holds no tensor: the run's checkpoint does not change."""
+    augment (resident batches). Not a module, so the run's checkpoint does not change; the channel statistics
+    go to each device once, not with every step (on XLA an upload per traced step), and are not pickled."""
 
     def __init__(self, mean, std, pad: int = PAD):
         self.mean, self.std, self.pad = tuple(mean), tuple(std), pad
+        self._stats: dict = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_stats": {}}
 
     def __call__(self, x: torch.Tensor, augment: bool = False) -> torch.Tensor:
-        return normalise(crop_flip(x, self.pad) if augment else x, self.mean, self.std)
+        key = str(x.device)
+        if key not in self._stats:
+            self._stats[key] = channel_stats(self.mean, self.std, x.device)
+        return normalise(crop_flip(x, self.pad) if augment else x, *self._stats[key])
 
 
 class ImageDataModule(ArrayDataModule):

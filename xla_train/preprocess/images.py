@@ -16,13 +16,19 @@ CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 
+def channel_stats(mean, std, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) as float32 (1, C, 1, 1) tensors on `device`, for normalise."""
+    return tuple(torch.tensor(v, dtype=torch.float32).view(1, -1, 1, 1).to(device) for v in (mean, std))
+
+
 def normalise(x: torch.Tensor, mean, std) -> torch.Tensor:
-    """uint8 images (N, H, W, 3) on any device -> normalised float32 (N, 3, H, W) on that device."""
+    """uint8 images (N, H, W, 3) on any device -> normalised float32 (N, 3, H, W) on that device. mean and std:
+    per-channel sequences, or channel_stats' tensors already on x's device (no upload per call)."""
     if x.dtype != torch.uint8:
         raise TypeError(f"expected uint8 images, got {x.dtype}")
-    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1).to(x.device)
-    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1).to(x.device)
-    return (x.permute(0, 3, 1, 2).float().div(255.0) - m) / s
+    if not isinstance(mean, torch.Tensor):
+        mean, std = channel_stats(mean, std, x.device)
+    return (x.permute(0, 3, 1, 2).float().div(255.0) - mean) / std
 
 
 def images_to_tensor(images, mean, std) -> torch.Tensor:
