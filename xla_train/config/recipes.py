@@ -35,7 +35,8 @@ ALIASES = {
     "logger": "logger_kind",
 }
 TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples",
-             "checkpoint_every", "xla_guard", "progress_every", "compile_cache", "steps_per_execution", "execution_loop",
+             "checkpoint_every", "xla_guard", "progress_every", "compile_cache", "steps_per_execution",
+             "execution_loop",
              "compile", "channels_last")
 
 

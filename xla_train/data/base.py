@@ -167,7 +167,8 @@ class ArrayDataModule(pl.LightningDataModule):
         mb, budget = megabytes(size), megabytes(budget_bytes)
         if self.on_device is True and size > budget_bytes:
             raise ConfigError(f"data.on_device=true: the splits take {mb} on each device, over the {budget} "
-                              f"budget for device-resident data; use on_device=auto or false (streamed from the host)")
+                              f"budget for device-resident data; use on_device=auto or false (streamed from the "
+                              f"host)")
         if self.on_device is True:
             self.resident, self.placement = True, f"on the device ({mb} per device; on_device=true)"
         elif self.on_device is False:
