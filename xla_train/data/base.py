@@ -174,7 +174,8 @@ class ArrayDataModule(pl.LightningDataModule):
         elif self.on_device is False:
             self.resident, self.placement = False, "streamed from the host as stored (on_device=false)"
         elif not auto_on:
-            self.resident, self.placement = False, "streamed from the host as stored (on_device=auto streams on this accelerator)"
+            self.resident, self.placement = False, ("streamed from the host as stored (on_device=auto streams on "
+                                                    "this accelerator)")
         elif size > budget_bytes:
             self.resident, self.placement = False, (f"streamed from the host as stored (on_device=auto: {mb} is "
                                                     f"over the {budget} budget)")
