@@ -56,6 +56,10 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
     (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
     (["fit"], "which recipe? add recipe=NAME"),
+    (["recipe=cifar10", "steps_per_execution=0"], "steps_per_execution: 0 is out of range (does not conform to "
+                                                  "restriction v>0)"),
+    (["recipe=cifar10", "steps_per_execution=-3"], "steps_per_execution: -3 is out of range"),
+    (["recipe=cifar10", "steps_per_execution=eight"], "steps_per_execution: expected PositiveInt or 'auto', got"),
     # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
     (["recipe=quickstart", "seed=-1"], "seed_everything: -1 is out of range"),
     (["recipe=quickstart", "lr=-1"], "model.lr=-1.0 must be positive"),

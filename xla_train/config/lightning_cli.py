@@ -79,8 +79,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                             help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)")
         parser.add_argument("--checkpoint_every", type=int, default=0,
                             help="also write last.ckpt every N training steps (0: at epoch ends only)")
-        parser.add_argument("--steps_per_execution", type=PositiveInt, default=1,
-                            help="on XLA, run K training steps as one compiled program (one trace, one dispatch)")
+        parser.add_argument("--steps_per_execution", type=Union[PositiveInt, Literal["auto"]], default="auto",
+                            help="on XLA, run K training steps as one compiled program (one trace, one dispatch); "
+                                 "auto: 32 as an XLA While loop, else 1")
         parser.add_argument("--execution_loop", type=Literal["auto", "unroll", "while"], default="auto",
                             help="on XLA with steps_per_execution > 1: an XLA While loop over the step, or K "
                                  "unrolled calls (auto: While, except on XLA:CPU)")
@@ -107,7 +108,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
                              t.get("strategy", "auto"), t.get("precision"), self.setting("compile_cache"),
                              num_nodes=t.get("num_nodes", 1),
-                             steps_per_execution=self.setting("steps_per_execution") or 1,
+                             steps_per_execution=self.setting("steps_per_execution") or "auto",
                              execution_loop=self.setting("execution_loop") or "auto",
                              compile=self.setting("compile"), channels_last=self.setting("channels_last"))
         kwargs.update(plan.trainer_kwargs)
@@ -165,13 +166,17 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         self._check_steps_per_execution()  # a group of steps longer than an epoch
 
     def _check_steps_per_execution(self) -> None:
-        k, t = self.setting("steps_per_execution") or 1, self.trainer
-        if k == 1 or self.subcommand != "fit" or t is None:
+        t = self.trainer
+        k = getattr(t.strategy, "steps_per_execution", 1) if t is not None else 1
+        if k == 1 or self.subcommand != "fit":
             return
         steps = len(self.datamodule.arrays("train")[1]) // (self.datamodule.batch_size * t.num_devices * t.num_nodes)
         limit = t.limit_train_batches
         steps = min(steps, limit) if isinstance(limit, int) else int(steps * limit)
-        if k > steps:
+        if k > steps and t.strategy.auto_steps:  # auto: an epoch shorter than its K runs as one execution
+            t.strategy.steps_per_execution = max(steps, 1)
+            t.strategy.grouping_note = f"{max(steps, 1)} (auto: the steps of an epoch)"
+        elif k > steps:
             raise ConfigError(f"steps_per_execution={k} is more than the {steps} training steps of an epoch; "
                               f"use at most {steps}")
 

@@ -105,6 +105,15 @@ def xla_counters() -> tuple[int, float, int]:
             int(transfers[0]) if transfers else 0)
 
 
+def xla_executions() -> int:
+    """Programs dispatched so far in this process: every sync that found a graph looks it up in the compile cache
+    (a hit or a compile), on the host as it dispatches. torch_xla's ExecuteComputation counter would lag: it
+    counts executions as the device thread runs them."""
+    from torch_xla.debug import metrics as met
+
+    return sum(int(met.counter_value(n) or 0) for n in ("CachedCompile", "UncachedCompile"))
+
+
 def counters(device) -> tuple[int, float, int]:
     """xla_counters() on XLA; zeros elsewhere, where nothing is compiled ahead."""
     return xla_counters() if device.type == "xla" else (0, 0.0, 0)

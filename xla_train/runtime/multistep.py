@@ -98,6 +98,8 @@ class StepsPerExecution:
 
     steps_per_execution = 1
     execution_loop = "unroll"  # or "while" (runtime/step_program.py); runtime/plan.py resolves auto
+    auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
+    grouping_note = ""  # what auto chose, and why (the run report prints it)
 
     def _reset_group(self) -> None:
         self._group, self._rows, self._seeds = [], [], []
@@ -111,19 +113,32 @@ class StepsPerExecution:
         super().setup(trainer)
         self._reset_group()
         self._program, self._opt, self._pads = None, None, []
-        if not self._grouping:
+        if not self._grouping or trainer.state.fn != "fit":
             return
-        if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
-            raise ConfigError("steps_per_execution>1 cannot be combined with accumulate_grad_batches or "
-                              "gradient_clip_val (the optimizer update runs inside the XLA program)")
-        if not all(p.requires_grad for p in self.lightning_module.parameters()):
-            raise ConfigError("steps_per_execution>1 needs every parameter trainable")
+        try:
+            if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
+                raise ConfigError("steps_per_execution>1 cannot be combined with accumulate_grad_batches or "
+                                  "gradient_clip_val (the optimizer update runs inside the XLA program)")
+            if not all(p.requires_grad for p in self.lightning_module.parameters()):
+                raise ConfigError("steps_per_execution>1 needs every parameter trainable")
+            if len(self.optimizers) != 1:
+                raise ConfigError("steps_per_execution>1 runs one optimizer inside the XLA program")
+            FunctionalOptimizer(self.optimizers[0])  # refuses what it cannot run; built at the first step, after
+            # a resume has restored the optimizer's state
+        except ConfigError as e:
+            if not self.auto_steps:
+                raise
+            self.steps_per_execution, self.grouping_note = 1, f"1 (auto: {e})"
 
     @override
     def on_train_start(self) -> None:
         super().on_train_start()
         trainer = self.lightning_module.trainer
-        if self._grouping and self.steps_per_execution > trainer.num_training_batches:
+        steps = trainer.num_training_batches
+        if self._grouping and self.auto_steps and self.steps_per_execution > steps:
+            self.steps_per_execution = max(1, int(steps))  # an epoch shorter than auto's K: one execution each
+            self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
+        if self._grouping and self.steps_per_execution > steps:
             raise ConfigError(f"steps_per_execution={self.steps_per_execution} is more than the "
                               f"{trainer.num_training_batches} steps of an epoch; use at most that")
 

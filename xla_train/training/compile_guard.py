@@ -27,7 +27,7 @@ import warnings
 from typing_extensions import override
 
 from xla_train.errors import UserError
-from xla_train.runtime.device import sync_clock, xla_counters
+from xla_train.runtime.device import sync_clock, xla_counters, xla_executions
 from xla_train.training.hooks import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")
@@ -78,6 +78,7 @@ class CompileAccounting(EpochCallback):
         self._last = (0, 0.0, 0)
         self._epoch_start: tuple | None = None
         self.train_transfers: list[int] = []
+        self.train_executions: list[int] = []  # programs run by an epoch's training steps: steps/K with K per run
         self._batch_t0 = (0.0, 0.0, 0.0)
         self._in_syncs = _no_sync_clock  # a function, not a lambda: xla_mp pickles callbacks to its workers
         self._host_s: list[float] = []  # this epoch's steps: batch arrival to step end, host clock
@@ -117,7 +118,7 @@ class CompileAccounting(EpochCallback):
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start("train")
         self._epoch_start = (*xla_counters(), time.perf_counter())
-        self._host_s = []
+        self._executions_start, self._host_s = xla_executions(), []
 
     @override
     def on_train_start(self, trainer, pl_module) -> None:
@@ -136,24 +137,31 @@ class CompileAccounting(EpochCallback):
         now = xla_counters()  # read once a step: the compile seconds here and the guard's count below
         self._host_s.append(elapsed - (now[1] - compiling) - (self._in_syncs() - synced))
         self._check("train", batch, now)
-        if batch_idx + 1 >= trainer.num_training_batches and self._epoch_start is not None:
+        if batch_idx + 1 >= trainer.num_training_batches:
+            self._end_training_steps()  # validation, which runs before on_train_epoch_end, is its own phase
+
+    def _end_training_steps(self) -> None:
+        """At the epoch's last batch, or at its end when max_steps cut it short: what its training steps did."""
+        if self._epoch_start is not None and "train" in self._phase_start:
             self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
-            self._end("train")  # validation, which runs before on_train_epoch_end, is its own phase
+            self.train_executions.append(xla_executions() - self._executions_start)
+            self._end("train")
 
     @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self._epoch_start is None:
             return
+        self._end_training_steps()
         n0, s0, _, t0 = self._epoch_start
         n1, s1, _ = xla_counters()
-        self._end("train")
         row = {"epoch": trainer.current_epoch, "compiles": n1 - n0, "compile_s": s1 - s0,
                "wall_s": time.perf_counter() - t0,
                "host_syncs": self.train_transfers[-1] if self.train_transfers else 0,
+               "executions": self.train_executions[-1] if self.train_executions else 0,
                "host_ms": host_ms_per_step(self._host_s, getattr(trainer.strategy, "steps_per_execution", 1))}
         self.per_epoch.append(row)
         publish(trainer, {"xla_compiles": row["compiles"], "xla_compile_s": row["compile_s"],
-                          "xla_host_syncs": row["host_syncs"],
+                          "xla_host_syncs": row["host_syncs"], "xla_executions": row["executions"],
                           **({"xla_host_ms_per_step": row["host_ms"]} if row["host_ms"] is not None else {})})
         self._epoch_start = None
 

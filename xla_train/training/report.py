@@ -34,9 +34,11 @@ class RunReport(EpochCallback):
                 print(f"data: {placement}", flush=True)
             loop = getattr(trainer.strategy, "execution_loop", None)
             k = getattr(trainer.strategy, "steps_per_execution", 1)
-            if loop and k > 1:
-                print(f"steps per execution: {k}, as an XLA {'While loop' if loop == 'while' else 'unrolled program'}"
-                      f" (execution_loop={loop})", flush=True)
+            note = getattr(trainer.strategy, "grouping_note", "")  # steps_per_execution=auto: what, and why
+            if loop and (k > 1 or note):
+                how = f", as an XLA {'While loop' if loop == 'while' else 'unrolled program'} (execution_loop=" \
+                      f"{loop})" if k > 1 else ""
+                print(f"steps per execution: {note or k}{how}", flush=True)
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
