@@ -159,6 +159,10 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
     single = fit(tmp_path / "unroll", *TINY, "batch_size=16", f"data_dir={cifar_root}")
     assert "steps per execution: 1 (auto: the steps would run unrolled" in single.stdout
     assert epochs(tmp_path / "unroll")[0]["xla_executions"] >= 12
+    accumulating = fit(tmp_path / "accumulate", *TINY, "batch_size=16", f"data_dir={cifar_root}",
+                       "execution_loop=while", "trainer.accumulate_grad_batches=2")  # K>1 would refuse this
+    assert "steps per execution: 1 (auto: steps_per_execution>1 cannot be combined with accumulate_grad_batches" \
+           in accumulating.stdout
 
 
 @pytest.mark.parametrize("setting, kind, strategy, loop, expected", [
