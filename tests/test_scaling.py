@@ -176,10 +176,9 @@ def test_only_the_first_pod_host_writes_and_every_host_resumes(tmp_path):
     assert list(runs[1].parent.rglob("*")) == [] and p1.stdout == ""
 
 
-@pytest.mark.slow
 def test_pod_hosts_run_steps_per_execution_as_one_step_at_a_time(tmp_path):
-    """Two emulated hosts (1 XLA:CPU device each) train 4 steps with steps_per_execution=4 (one program, its
-    padding rows each host's own) and with K=1: host 0 writes the same weights both ways."""
+    """Two emulated hosts (1 XLA:CPU device each) train 4 steps on device-resident data with steps_per_execution=4
+    (one program, its padding rows each host's own) and with K=1: host 0 writes the same weights both ways."""
     import torch
 
     def fit(k: int) -> dict:
@@ -191,7 +190,8 @@ def test_pod_hosts_run_steps_per_execution_as_one_step_at_a_time(tmp_path):
             env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=port)
             args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0", "epochs=1",
-                    "test_after_fit=false", f"steps_per_execution={k}", "--trainer.limit_train_batches=4",
+                    "test_after_fit=false", f"steps_per_execution={k}", "on_device=true",
+                    "--trainer.limit_train_batches=4",
                     "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0"]
             return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=work, env=env,
                                   capture_output=True, text=True, timeout=180)
