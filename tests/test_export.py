@@ -17,8 +17,14 @@ from xla_train.serve import export as export_module
 from xla_train.serve.export import OPSET, export
 from xla_train.serve.predictor import load_for_inference
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+from conftest import require
+
+
+def onnx_packages():
+    """onnx and onnxruntime (the test extra's): a test that needs them is skipped where they are missing, and
+    fails under CI=true. The pt2 tests, the refusals and the atomic writes run either way."""
+    return require("onnx"), require("onnxruntime")
+
 
 IMAGE_INFO = {"kind": "image", "labels": [f"class{i}" for i in range(10)], "image_size": 32,
               "mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616]}
@@ -26,6 +32,10 @@ WORDS = "a wonderful superb film the plot was awful boring and tedious actor sce
 MAXLEN = 40
 # Small versions of each net that keep every kind of layer: the CNN as it is, a ResNet of one block per stage.
 NETS = {"cnn": {}, "resnet": {"depth": 8}, "lstm": {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8}}
+# The last layer's weights scaled so that the random nets' probabilities differ from input to input by far more
+# than the parity tolerance (unscaled, the CNN's spread was 0.002 against an atol of 1e-4).
+LOGIT_SCALE = {"cnn": 100.0, "resnet": 10.0, "lstm": 30.0}
+ATOL = 1e-4
 
 
 def write_checkpoint(path: Path, arch: str) -> Path:
@@ -37,6 +47,7 @@ def write_checkpoint(path: Path, arch: str) -> Path:
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.running_mean.uniform_(-0.5, 0.5), m.running_var.uniform_(0.5, 2.0)
                 m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.2, 0.2)
+        [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(LOGIT_SCALE[arch])
     if arch == "lstm":
         tok = text.build_tokenizer([" ".join(WORDS)] * 3, 100)
         info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": MAXLEN, "tokenizer": text.tokenizer_to_json(tok)}
@@ -64,31 +75,54 @@ def exported(tmp_path_factory):
     for arch in NETS:
         folder = tmp_path_factory.mktemp(arch)
         ckpt = write_checkpoint(folder / "last.ckpt", arch)
-        result[arch] = ckpt, {fmt: export(ckpt, fmt) for fmt in ("onnx", "pt2")}
+        result[arch] = ckpt, {"pt2": export(ckpt, "pt2")}
     return result
 
 
-@pytest.mark.parametrize("arch", list(NETS))
-def test_onnx_and_pt2_predict_what_load_for_inference_predicts(exported, arch):
-    ckpt, files = exported[arch]
-    assert files == {"onnx": ckpt.with_name("last.onnx"), "pt2": ckpt.with_name("last.pt2")}
+@pytest.fixture(scope="module")
+def exported_onnx(exported):
+    """The same checkpoints exported to ONNX: {arch: (checkpoint, onnx file)}."""
+    onnx_packages()
+    return {arch: (ckpt, export(ckpt, "onnx")) for arch, (ckpt, _) in exported.items()}
+
+
+def assert_predicts_like_the_checkpoint(ckpt, run, fmt: str, arch: str) -> None:
     predictor = load_for_inference(ckpt)
-    session = ort.InferenceSession(str(files["onnx"]), providers=["CPUExecutionProvider"])
-    program = torch.export.load(files["pt2"]).module()
     for n in (1, 7, 64):
         x = inputs(arch, n, seed=n)
         expected = predictor.probabilities(x).numpy()
         assert expected.shape == (n, len(predictor.labels))
-        (got_onnx,) = session.run(None, {session.get_inputs()[0].name: x})
+        np.testing.assert_allclose(run(x), expected, atol=ATOL, rtol=0, err_msg=f"{fmt}, batch {n}")
+    assert np.ptp(expected, axis=0).max() > 1000 * ATOL  # outputs that vary far more than the tolerance
+
+
+@pytest.mark.parametrize("arch", list(NETS))
+def test_pt2_predicts_what_load_for_inference_predicts(exported, arch):
+    ckpt, files = exported[arch]
+    assert files == {"pt2": ckpt.with_name("last.pt2")}
+    program = torch.export.load(files["pt2"]).module()
+
+    def run(x):
         with torch.no_grad():
-            got_pt2 = program(torch.from_numpy(x)).numpy()
-        np.testing.assert_allclose(got_onnx, expected, atol=1e-4, rtol=0, err_msg=f"onnx, batch {n}")
-        np.testing.assert_allclose(got_pt2, expected, atol=1e-4, rtol=0, err_msg=f"pt2, batch {n}")
+            return program(torch.from_numpy(x)).numpy()
+
+    assert_predicts_like_the_checkpoint(ckpt, run, "pt2", arch)
 
 
-def test_the_onnx_file_states_its_opset_input_and_labels(exported):
-    for arch, (ckpt, files) in exported.items():
-        model = onnx.load(str(files["onnx"]))
+@pytest.mark.parametrize("arch", list(NETS))
+def test_onnx_predicts_what_load_for_inference_predicts(exported_onnx, arch):
+    _, ort = onnx_packages()
+    ckpt, path = exported_onnx[arch]
+    assert path == ckpt.with_name("last.onnx")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert_predicts_like_the_checkpoint(ckpt, lambda x: session.run(None, {session.get_inputs()[0].name: x})[0],
+                                        "onnx", arch)
+
+
+def test_the_onnx_file_states_its_opset_input_and_labels(exported_onnx):
+    onnx, _ = onnx_packages()
+    for arch, (ckpt, path) in exported_onnx.items():
+        model = onnx.load(str(path))
         assert {o.domain: o.version for o in model.opset_import}[""] == OPSET
         meta = {p.key: p.value for p in model.metadata_props}
         assert meta["opset"] == str(OPSET) and json.loads(meta["labels"]) == load_for_inference(ckpt).labels
@@ -105,15 +139,16 @@ def test_the_onnx_file_states_its_opset_input_and_labels(exported):
             assert [d.dim_value for d in dims[1:]] == [32, 32, 3]
 
 
-def test_a_text_export_writes_the_checkpoint_tokenizer_beside_the_model(exported):
-    ckpt, files = exported["lstm"]
-    path = files["onnx"].with_name("tokenizer.json")
+def test_a_text_export_writes_the_checkpoint_tokenizer_beside_the_model(exported_onnx):
+    _, ort = onnx_packages()
+    ckpt, model = exported_onnx["lstm"]
+    path = model.with_name("tokenizer.json")
     assert path.read_text() == load_for_inference(ckpt).info["tokenizer"]  # one file serves both formats
     tok = text.tokenizer_from_json(path.read_text())
-    session = ort.InferenceSession(str(files["onnx"]), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     reviews = ["A wonderful, superb film", "the plot was awful and tedious"]
     (probs,) = session.run(None, {"ids": text.encode(tok, reviews, MAXLEN)})
-    np.testing.assert_allclose(probs, load_for_inference(ckpt).probabilities(reviews).numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(probs, load_for_inference(ckpt).probabilities(reviews).numpy(), atol=ATOL, rtol=0)
 
 
 PT2_ALONE = """

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
+from conftest import require  # noqa: E402
+
+nbformat = require("nbformat")
+nbclient = require("nbclient")
 
 from test_imdb import write_aclimdb  # noqa: E402
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, require, run_cli
 from xla_train.config import run_folders
 from xla_train.config.run_folders import RunCSVLogger  # imported before the fork: the children start at once
 
@@ -82,7 +82,7 @@ def test_tensorboard_missing_is_one_line_that_says_how_to_install_it(tmp_path):
 
 
 def test_logger_tensorboard_writes_event_files_with_the_metrics(tmp_path):
-    pytest.importorskip("tensorboard")
+    require("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_cli("fit", "recipe=quickstart", "epochs=1", "accelerator=cpu", "logger=tensorboard",

@@ -131,10 +131,9 @@ def test_sgd_nesterov_on_a_cosine_schedule_trains_as_one_step_at_a_time(tiny_run
     assert grouped[1]["xla_compiles"] == 0, grouped
 
 
+@pytest.mark.parametrize("tiny_runs", [1], indirect=True, ids=["one_device"])  # Adam under SPMD: test_spmd.py
 def test_adam_in_the_while_loop_trains_as_one_step_at_a_time(tiny_runs):
     runs, _ = tiny_runs
-    if "adam_k1" not in runs:
-        pytest.skip("Adam under SPMD: tests/test_spmd.py and the slow tests")
     assert_same_training(runs["adam_k1"], runs["adam_while"], steps=18)
 
 
