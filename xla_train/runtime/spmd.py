@@ -208,13 +208,13 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     # Plain attributes, which SingleDeviceStrategy assigns; __init__ sets them per host (rank 0 of 1 on one host).
     global_rank, local_rank, node_rank, world_size = 0, 0, 0, 1
 
+    # num_nodes and set_world_ranks are not methods of any base class: Lightning's accelerator connector looks
+    # for them with hasattr (as DDPStrategy has them), so they carry no @override.
     @property
-    @override
     def num_nodes(self) -> int:
         return self.topology.process_count
 
     @num_nodes.setter
-    @override
     def num_nodes(self, n: int) -> None:  # Lightning passes on Trainer(num_nodes=...)
         if n != self.topology.process_count:
             raise HardwareError(f"num_nodes={n} but the XLA runtime has {self.topology.process_count} host(s); "
@@ -225,7 +225,6 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     def is_global_zero(self) -> bool:
         return self.global_rank == 0
 
-    @override
     def set_world_ranks(self) -> None:
         if self.topology.multi_host:  # Lightning's rank_zero_only loggers and messages: host 0 only
             from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
