@@ -85,6 +85,7 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         assert not r["error"], r["error"]
         assert r["data"] == "synthetic" and r["steps"] == "2" and r["warmup"] == "2"
         assert (r["on_device"], r["steps_per_execution"], r["execution_loop"]) == ("True", "2", "while")
+        assert r["matmul_precision"] == "default"  # XLA's float32 matmul precision in effect (a TPU: one bf16 pass)
         assert r["timed_compiles"] == "0", r  # warm-up compiled everything the timed executions ran
         # the real IMDB is not here, so the epoch is projected from its published training-set size,
         # less the 2,500 reviews val_fraction=0.1 holds out for validation
@@ -217,8 +218,8 @@ def test_int8_lstm_keeps_the_masked_recurrence():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["recipe=quickstart", "accelerators=cpu,fpga"], "accelerators: expected typing.Literal['cpu', 'gpu', 'tpu', "
-                                                     "'xla'], got 'fpga'"),
+    (["recipe=quickstart", "accelerators=cpu,fpga"], "accelerators: expected one of 'cpu', 'gpu', 'tpu', "
+                                                     "'xla', got 'fpga'"),
     (["recipe=quickstart", "batch_sizes=8,12"], "batch_size=12 is not a positive multiple of 8"),
     (["recipe=quickstart", "steps=0"], "steps: not of type PositiveInt: 0 does not conform"),
     (["recipe=quickstart", "steps=many"], "steps: not of type PositiveInt"),
@@ -230,7 +231,7 @@ def test_int8_lstm_keeps_the_masked_recurrence():
     (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),
     (["accelerators=cpu"], "required: recipe"),
     (["curves", "recipe=quickstart", "data=real"], "bench curves: unknown key 'data'"),
-    (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected typing.Literal['xla', 'tpu'], got 'cpu'"),
+    (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected one of 'xla', 'tpu', got 'cpu'"),
     (["predict", "repeats=3"], "required: ckpt"),
     (["text", "reviewz=10"], "did you mean reviews?"),
     (["replicas", "devices=1,none"], "devices:"),
@@ -351,7 +352,7 @@ def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tiny_recipe, 
         ("32", "False", "True"), ("bf16-mixed", "False", "True")], rows
     assert all(not r["error"] and float(r["step_ms"]) > 0 and r["compiles"] == "" for r in rows), rows
     for r in rows:  # eager CPU: the host does everything, so there is nothing to split
-        assert r["compile_s"] == "" and r["device"].startswith("CPU, eager"), r
+        assert r["compile_s"] == "" and r["device"].startswith("CPU, eager") and r["matmul_precision"] == "", r
         assert (r["host_ms_per_step"], r["device_ms_per_step"], r["split_steps"]) == ("", "", "0"), r
     md = (run / "bench.md").read_text()
     assert "| precision |" in md and "| channels_last |" not in md  # only the keys that vary get a column

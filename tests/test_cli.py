@@ -56,6 +56,9 @@ def test_command_comes_first_and_defaults_to_fit():
     (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
     (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
     (["fit"], "which recipe? add recipe=NAME"),
+    (["recipe=cifar10", "accelerator=cpu", "matmul_precision=high"], "matmul_precision=high sets XLA's float32 "
+                                                                     "matmul precision; accelerator=cpu computes"),
+    (["recipe=cifar10", "matmul_precision=fast"], "matmul_precision: expected one of 'default', 'high', 'highest', got 'fast'"),
     (["recipe=cifar10", "steps_per_execution=0"], "steps_per_execution: 0 is out of range (does not conform to "
                                                   "restriction v>0)"),
     (["recipe=cifar10", "steps_per_execution=-3"], "steps_per_execution: -3 is out of range"),

@@ -71,7 +71,7 @@ def cnn_runs(cifar_root, tmp_path_factory):
     """K=1 and K=8 (unrolled) on device-resident data (on_device=auto on XLA), and K=1 streamed from the host."""
     work = tmp_path_factory.mktemp("spe")
     settings = {1: ["steps_per_execution=1"], 8: ["steps_per_execution=8"],
-                "streamed": ["steps_per_execution=1", "on_device=false"]}
+                "streamed": ["on_device=false"]}  # steps_per_execution=auto: 1 on XLA:CPU, which unrolls
     procs = {k: fit(work / f"k{k}", *CNN, f"data_dir={cifar_root}", *args) for k, args in settings.items()}
     return {k: work / f"k{k}" for k in procs}, procs
 
@@ -82,6 +82,7 @@ def test_device_resident_data_trains_exactly_as_streamed_batches(cnn_runs):
     runs, procs = cnn_runs
     assert "data: on the device (" in procs[1].stdout
     assert "data: streamed from the host as stored (on_device=false)" in procs["streamed"].stdout
+    assert "steps per execution: 1 (auto: the steps would run unrolled" in procs["streamed"].stdout
     assert_same_training(runs["streamed"], runs[1], tol=1e-6)
 
 
@@ -150,14 +151,15 @@ def test_the_lstm_scan_inside_the_while_loop_trains_as_one_step_at_a_time(tmp_pa
 
 
 def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_root, tmp_path):
-    """steps_per_execution=auto (the default) with the While loop takes 32 steps, cut to an epoch's 12 here;
-    unrolled (the default loop on XLA:CPU) it runs one step at a time, and says why."""
-    grouped = fit(tmp_path / "while", *TINY, "batch_size=16", f"data_dir={cifar_root}", "execution_loop=while")
+    """steps_per_execution=auto (the default) with the While loop takes 32 steps, cut to an epoch's 12 here; where
+    steps cannot be grouped (accumulate_grad_batches) it runs one step at a time instead of refusing, and says why."""
+    grouped = fit(tmp_path / "while", *TINY, "batch_size=16", f"data_dir={cifar_root}", "execution_loop=while",
+                  "matmul_precision=highest")
     assert "steps per execution: 12 (auto: the steps of an epoch), as an XLA While loop" in grouped.stdout
+    assert "matmul precision: highest (six bf16 passes on a TPU, about float32; XLA:CPU computes float32)" \
+           in grouped.stdout.splitlines()[:4]  # among the report's first lines
     assert [e["xla_executions"] for e in epochs(tmp_path / "while").values()] == [1, 1]  # 12, then 6
-    single = fit(tmp_path / "unroll", *TINY, "batch_size=16", f"data_dir={cifar_root}")
-    assert "steps per execution: 1 (auto: the steps would run unrolled" in single.stdout
-    assert epochs(tmp_path / "unroll")[0]["xla_executions"] >= 12
+    # unrolled, auto's one step at a time: test_device_resident_data_trains_exactly_as_streamed_batches
     accumulating = fit(tmp_path / "accumulate", *TINY, "batch_size=16", f"data_dir={cifar_root}",
                        "execution_loop=while", "trainer.accumulate_grad_batches=2")  # K>1 would refuse this
     assert "steps per execution: 1 (auto: steps_per_execution>1 cannot be combined with accumulate_grad_batches" \

@@ -45,7 +45,7 @@ Setting = Union[bool, Literal["auto"]]
 Loop = Literal["auto", "unroll", "while"]
 FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
 COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "steps_per_execution",
-           "execution_loop", "on_device", "progress_every", "data",
+           "execution_loop", "on_device", "matmul_precision", "progress_every", "data",
            "precision", "compile", "channels_last", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
            "timed_host_syncs", "step_ms", "step_ms_mean", "host_ms_per_step", "device_ms_per_step", "host_bound",
            "split_steps", "samples_per_s", "train_size", "train_size_source",

@@ -228,7 +228,7 @@ class Loop:
                 out["compiles"], out["compile_s"] = inductor()
         strategy = plan.trainer_kwargs.get("strategy")
         out.update(on_device=dm.resident, execution_loop=getattr(strategy, "execution_loop", None) if self.k > 1
-                   else None)
+                   else None, matmul_precision=plan.matmul_precision)  # XLA: the float32 matmul precision in effect
         out.update(device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""), devices=n,
                    global_batch=s["batch"] * n, data=data, samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
                    device_peak_mb=device_peak_mb(watch.device))

@@ -75,6 +75,7 @@ def one_line(message: str) -> str:
             # with a list in it keeps the first line, which names what each element should be
             expected = "Expected " + " or ".join(_type_name(t) for t in members)
         expected = re.sub(r"^Expected (a )?", "expected ", expected)
+        expected = re.sub(r"typing\.Literal\[([^\]]*)\]", r"one of \1", expected)  # a choice: its values
         return f"{key}: {expected}" + (f", got {got!r}" if got else "")
     if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."
         return f"{key}: {reason[0].lower()}{reason[1:]}"

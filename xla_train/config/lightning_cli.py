@@ -85,6 +85,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         parser.add_argument("--execution_loop", type=Literal["auto", "unroll", "while"], default="auto",
                             help="on XLA with steps_per_execution > 1: an XLA While loop over the step, or K "
                                  "unrolled calls (auto: While, except on XLA:CPU)")
+        parser.add_argument("--matmul_precision", type=Literal["default", "high", "highest"], default="default",
+                            help="XLA: float32 matmuls and convolutions on a TPU as one bf16 pass (default, the "
+                                 "Keras tutorials' TPU setting), three, or six (about float32)")
         parser.add_argument("--compile", type=Union[bool, Literal["auto"]], default="auto",
                             help="cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)")
         parser.add_argument("--channels_last", type=Union[bool, Literal["auto"]], default="auto",
@@ -110,6 +113,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                              num_nodes=t.get("num_nodes", 1),
                              steps_per_execution=self.setting("steps_per_execution") or "auto",
                              execution_loop=self.setting("execution_loop") or "auto",
+                             matmul_precision=self.setting("matmul_precision") or "default",
                              compile=self.setting("compile"), channels_last=self.setting("channels_last"))
         kwargs.update(plan.trainer_kwargs)
         self.plan = plan
@@ -128,7 +132,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         if plan.fast_path is not None:
             callbacks.append(FastPathCallback(plan.fast_path, publish))
-        callbacks += [RunReport(plan.kind, plan.fast_path), RngState(), self.last_checkpoint, self.preemption,
+        callbacks += [RunReport(plan.kind, plan.fast_path, plan.matmul_precision), RngState(), self.last_checkpoint, self.preemption,
                       KerasProgress(every)]
         kwargs["callbacks"] = callbacks
         try:

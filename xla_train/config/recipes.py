@@ -36,7 +36,7 @@ ALIASES = {
 }
 TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples",
              "checkpoint_every", "xla_guard", "progress_every", "compile_cache", "steps_per_execution",
-             "execution_loop",
+             "execution_loop", "matmul_precision",
              "compile", "channels_last")
 
 

@@ -5,6 +5,8 @@ torch.cuda, so that the device kinds stay in runtime/.
 """
 from __future__ import annotations
 
+from xla_train.errors import ConfigError
+
 
 def wait_for_device(device) -> None:
     """Block until queued device work is done, so host clocks measure the device."""
@@ -103,6 +105,37 @@ def xla_counters() -> tuple[int, float, int]:
     transfers = met.metric_data("TransferFromDeviceTime")
     return (int(met.counter_value("UncachedCompile") or 0), compile_time[1] / 1e9 if compile_time else 0.0,
             int(transfers[0]) if transfers else 0)
+
+
+MATMUL_PRECISIONS = ("default", "high", "highest")
+MATMUL_MEANING = {"default": "one bf16 pass for float32 on a TPU", "high": "three bf16 passes on a TPU, about 14 bits",
+                  "highest": "six bf16 passes on a TPU, about float32"}
+
+
+def set_matmul_precision(precision: str) -> None:
+    """torch_xla's precision for float32 matmuls and convolutions (torch_xla/backends/__init__.py, 2.9.0): process
+    wide, read as each graph is lowered. So it is set once, before the first trace; a change after a graph has run
+    would leave the cached graphs at the old precision and the new ones at the new, and is refused. XLA:CPU
+    computes float32 whatever it says."""
+    import logging
+
+    import torch_xla.backends as backends
+
+    if precision not in MATMUL_PRECISIONS:
+        raise ConfigError(f"matmul_precision={precision!r}; use one of {', '.join(MATMUL_PRECISIONS)}")
+    current = backends.get_mat_mul_precision()
+    if precision == current:
+        return
+    if xla_executions():
+        raise ConfigError(f"matmul_precision={precision}: this process has already run XLA graphs at {current}; "
+                          f"the precision is set once per process, before the first step (start a new process)")
+    log = logging.getLogger(backends.__name__)
+    level = log.level
+    log.setLevel(logging.ERROR)  # its warning about setting it twice: this is the first time here
+    try:
+        backends.set_mat_mul_precision(precision)
+    finally:
+        log.setLevel(level)
 
 
 def xla_executions() -> int:

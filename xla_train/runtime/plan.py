@@ -52,6 +52,7 @@ class HardwarePlan:
     trainer_kwargs: dict
     spmd_hosts: int = 1  # hosts that run one SPMD program in lockstep: a device read on one host alone would hang
     fast_path: fast.FastPath | None = None  # cpu and gpu: precision, channels_last, torch.compile
+    matmul_precision: str | None = None  # XLA: float32 matmul and convolution precision (runtime/device.py)
 
     @property
     def is_xla(self) -> bool:
@@ -86,7 +87,7 @@ def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tupl
 def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
                   compile_cache: str | None = None, num_nodes=1, steps_per_execution: int | str = 1,
                   compile: fast.CompileSetting = "auto", channels_last: fast.CompileSetting = "auto",
-                  execution_loop: str = "auto") -> HardwarePlan:
+                  execution_loop: str = "auto", matmul_precision: str = "default") -> HardwarePlan:
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
     if steps_per_execution != "auto" and (not isinstance(steps_per_execution, int) or
@@ -100,6 +101,9 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
         where = "strategy=xla_mp" if strategy == "xla_mp" else f"accelerator={kind}"
         raise ConfigError(f"steps_per_execution={steps_per_execution} runs K steps as one XLA program (single "
                           f"device or SPMD); {where} runs one step at a time, so leave it at 1")
+    if kind in ("cpu", "gpu") and matmul_precision != "default":
+        raise ConfigError(f"matmul_precision={matmul_precision} sets XLA's float32 matmul precision; accelerator="
+                          f"{kind} computes float32 as asked (precision= chooses bf16 there), so leave it at default")
     if kind in ("cpu", "gpu"):
         if compile_cache:
             warnings.warn(f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA "
@@ -115,7 +119,11 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
             kwargs["strategy"] = _lightning_strategy(kind, strategy)
         return HardwarePlan(kind, kwargs, fast_path=path)
     fast.refuse_on_xla(kind, compile, channels_last)
+    from xla_train.runtime.device import set_matmul_precision
+
+    set_matmul_precision(matmul_precision)  # before the first trace; refused after it
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
+    plan.matmul_precision = matmul_precision
     strat = plan.trainer_kwargs["strategy"]
     strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop
     strat.auto_steps, strat.grouping_note = bool(note), note

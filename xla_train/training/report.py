@@ -9,13 +9,13 @@ import time
 
 from typing_extensions import override
 
-from xla_train.runtime.device import wait_for_device
+from xla_train.runtime.device import MATMUL_MEANING, wait_for_device
 from xla_train.training.hooks import EpochCallback, publish
 
 
 class RunReport(EpochCallback):
-    def __init__(self, hardware: str, fast_path=None) -> None:
-        self.hardware, self.fast_path = hardware, fast_path
+    def __init__(self, hardware: str, fast_path=None, matmul_precision: str | None = None) -> None:
+        self.hardware, self.fast_path, self.matmul_precision = hardware, fast_path, matmul_precision
         self._t0 = 0.0
         self._samples = 0
         self._train_s: float | None = None
@@ -29,6 +29,9 @@ class RunReport(EpochCallback):
                   f"{trainer.num_devices} device(s){hosts})", flush=True)
             if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
                 print(f"fast path: {self.fast_path.summary()}", flush=True)
+            if self.matmul_precision:  # XLA: what "float32" means on a TPU
+                print(f"matmul precision: {self.matmul_precision} ({MATMUL_MEANING[self.matmul_precision]}; "
+                      f"XLA:CPU computes float32)", flush=True)
             placement = getattr(trainer.datamodule, "placement", None)
             if placement:  # data.on_device: which path feeds the steps, and why
                 print(f"data: {placement}", flush=True)
