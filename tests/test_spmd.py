@@ -388,6 +388,32 @@ def test_reduction_batch_norm_matches_torch_and_is_undone(cls, shape, momentum):
     assert type(mine[0]) is cls
 
 
+def test_reduction_batch_norm_keeps_float32_statistics_under_bf16_autocast():
+    """precision=bf16 under SPMD: the convolution hands BatchNorm bf16 activations. torch_xla's autocast keeps
+    stock batch_norm in float32 (measured on XLA:CPU, torch_xla 2.9.0: bf16 in, float32 out); the reduction form
+    must do the same, or its batch statistics (and the running ones a checkpoint keeps) are bf16 sums. Here on
+    the CPU's autocast, which runs the same function: the output is float32, equal to stock float32 BatchNorm
+    on the same activations, and the running statistics are float64's within 1e-6 relative."""
+    from xla_train.runtime.spmd import use_reduction_batch_norm
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3)
+    x = torch.randn(64, 3, 12, 12) * 2 + 1
+    mine, stock = nn.BatchNorm2d(8), nn.BatchNorm2d(8)
+    use_reduction_batch_norm(mine)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = conv(x)
+        assert h.dtype == torch.bfloat16
+        y = mine(h)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, stock(h.float()), atol=1e-5, rtol=1e-5)
+    exact = h.double()
+    want_mean = 0.1 * exact.mean((0, 2, 3))  # one step of momentum 0.1 from (0, 1)
+    want_var = 0.9 + 0.1 * exact.var((0, 2, 3), unbiased=True)
+    assert ((mine.running_mean.double() - want_mean).abs().max() / want_mean.abs().max()) < 1e-6
+    assert ((mine.running_var.double() - want_var).abs() / want_var).max() < 1e-6
+
+
 def _attach(module, devices: int, batches_per_epoch: int):
     module._trainer = SimpleNamespace(num_devices=devices, num_nodes=1, is_global_zero=True, logger=None,
                                       train_dataloader=object(), num_training_batches=batches_per_epoch,

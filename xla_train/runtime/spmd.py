@@ -91,7 +91,12 @@ def batch_sharding(mesh, minibatch: bool = False):
 
 
 def _reduction_batch_norm(self, x: torch.Tensor) -> torch.Tensor:
-    """nn.BatchNorm{1,2,3}d.forward, with the statistics as reductions that GSPMD can partition."""
+    """nn.BatchNorm{1,2,3}d.forward, with the statistics as reductions that GSPMD can partition.
+
+    Under autocast the input arrives in bf16; stock batch_norm is on autocast's float32 list (it computes and
+    returns float32), so this one computes in float32 too, or bf16 sums would blur the statistics."""
+    if x.dtype != torch.float32 and torch.is_autocast_enabled(x.device.type):
+        x = x.float()
     dims = [0, *range(2, x.dim())]
     shape = (1, -1) + (1,) * (x.dim() - 2)
     if self.training or not self.track_running_stats:
