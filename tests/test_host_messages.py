@@ -122,3 +122,23 @@ def test_a_logger_state_round_trip_keeps_the_version_and_the_metrics_writer(tmp_
     fresh.save()
     text = (tmp_path / "run" / "version_0" / "metrics.csv").read_text()
     assert "0.5" in text and "0.75" in text
+
+
+def test_the_rendezvous_finds_host_0_from_the_worker_list_without_a_device_program(monkeypatch):
+    """On a TPU without MASTER_ADDR, torch_xla would find host 0 with a transfer over every device; coordinator()
+    takes it from the slice's worker list instead (here GKE's variables, as xpk sets them)."""
+    from xla_train.runtime.multihost import coordinator
+
+    for key in ("MASTER_ADDR", "TPU_WORKER_HOSTNAMES", "TPU_SKIP_MDS_QUERY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert coordinator() is None  # off a TPU: torch_xla's localhost
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "tpu-host-0,tpu-host-1,tpu-host-2,tpu-host-3")
+    assert coordinator() == "tpu-host-0"
+    import os
+
+    assert os.environ["MASTER_ADDR"] == "tpu-host-0"  # what torch_xla's rendezvous reads first
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.7")  # a launch that sets it wins
+    assert coordinator() == "10.0.0.7"

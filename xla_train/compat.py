@@ -246,6 +246,16 @@ def mark_optimizer_stepped(optimizer) -> None:
     optimizer._opt_called = True
 
 
+def tpu_worker_hosts() -> list[str]:
+    """The TPU VM hosts of this slice, in worker-id order (`torch_xla/_internal/tpu.py`, `get_worker_ips`, 2.9.0):
+    from TPU_WORKER_HOSTNAMES where TPU_SKIP_MDS_QUERY is set (GKE, xpk), else from the metadata server; ['localhost']
+    for one host. No device work, unlike the `xla://` rendezvous's own search for host 0 under SPMD, which runs a
+    transfer over every device (`_spmd_find_master_ip`)."""
+    from torch_xla._internal import tpu
+
+    return tpu.get_worker_ips()
+
+
 # --- torch, torchvision, Python -------------------------------------------------------------------------------
 
 _INDUCTOR_COMPILES: list | None = None

@@ -11,7 +11,12 @@ The hosts also need a few host-side answers from each other, which no device
 program carries: the run folder host 0 chose, whether all hosts agree to save,
 and "the checkpoint is on disk". `HostChannel` passes those over the key-value
 store of torch_xla's own `xla://` rendezvous (the store torch.distributed would
-use on a pod), so they cost no device work and no extra compiled program.
+use on a pod), so its messages cost no device work and no extra compiled program.
+Finding that store does, unless the coordinator is known: without MASTER_ADDR,
+torch_xla's rendezvous on a TPU under SPMD finds host 0 by a transfer over every
+device of every host (torch_xla/_internal/rendezvous.py, tpu.py, 2.9.0). So
+`coordinator()` sets MASTER_ADDR first, from the slice's worker list, which the
+metadata server or GKE's TPU_WORKER_HOSTNAMES gives without touching a device.
 """
 from __future__ import annotations
 
@@ -51,6 +56,22 @@ def host_topology() -> HostTopology:
     return topo
 
 
+def coordinator() -> str | None:
+    """Host 0's address for the rendezvous store: MASTER_ADDR if the launch set it, else on a TPU the first of
+    the slice's workers (process index = TPU worker id, so worker 0 runs process 0), set as MASTER_ADDR. Off a TPU
+    torch_xla uses localhost. Returns what the rendezvous will use, None for torch_xla's default."""
+    import os
+
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"]
+    if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
+        return None
+    from xla_train import compat
+
+    os.environ["MASTER_ADDR"] = compat.tpu_worker_hosts()[0]
+    return os.environ["MASTER_ADDR"]
+
+
 class HostChannel:
     """Small pickled messages between the hosts; every host must make the same calls in the same order.
 
@@ -62,6 +83,7 @@ class HostChannel:
         import torch.distributed as dist
         import torch_xla.distributed.xla_backend  # noqa: F401  (registers the xla:// rendezvous)
 
+        coordinator()  # host 0 without a device program
         store, self.rank, self.world = next(dist.rendezvous("xla://"))
         store.set_timeout(WAIT)
         self.store = dist.PrefixStore("xla_train", store)
