@@ -142,3 +142,25 @@ def test_the_rendezvous_finds_host_0_from_the_worker_list_without_a_device_progr
     assert os.environ["MASTER_ADDR"] == "tpu-host-0"  # what torch_xla's rendezvous reads first
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.7")  # a launch that sets it wins
     assert coordinator() == "10.0.0.7"
+
+
+def test_on_a_pod_only_host_0_writes_the_shared_compile_cache(tmp_path, monkeypatch):
+    """Every host runs the same command with the same compile_cache=, usually on a shared file system: host 0
+    writes and the others read only, so no entry is written twice or torn by two writers. (That the cache is then
+    read back, the second run compiling nothing, is a TPU's to show: XLA:CPU cannot read it.)"""
+    import torch_xla.runtime as xr
+
+    from xla_train.runtime.plan import configure_compile_cache
+
+    calls = []
+    monkeypatch.setattr(xr, "initialize_cache", lambda path, readonly: calls.append((path, readonly)))
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "tpu-host-0,tpu-host-1")
+    monkeypatch.delenv("CLOUD_TPU_TASK_ID", raising=False)
+    for worker in ("0", "1"):
+        monkeypatch.setenv("TPU_WORKER_ID", worker)
+        configure_compile_cache(str(tmp_path / "cache"))
+    assert calls == [(str(tmp_path / "cache"), False), (str(tmp_path / "cache"), True)]
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "tpu-host-0")  # one host: it writes
+    assert configure_compile_cache(str(tmp_path / "cache")) is False

@@ -256,6 +256,17 @@ def tpu_worker_hosts() -> list[str]:
     return tpu.get_worker_ips()
 
 
+def tpu_worker_index() -> int:
+    """This TPU VM's worker id in its slice (`torch_xla/_internal/tpu.py`, `worker_id`, 2.9.0: TPU_WORKER_ID or
+    CLOUD_TPU_TASK_ID where TPU_SKIP_MDS_QUERY is set, else the metadata server), which is the process index
+    under SPMD; readable before the runtime starts, unlike xr.process_index()."""
+    from torch_xla._internal import tpu
+
+    if len(tpu_worker_hosts()) == 1:
+        return 0
+    return tpu.worker_id()
+
+
 # --- torch, torchvision, Python -------------------------------------------------------------------------------
 
 _INDUCTOR_COMPILES: list | None = None

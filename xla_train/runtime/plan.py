@@ -196,18 +196,26 @@ def xla_precision_plugin(precision):
     raise ConfigError(f"precision={p!r} is not for XLA; use precision=32 or precision=bf16")
 
 
-def configure_compile_cache(path: str | None) -> None:
-    """The persistent compile cache: on a TPU a second run skips compilation. It must precede any compilation."""
+def configure_compile_cache(path: str | None) -> bool | None:
+    """The persistent compile cache: on a TPU a second run skips compilation. It must precede any compilation.
+
+    On a pod slice every host runs the same command on the same path, usually a shared file system: host 0
+    alone writes, and the others only read (they compile what is not there yet, as host 0 does, without
+    writing it a second time). Returns whether this host reads only; None where no cache is set up."""
     if not path:
-        return
+        return None
     if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
         warnings.warn(f"compile_cache={path} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
                       f"read it back); it is for TPUs", stacklevel=3)
-        return
+        return None
     import torch_xla.runtime as xr
 
+    from xla_train import compat
+
+    readonly = compat.tpu_worker_index() != 0  # the runtime has not started: the process index is the worker id
     os.makedirs(path, exist_ok=True)
-    xr.initialize_cache(os.path.abspath(path), readonly=False)
+    xr.initialize_cache(os.path.abspath(path), readonly=readonly)
+    return readonly
 
 
 def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, num_nodes=1) -> HardwarePlan:
