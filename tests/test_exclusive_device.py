@@ -3,6 +3,7 @@ notebook makes still works. tests/test_notebooks.py runs the benchmarks notebook
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -44,7 +45,7 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
     assert "accelerator=xla" in out["devices_before"] and out["held_after_devices"] is False, out
     assert out["held_after_fit"] is True
     code, err = out["other_process"]
-    assert code == 2 and err.startswith("xla_train: error: the TPU is already in use by process"), err
+    assert code == 2 and err.startswith("xla_train: error: another process holds this TPU VM's chips"), err
     assert len(out["sweep"]) == 1 and out["sweep"][0]["step_ms"] > 0, out["sweep"]  # a real timing, no error
     assert any(line.startswith("128,0,") for line in out["curves"]), out["curves"]  # the curve fit's epoch
     assert "accelerator=xla" in out["devices_after"]
@@ -71,7 +72,8 @@ def test_devices_lists_the_emulated_tpu_without_holding_it(tmp_path):
 
 
 def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
-    """The test mode itself: while one process holds the device, another's start is one line, exit 2."""
+    """The test mode itself: while one process holds the device, another meets the TPU's own error (libtpu cannot
+    open /dev/accel0), and the product makes that one line, exit 2, as it would on a TPU VM."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
     hold = ("from xla_train.runtime.accelerators import configure_pjrt; configure_pjrt('xla'); "
             "import sys; print('held', flush=True); sys.stdin.read()")
@@ -84,6 +86,24 @@ def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
     finally:
         holder.communicate("", timeout=60)
     assert other.returncode == 2, other.stderr
-    assert other.stderr.strip() == (f"xla_train: error: the TPU is already in use by process {holder.pid} "
-                                    f"({EMULATE_ENV}: XLA:CPU stands in for a TPU, whose chips one process holds "
-                                    f"at a time)"), other.stderr
+    assert other.stderr.strip() == ("xla_train: error: another process holds this TPU VM's chips (open(/dev/accel0): "
+                                    "Operation not permitted); one process at a time can: end the other one (a "
+                                    "notebook kernel that has trained: restart it; `sudo lsof /dev/accel0` names "
+                                    "it) and run again"), other.stderr
+
+
+@pytest.mark.parametrize("message, device", [
+    ("Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel0): Operation not permitted: "
+     "Operation not permitted; Couldn't open device: /dev/accel0", "/dev/accel0"),  # v2-v4 (pytorch/xla#5616)
+    ("Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/vfio/0): Device or resource busy",
+     "/dev/vfio/0")])
+def test_a_tpu_held_by_another_process_is_one_line_and_other_runtime_errors_pass_through(message, device):
+    from xla_train.errors import HardwareError
+    from xla_train.runtime.exclusive import starting_runtime
+
+    with pytest.raises(HardwareError, match=re.escape(f"`sudo lsof {device}` names it")):
+        with starting_runtime():
+            raise RuntimeError(message)
+    with pytest.raises(RuntimeError, match="something else"):
+        with starting_runtime():
+            raise RuntimeError("something else")

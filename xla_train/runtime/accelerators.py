@@ -15,7 +15,7 @@ from lightning.pytorch.accelerators import XLAAccelerator
 from typing_extensions import override
 
 from xla_train.errors import HardwareError
-from xla_train.runtime.exclusive import claim_device
+from xla_train.runtime.exclusive import starting_runtime
 from xla_train.runtime.probe import require_tpu, tpu_chips
 
 
@@ -33,7 +33,8 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
     if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
         if isinstance(devices, int) and devices > 0:
             os.environ["CPU_NUM_DEVICES"] = str(devices)
-    claim_device()  # only in the test mode that makes XLA:CPU one process's, as a TPU is (runtime/exclusive.py)
+    with starting_runtime():  # the test mode's lock, which makes XLA:CPU one process's as a TPU is (exclusive.py)
+        pass
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,7 +42,8 @@ def runtime_device_count() -> int:
     """Devices addressable by this process, from the PJRT runtime."""
     import torch_xla.runtime as xr
 
-    return xr.addressable_runtime_device_count()
+    with starting_runtime():
+        return xr.addressable_runtime_device_count()
 
 
 _LIST = """

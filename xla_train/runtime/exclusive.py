@@ -1,17 +1,25 @@
-"""One process per TPU: the rule libtpu enforces, and a test mode that enforces it on XLA:CPU.
+"""One process per TPU: the rule a TPU VM enforces, and a test mode that enforces it on XLA:CPU.
 
 On a TPU VM the process that starts the PJRT runtime holds the chips until it
-exits (libtpu takes /tmp/libtpu_lockfile); any other process that starts one
-fails. A notebook kernel that asked for its devices, then ran benchmark cells
+exits. libtpu's own lock file does not stop a second process: torch_xla sets
+ALLOW_MULTIPLE_LIBTPU_LOAD=1 on import (torch_xla/__init__.py, 2.9.0). The second
+process fails where libtpu opens the chips, as the runtime starts, with
+"RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization failed:
+open(/dev/accel0): Operation not permitted ... Couldn't open device: /dev/accel0"
+(v2 to v4; v5e and later open /dev/vfio; reported in pytorch/xla#5616, #9604,
+#3883). A notebook kernel that asked for its devices, then ran benchmark cells
 or fits in subprocesses, would fail that way on a TPU and nowhere else.
 
 With XLA_TRAIN_EMULATE_TPU_LOCK=PATH, XLA:CPU plays that TPU: `auto` picks it
 (accelerator=xla), and starting the runtime takes an exclusive lock on PATH,
-held for the life of the process, so a second process fails as on a TPU.
+held for the life of the process; a second process meets the TPU's own error,
+which `starting_runtime` turns into one line, on a TPU as here.
 """
 from __future__ import annotations
 
 import os
+import re
+from contextlib import contextmanager
 
 from xla_train.errors import HardwareError
 
@@ -38,12 +46,34 @@ def claim_device() -> None:
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        raise HardwareError(f"the TPU is already in use by process {holder} ({EMULATE_ENV}: XLA:CPU stands in for "
-                            f"a TPU, whose chips one process holds at a time)") from None
+        raise RuntimeError(f"Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel0): Operation "
+                           f"not permitted: Operation not permitted; Couldn't open device: /dev/accel0; Unable to "
+                           f"create Node RegisterInterface for node 0 ({EMULATE_ENV}: process {holder} holds the "
+                           f"emulated TPU)") from None
     f.truncate(0)
     f.write(str(os.getpid()))
     f.flush()
     _held = f
+
+
+_IN_USE = re.compile(r"TPU initialization failed: (open\((/dev/[\w/]+)\): (Operation not permitted|Device or "
+                     r"resource busy))")
+
+
+@contextmanager
+def starting_runtime():
+    """Around whatever starts the XLA runtime: a TPU whose chips another process holds is one line, not the
+    runtime's traceback (in the test mode, the emulated lock is taken here and fails the same way)."""
+    try:
+        claim_device()
+        yield
+    except RuntimeError as e:
+        found = _IN_USE.search(str(e))
+        if found is None:
+            raise
+        raise HardwareError(f"another process holds this TPU VM's chips ({found.group(1)}); one process at a time "
+                            f"can: end the other one (a notebook kernel that has trained: restart it; `sudo lsof "
+                            f"{found.group(2)}` names it) and run again") from None
 
 
 def runtime_started() -> bool:

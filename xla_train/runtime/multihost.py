@@ -47,8 +47,11 @@ def host_topology() -> HostTopology:
     """This process's place in the runtime; starts the runtime, so call it after configure_pjrt."""
     import torch_xla.runtime as xr
 
-    topo = HostTopology(xr.process_index(), xr.process_count(), xr.addressable_runtime_device_count(),
-                        xr.global_runtime_device_count())
+    from xla_train.runtime.exclusive import starting_runtime
+
+    with starting_runtime():  # a TPU that another process holds fails here, as one line
+        topo = HostTopology(xr.process_index(), xr.process_count(), xr.addressable_runtime_device_count(),
+                            xr.global_runtime_device_count())
     if topo.local_devices * topo.process_count != topo.global_devices:
         raise HardwareError(f"this host has {topo.local_devices} XLA device(s) but the {topo.process_count} hosts "
                             f"have {topo.global_devices} in all; data parallelism needs the same number on every "
