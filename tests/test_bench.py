@@ -108,6 +108,7 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
     table = [ln for ln in md.splitlines() if ln.startswith("|")]
     assert len(table) == 2 + len(rows) and all(ln.count("|") == table[0].count("|") for ln in table)
     assert "synthetic" in md and "not a TPU figure" in md
+    assert all(ln.count("| n/a (XLA:CPU) |") == 1 for ln in table[2:])  # no peak memory on XLA:CPU: said, not blank
     for name in ("epoch_time_by_accelerator.png", "epoch_time_by_batch.png"):
         assert f"]({name})" in md
         meta = png_text(run / name)
@@ -358,6 +359,15 @@ def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tiny_recipe, 
     assert "| precision |" in md and "| channels_last |" not in md  # only the keys that vary get a column
     assert sorted(p.stem for p in (run / "cells").glob("*.json")) == ["cpu-d1-b8-32-nocompile-cl",
                                                                       "cpu-d1-b8-bf16-mixed-nocompile-cl"]
+
+
+def test_the_device_memory_cell_says_why_it_is_empty():
+    from xla_train.bench.sweep import device_mb
+
+    assert device_mb({"accelerator": "tpu", "device": "TPU v5 lite x8", "devices": 8}) == "n/a (SPMD)"
+    assert device_mb({"accelerator": "xla", "device": "XLA:CPU (...)", "devices": 1}) == "n/a (XLA:CPU)"
+    assert device_mb({"accelerator": "tpu", "device": "TPU v5 lite", "devices": 1, "device_peak_mb": 812.4}) == "812"
+    assert device_mb({"accelerator": "xla", "device": "", "error": "failed"}) == "-"
 
 
 def test_rounds_pool_every_split_step_for_the_host_and_its_cpu_time():

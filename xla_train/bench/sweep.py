@@ -180,7 +180,19 @@ def table_row(r: dict, grid: list[str]) -> list:
             fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
             fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")),
             fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
-            fmt(r.get("device_peak_mb"), 0), note]
+            device_mb(r), note]
+
+
+def device_mb(r: dict) -> str:
+    """The peak device memory cell: blank only where nothing ran. torch_xla reads no peak under SPMD
+    (pjrt_computation_client.cpp answers for real devices, not the SPMD one) or on XLA:CPU (no allocator stats)."""
+    if r.get("device_peak_mb") is not None:
+        return report.fmt(r["device_peak_mb"], 0)
+    if r.get("error") or not r.get("device"):
+        return "-"
+    if r["accelerator"] in ("xla", "tpu") and (r.get("devices") or 1) > 1:
+        return "n/a (SPMD)"
+    return "n/a (XLA:CPU)" if "XLA:CPU" in r["device"] else "n/a"
 
 
 def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:
