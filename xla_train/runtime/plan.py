@@ -121,8 +121,8 @@ def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", pr
     fast.refuse_on_xla(kind, compile, channels_last)
     from xla_train.runtime.device import set_matmul_precision
 
-    set_matmul_precision(matmul_precision)  # before the first trace; refused after it
-    plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)
+    plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)  # first: it sets PJRT_DEVICE
+    set_matmul_precision(matmul_precision)  # before the first trace (the runtime is up, nothing traced); not after
     plan.matmul_precision = matmul_precision
     strat = plan.trainer_kwargs["strategy"]
     strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop
