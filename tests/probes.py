@@ -255,3 +255,33 @@ def _one_core_strategy():
 
 
 MultiProcessOnOneCore = _one_core_strategy()
+
+
+class ShardingProbe(pl.Callback):
+    """Under SPMD, after training: each state tensor's sharding (parameters, buffers, optimizer state) as torch_xla
+    reports it, and the first training batch's; writes shardings.json into the run folder."""
+
+    def __init__(self):
+        self.batch = None
+
+    @staticmethod
+    def _kind(t) -> str:
+        import torch_xla
+        from torch_xla.distributed.spmd import ShardingType
+
+        kind = torch_xla._XLAC._get_xla_sharding_type(t)
+        return "none" if kind is None else ShardingType(kind).name
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.batch is None:
+            self.batch = [self._kind(t) for t in batch]
+
+    def on_train_end(self, trainer, pl_module):
+        state = {f"param {n}": self._kind(p) for n, p in pl_module.named_parameters()}
+        state.update({f"buffer {n}": self._kind(b) for n, b in pl_module.named_buffers() if b.device.type == "xla"})
+        optimizer = trainer.optimizers[0]
+        for i, p in enumerate(optimizer.param_groups[0]["params"]):
+            state.update({f"opt {i} {k}": self._kind(v) for k, v in optimizer.state[p].items()
+                          if isinstance(v, torch.Tensor) and v.device.type == "xla"})
+        with open(os.path.join(trainer.log_dir, "shardings.json"), "w") as f:
+            json.dump({"state": state, "batch": self.batch}, f)

@@ -213,7 +213,7 @@ class StepsPerExecution:
         rows = self._rows + [[0.0] * len(self._rows[0])] * (k - n)
         seeds = self._seeds + [0] * (k - n)
         new = self._program.run(self._state(), batches, n, rows, seeds, shard=self.shard_steps)
-        self._store(new, n)
+        self._store([self.place_state(t) for t in new], n)
         self._reset_group()
         if materialize:
             compat.xla_materialize(self._state())
@@ -284,3 +284,7 @@ class StepsPerExecution:
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
         """Place K stacked batches (one device: as they are)."""
         return stacked
+
+    def place_state(self, t: torch.Tensor) -> torch.Tensor:
+        """Place one state tensor the program returns (one device: as it is)."""
+        return t

@@ -325,3 +325,15 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
 
         xs.mark_sharding(stacked, self.mesh, (None, DATA_AXIS) + (None,) * (stacked.dim() - 2))
         return stacked
+
+    @override
+    def place_state(self, t: torch.Tensor) -> torch.Tensor:
+        """Each state tensor the K program returns, marked replicated: the body was traced with the parameters'
+        shardings but the program's outputs carry none, so sharding propagation would choose them, and a TPU's
+        partitioner may split a parameter or a moment that a checkpoint then refuses (require_replicated). An
+        annotation on pending work: nothing runs here."""
+        import torch_xla.distributed.spmd as xs
+
+        if t.dim():
+            xs.mark_sharding(t, self.mesh, (None,) * t.dim())
+        return t
