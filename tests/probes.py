@@ -83,11 +83,12 @@ class TinyNet(torch.nn.Module):
 
     arch = "tiny"
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, dropout: float = 0.0):
         super().__init__()
         require_positive("model.net.", num_classes=num_classes)
-        self.config = {"num_classes": num_classes}
+        self.config = {"num_classes": num_classes, **({"dropout": dropout} if dropout else {})}
         self.body = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.AvgPool2d(4), torch.nn.Flatten(),
+                                        *([torch.nn.Dropout(dropout)] if dropout else []),
                                         torch.nn.Linear(3 * 8 * 8, num_classes))
 
     def forward(self, x):

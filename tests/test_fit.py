@@ -150,6 +150,7 @@ def test_the_xla_accelerator_gives_lightning_its_nvml_check_back_at_teardown(mon
     from xla_train.runtime.accelerators import PJRTAccelerator
 
     monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")  # on its own, not left over from another test (pytest -n 2)
     accelerator = PJRTAccelerator()
     accelerator.setup_device(torch.device("xla", 0))
     assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ

@@ -111,9 +111,9 @@ def tiny_runs(request, cifar_root, tmp_path_factory):
     runs = dict(TINY_RUNS)
     if devices > 1:  # every state tensor's sharding after the K program (issue: a partitioner may shard outputs)
         runs = {name: [*args, "--trainer.callbacks+=probes.ShardingProbe"] for name, args in runs.items()}
-    if devices == 1:  # Adam (the CNN recipes' optimizer) in the While loop too
-        runs.update({f"adam_{name}": [*args, "model.optimizer=adam", "lr=0.01"] for name, args in TINY_RUNS.items()
-                     if name != "unroll"})
+    if devices == 1:  # Adam (the CNN recipes' optimizer) and dropout (its seeds per step) in the While loop too
+        runs.update({f"adam_{name}": [*args, "model.optimizer=adam", "lr=0.01", "model.net.init_args.dropout=0.25"]
+                     for name, args in TINY_RUNS.items() if name != "unroll"})
     procs = {name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *args, devices=devices)
              for name, args in runs.items()}
     return {name: work / name for name in procs}, procs
@@ -149,8 +149,11 @@ def test_under_spmd_the_k_program_leaves_the_state_replicated_and_the_batch_spli
 
 
 @pytest.mark.parametrize("tiny_runs", [1], indirect=True, ids=["one_device"])  # Adam under SPMD: test_spmd.py
-def test_adam_in_the_while_loop_trains_as_one_step_at_a_time(tiny_runs):
+def test_adam_and_dropout_in_the_while_loop_train_as_one_step_at_a_time(tiny_runs):
+    """Each step in the While body draws its dropout mask from the seed it would have had one step at a time: a
+    wrong seed moves the weights by far more than 1e-5 here."""
     runs, _ = tiny_runs
+    assert last_checkpoint(runs["adam_while"])["xla_train"]["config"]["dropout"] == 0.25
     assert_same_training(runs["adam_k1"], runs["adam_while"], steps=18)
 
 
