@@ -272,6 +272,33 @@ def test_eight_devices_train_like_one_with_batch_norm_and_dropout_on(live_runs):
     assert probe(live_runs[8])["batch_norm_error"] < 1e-4  # statistics over the global batch, in training mode
 
 
+@pytest.mark.slow  # four ResNet fits on XLA:CPU; the float32 statistics under autocast: the fast test below
+def test_bf16_batch_norm_statistics_on_eight_devices_are_no_worse_than_on_one(tmp_path):
+    """precision=bf16, the ResNet's BatchNorm in training: 8 SPMD devices (the reduction form, runtime/spmd.py)
+    and 1 device (torch_xla's own batch_norm), each against the same run in float32. The running statistics a
+    checkpoint keeps must be no further from float32's on 8 devices than on 1. Measured (XLA:CPU, 2026-11-24): worst
+    layer 5.7e-3 relative on 1 device, 6.1e-3 on 8; with the statistics left in bf16, 0.96 on 8 devices."""
+    from conftest import write_cifar10
+
+    data = write_cifar10(tmp_path / "data", per_batch=205)  # 1,025 images: 16 steps of 64 an epoch
+    args = ("fit", "recipe=cifar10_resnet", "depth=8", "accelerator=xla", "epochs=1", "trainer.max_steps=8",
+            "trainer.limit_val_batches=1", "download=false", "test_after_fit=false", "val_fraction=0",
+            "model.optimizer=sgd", "lr=0.01", f"data_dir={data}")
+    found = {}
+    for devices in (1, 8):
+        for precision in ("32", "bf16"):
+            work = tmp_path / f"{devices}-{precision}"
+            work.mkdir()
+            run_cli(*args, f"devices={devices}", f"batch_size={64 // devices}", f"precision={precision}", cwd=work,
+                    devices=devices)
+            last = next(work.glob("runs/*/version_0/checkpoints/last.ckpt"))
+            found[devices, precision] = torch.load(last, weights_only=True)["state_dict"]
+    stats = [k for k in found[1, "32"] if k.endswith(("running_mean", "running_var"))]
+    error = {d: max(rel_diff(found[d, "32"][k], found[d, "bf16"][k]) for k in stats) for d in (1, 8)}
+    print(f"bf16 against float32, running statistics, worst layer: 1 device {error[1]:.2e}, 8 devices {error[8]:.2e}")
+    assert error[8] <= 1.5 * error[1] + 1e-6, error
+
+
 def test_each_of_the_eight_devices_holds_one_slice_of_the_batch(runs):
     p = probe(runs[8][0])
     assert (p["num_devices"], p["world_size"], p["global_batch"]) == (8, 1, 64)
