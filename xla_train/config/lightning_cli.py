@@ -132,8 +132,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         if plan.fast_path is not None:
             callbacks.append(FastPathCallback(plan.fast_path, publish))
-        callbacks += [RunReport(plan.kind, plan.fast_path, plan.matmul_precision), RngState(), self.last_checkpoint, self.preemption,
-                      KerasProgress(every)]
+        callbacks += [RunReport(plan.kind, plan.fast_path, plan.matmul_precision), RngState(), self.last_checkpoint,
+                      self.preemption, KerasProgress(every)]
         kwargs["callbacks"] = callbacks
         try:
             return super().instantiate_trainer(**kwargs)
