@@ -180,6 +180,16 @@ def xla_sharded_across_devices(tensor) -> bool:
     return kind is not None and ShardingType(kind) != ShardingType.REPLICATED
 
 
+def xla_mark_sharding(tensor, op_sharding) -> None:
+    """What `xs.mark_sharding` does for a plain XLA tensor (`torch_xla/distributed/spmd/xla_sharding.py`, 2.9.0):
+    `_XLAC._xla_mark_sharding` with the mesh's OpSharding, here built once by the caller. The public function
+    rebuilds it and probes for jax/torchax on every call: 0.26 against 0.004 ms a tensor on XLA:CPU, paid for
+    every state tensor of every K-step execution."""
+    import torch_xla
+
+    torch_xla._XLAC._xla_mark_sharding(tensor, op_sharding)
+
+
 # The lazy-tensor internals behind runtime/step_program.py, as torch_xla's own
 # experimental/gradient_accumulation.py uses them (2.9.0).
 

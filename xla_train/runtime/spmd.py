@@ -332,8 +332,9 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         shardings but the program's outputs carry none, so sharding propagation would choose them, and a TPU's
         partitioner may split a parameter or a moment that a checkpoint then refuses (require_replicated). An
         annotation on pending work: nothing runs here."""
-        import torch_xla.distributed.spmd as xs
-
         if t.dim():
-            xs.mark_sharding(t, self.mesh, (None,) * t.dim())
+            replicated = self.__dict__.setdefault("_replicated", {})  # OpSharding by rank, built once
+            if t.dim() not in replicated:
+                replicated[t.dim()] = self.mesh.get_op_sharding((None,) * t.dim())
+            compat.xla_mark_sharding(t, replicated[t.dim()])
         return t
