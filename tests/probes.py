@@ -260,10 +260,11 @@ MultiProcessOnOneCore = _one_core_strategy()
 
 class ShardingProbe(pl.Callback):
     """Under SPMD, after training: each state tensor's sharding (parameters, buffers, optimizer state) as torch_xla
-    reports it, and the first training batch's; writes shardings.json into the run folder."""
+    reports it, the first training batch's, and the epoch order's that a resident batch reads; writes
+    shardings.json into the run folder."""
 
     def __init__(self):
-        self.batch = None
+        self.batch = self.rows = None
 
     @staticmethod
     def _kind(t) -> str:
@@ -276,6 +277,7 @@ class ShardingProbe(pl.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.batch is None:
             self.batch = [self._kind(t) for t in batch]
+            self.rows = [self._kind(t) for t in pl_module.execution_inputs()]  # resident: the epoch's order
 
     def on_train_end(self, trainer, pl_module):
         state = {f"param {n}": self._kind(p) for n, p in pl_module.named_parameters()}
@@ -285,4 +287,4 @@ class ShardingProbe(pl.Callback):
             state.update({f"opt {i} {k}": self._kind(v) for k, v in optimizer.state[p].items()
                           if isinstance(v, torch.Tensor) and v.device.type == "xla"})
         with open(os.path.join(trainer.log_dir, "shardings.json"), "w") as f:
-            json.dump({"state": state, "batch": self.batch}, f)
+            json.dump({"state": state, "batch": self.batch, "rows": self.rows}, f)

@@ -43,7 +43,9 @@ def test_resident_and_streamed_batches_hold_the_same_samples_in_the_same_order(d
     padded = 0
     for sb, rb in zip(s_batches, r_batches):
         assert sb[0].dtype == torch.uint8 and sb[0].shape[1:] == (32, 32, 3)  # streamed as stored: a quarter of f32
-        assert rb[0].dtype == torch.int64 and rb[0].dim() == 1  # resident: only the indices travel
+        # resident: a training step sends its number in the epoch (its rows are on the device), evaluation its
+        # indices
+        assert rb[0].dtype == torch.int64 and rb[0].dim() == (0 if split == "train" else 1)
         xs, ys = s_in(sb, split, train=split == "train")
         xr, yr = r_in(rb, split, train=split == "train")
         assert torch.equal(ys, yr)
@@ -54,6 +56,32 @@ def test_resident_and_streamed_batches_hold_the_same_samples_in_the_same_order(d
     if split != "train":  # evaluation: every sample once, the last batch padded
         assert sum(int((b[1] != PAD_LABEL).sum()) for b in s_batches) == n
         assert padded == len(s_batches) * 16 - n
+
+
+def test_resident_training_reads_each_epochs_order_on_the_device_and_resumes_mid_epoch(dm):
+    """The order goes up once an epoch, and a step's number picks its rows: epoch 2 must not replay epoch 1, and a
+    loader resumed after 3 batches must serve the 4th batch first."""
+    streamed, resident = dm(False), dm(True)
+    resident.place(True, 1 << 30)
+    s_in, r_in = streamed.batch_inputs(), resident.batch_inputs()
+    seen = []
+    for epoch in (0, 1):
+        s_loader, r_loader = streamed.train_dataloader(), resident.train_dataloader()
+        s_loader.sampler.set_epoch(epoch)
+        r_loader.sampler.set_epoch(epoch)
+        for sb, rb in zip(s_loader, r_loader):
+            assert torch.equal(s_in(sb, "train", True)[1], r_in(rb, "train", True)[1])
+        (order,) = r_in.execution_inputs(torch.device("cpu"))
+        assert order.shape == (16, len(r_loader))  # (batch rows, steps): split over devices as a batch is
+        seen.append(order.clone())
+    assert not torch.equal(seen[0], seen[1])
+    resident.load_state_dict({"epoch": 1, "batches_done": 3})
+    loader = resident.train_dataloader()
+    loader.sampler.set_epoch(1)
+    steps = [int(b[0]) for b in loader]
+    assert steps[0] == 3 and steps[-1] == len(loader) - 1
+    labels = torch.as_tensor(resident.arrays("train")[1])
+    assert torch.equal(r_in((torch.tensor(3),), "train", True)[1], labels[seen[1][:, 3]])
 
 
 def test_the_device_normalisation_is_what_serving_computes(dm):

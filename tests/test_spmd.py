@@ -63,13 +63,16 @@ class Probe(pl.Callback):
                     m.eval()
         spec = torch_xla._XLAC._get_xla_sharding_spec
         if trainer.current_epoch == 0 and batch_idx == 0:
-            sent = batch[0]  # uint8 images (streamed), or the rows' indices into device-resident data
+            resident = len(batch) == 1
+            # streamed: uint8 images; resident: the step's number, and the epoch's order (rows, steps) on the device
+            sent = pl_module.execution_inputs()[0] if resident else batch[0]
             x, _ = pl_module.batch_inputs(batch, "train", train=True)  # the net's input, made on the device
             sharded = getattr(trainer.strategy, "mesh", None) is not None
             shards = torch_xla._XLAC._get_local_shards([sent])[0] if sharded else []
             self.record.update(
                 num_devices=trainer.num_devices, world_size=trainer.world_size, global_batch=int(sent.shape[0]),
-                resident=len(batch) == 1, input_spec=spec(sent), label_spec=spec(batch[1]) if len(batch) > 1 else None,
+                resident=resident, input_spec=spec(sent), label_spec=spec(batch[1]) if len(batch) > 1 else None,
+                step_shape=list(batch[0].shape) if resident else None,
                 param_spec=spec(next(pl_module.parameters())),
                 shards=[[str(dev), list(data.shape)] for data, dev in shards],
                 batch_norm_error=self._batch_norm_error(x, pl_module.net.features[0]))
@@ -303,9 +306,10 @@ def test_each_of_the_eight_devices_holds_one_slice_of_the_batch(runs):
     p = probe(runs[8][0])
     assert (p["num_devices"], p["world_size"], p["global_batch"]) == (8, 1, 64)
     devices = "0,1,2,3,4,5,6,7"
-    # device-resident data: the host sends each device its 8 rows' indices; the images and labels stay put
-    assert p["resident"] and p["input_spec"] == f"{{devices=[8]{devices}}}" and p["label_spec"] is None
-    assert sorted(p["shards"]) == sorted([f"CPU:{i}", [8]] for i in range(8))
+    # device-resident data: each device holds its 8 rows of the epoch's order (2 steps), and a step sends only its
+    # number; the images and labels stay put
+    assert p["resident"] and p["input_spec"] == f"{{devices=[8,1]{devices}}}" and p["label_spec"] is None
+    assert sorted(p["shards"]) == sorted([f"CPU:{i}", [8, 2]] for i in range(8)) and p["step_shape"] == []
     assert not probe(runs[1][0])["resident"]  # the 1-device run it trains exactly like streams its batches
     assert p["param_spec"] == p["optimizer_state_spec"] == "{replicated}"
     assert p["batch_norm_error"] < 1e-4  # training-mode statistics over the whole batch, not per slice

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.data.batching import (ArrayDataset, BatchInputs, BatchSampler, IndexBatches, ResidentInputs,
+from xla_train.data.batching import (ArrayDataset, BatchInputs, BatchSampler, EpochOrder, IndexBatches, ResidentInputs,
                                      StreamedInputs, nbytes)
 from xla_train.errors import ConfigError
 
@@ -95,6 +95,7 @@ class ArrayDataModule(pl.LightningDataModule):
         self._resume: dict | None = None
         self.on_device = on_device
         self.resident = False  # decided by place() for the hardware that runs: off until then
+        self._train_order = EpochOrder()  # the training loader's sampler, which resident steps read on the device
         self.placement = "streamed from the host"
 
     # --- what a subclass provides -------------------------------------------
@@ -187,20 +188,23 @@ class ArrayDataModule(pl.LightningDataModule):
         """What a step does to a loaded batch, on its device (data/batching.py)."""
         augment = bool(getattr(self, "augment", False))
         if self.resident:
-            return ResidentInputs({s: self.arrays(s) for s in SPLITS}, self.preparer(), augment)
+            return ResidentInputs({s: self.arrays(s) for s in SPLITS}, self.preparer(), augment, self._train_order)
         return StreamedInputs(self.preparer())
 
     def _split_loader(self, split: str, train: bool) -> DataLoader:
         inputs, labels = self.arrays(split)
         batch, rank, world = self.process_share()
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        sampler = BatchSampler(len(inputs), batch, train=train, seed=seed, rank=rank, world_size=world)
+        sampler = BatchSampler(len(inputs), batch, train=train, seed=seed, rank=rank, world_size=world,
+                               step_numbers=self.resident and train)
         if train and len(sampler) == 0:
             raise ConfigError(
                 f"the {split} split has {len(inputs)} samples, fewer than one global batch of "
                 f"{sampler.global_batch}; lower batch_size or use fewer devices")
         if train and self._resume is not None:
             sampler.resume_at(self._resume["epoch"], self._resume["batches_done"])
+        if train:
+            self._train_order.sampler = sampler
         dataset = IndexBatches(len(inputs)) if self.resident else ArrayDataset(inputs, labels, self.transform(train))
         return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)

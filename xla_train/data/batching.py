@@ -8,10 +8,13 @@ that every replica gets the same shape on every step.
 A batch reaches the step in one of two forms, and the step turns it into the
 net's input on whatever device runs it (`BatchInputs`). Streamed, it carries
 its samples as stored (uint8 images, token ids), and the device normalises
-them. Resident, it carries only the samples' indices into the splits, which
-went to the device once (`data.on_device`), and the device gathers, augments
-and normalises: the host sends a few hundred bytes a step. Both come from the
-same sampler, so they hold the same samples in the same order.
+them. Resident, the splits went to the device once (`data.on_device`), and
+the device gathers, augments and normalises. A resident training batch is only
+the step's number in its epoch: the epoch's order goes to the device once per
+epoch, and the step reads its row there, so a K-step execution needs nothing
+from the host but K step numbers and seeds. A resident evaluation batch carries
+its indices (-1 for padding). Both forms come from the same sampler, so they
+hold the same samples in the same order.
 """
 from __future__ import annotations
 
@@ -28,10 +31,11 @@ class BatchSampler(Sampler[np.ndarray]):
     """Yields index arrays of one process's share of each global batch; -1 marks padding."""
 
     def __init__(self, n: int, batch_size: int, *, train: bool, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, step_numbers: bool = False):
         if n <= 0:
             raise ValueError("cannot batch an empty data set")
         self.n, self.batch_size, self.train = n, batch_size, train
+        self.step_numbers = step_numbers  # yield each batch's number in the epoch instead of its indices
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.epoch = 0
         self.global_batch = batch_size * world_size
@@ -49,18 +53,36 @@ class BatchSampler(Sampler[np.ndarray]):
             return self.n // self.global_batch
         return math.ceil(self.n / self.global_batch)
 
-    def __iter__(self):
+    def rows(self) -> np.ndarray:
+        """This process's indices for every batch of the current epoch, (batches, batch_size); -1 is padding."""
         if self.train:
             g = np.random.default_rng((self.seed, self.epoch))
             order = g.permutation(self.n)[: len(self) * self.global_batch]
         else:
             order = np.full(len(self) * self.global_batch, PAD_LABEL, dtype=np.int64)
             order[: self.n] = np.arange(self.n)
+        return order.reshape(len(self), self.world_size, self.batch_size)[:, self.rank]
+
+    def __iter__(self):
         start = 0
         if self._skip is not None and self._skip[0] == self.epoch:
             start, self._skip = self._skip[1], None
-        for b in order.reshape(len(self), self.world_size, self.batch_size)[start:, self.rank]:
-            yield b
+        if self.step_numbers:
+            yield from (np.array(i, dtype=np.int64) for i in range(start, len(self)))
+            return
+        yield from self.rows()[start:]
+
+
+class EpochOrder:
+    """The training sampler, shared by the data module that builds the loader and the inputs that read its order."""
+
+    sampler: BatchSampler | None = None
+
+    def current(self) -> tuple[int, np.ndarray]:
+        """(epoch, rows): the order the loader is serving now."""
+        if self.sampler is None:
+            raise RuntimeError("the training loader has not been built")
+        return self.sampler.epoch, self.sampler.rows()
 
 
 class ArrayDataset(Dataset):
@@ -85,7 +107,8 @@ class ArrayDataset(Dataset):
 
 
 class IndexBatches(Dataset):
-    """Serves the sampler's index arrays themselves (-1 for padding), as a 1-tuple: the resident form."""
+    """Serves what the sampler yields (index arrays, -1 for padding, or step numbers) as a 1-tuple: the resident
+    form."""
 
     def __init__(self, n: int):
         self.n = n
@@ -103,9 +126,15 @@ class BatchInputs:
 
     def __init__(self, prepare, augment: bool = False):
         self.prepare, self.augment = prepare, augment
+        self.place_rows = None  # (rows, ...) host tensor -> device, as the strategy places a batch; None: .to()
 
     def __call__(self, batch, split: str, train: bool):
         raise NotImplementedError
+
+    def execution_inputs(self, device) -> list[torch.Tensor]:
+        """Device tensors that training steps read and that change between epochs, not between steps: a K-step
+        program takes them as inputs once per execution."""
+        return []
 
 
 class StreamedInputs(BatchInputs):
@@ -117,15 +146,22 @@ class StreamedInputs(BatchInputs):
 
 
 class ResidentInputs(BatchInputs):
-    """(indices,) into the splits, which go to the batch's device at their first use and stay there."""
+    """(indices,) into the splits, which go to the batch's device at their first use and stay there; or (a
+    training step's number,), whose indices are its row of the epoch's order, on the device too.
 
-    def __init__(self, arrays: dict[str, tuple[np.ndarray, np.ndarray]], prepare, augment: bool = False):
+    `place_rows` puts a (batch rows, ...) host tensor on the device as a loaded batch is placed (under SPMD: split
+    over the devices), so that each device holds only its rows of the order; the trainer's strategy sets it.
+    """
+
+    def __init__(self, arrays: dict[str, tuple[np.ndarray, np.ndarray]], prepare, augment: bool = False,
+                 order: EpochOrder | None = None):
         super().__init__(prepare, augment)
-        self.arrays = arrays
+        self.arrays, self.order = arrays, order
         self._tables: dict = {}
+        self._order: tuple = (None, None)  # (key, the epoch's order on the device, (batch rows, steps))
 
     def __getstate__(self) -> dict:  # a pickled copy (xla_mp workers) uploads its own
-        return {**self.__dict__, "_tables": {}}
+        return {**self.__dict__, "_tables": {}, "_order": (None, None), "place_rows": None}
 
     def table(self, split: str, device) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.arrays[split]
@@ -135,8 +171,23 @@ class ResidentInputs(BatchInputs):
                                  torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device))
         return self._tables[key]
 
+    def epoch_order(self, device) -> torch.Tensor:
+        """The current epoch's order, transposed so that dimension 0 is the batch's rows; one upload an epoch."""
+        epoch, rows = self.order.current()
+        key = (epoch, id(self.order.sampler), str(device))
+        if self._order[0] != key:
+            self._order = (None, None)  # the previous epoch's goes first
+            host = torch.from_numpy(np.ascontiguousarray(rows.T))
+            self._order = (key, self.place_rows(host) if self.place_rows is not None else host.to(device))
+        return self._order[1]
+
+    def execution_inputs(self, device) -> list[torch.Tensor]:
+        return [self.epoch_order(device)] if self.order is not None and self.order.sampler is not None else []
+
     def __call__(self, batch, split: str, train: bool):
         (idx,) = batch
+        if idx.dim() == 0:  # a training step's number: its indices are that column of the epoch's order
+            idx = self.epoch_order(idx.device).index_select(1, idx.unsqueeze(0)).squeeze(1)  # not [:, idx]: .item()
         xs, ys = self.table(split, idx.device)
         safe = idx.clamp(min=0)
         y = torch.where(idx < 0, torch.full_like(idx, PAD_LABEL), ys[safe])

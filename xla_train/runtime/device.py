@@ -28,6 +28,17 @@ def cut_graph(device) -> None:
         torch_xla.sync()
 
 
+def device_data(t, device):
+    """A host tensor on the device as data. On XLA `.to()` makes a 0-dim 0 or 1 a constant of the graph
+    (torch_xla's special scalars), so a value that changes between executions must come this way, as a loader
+    sends a batch, or each value would compile its own program."""
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        return xm.send_cpu_data_to_device([t], device)[0]
+    return t.to(device)
+
+
 _SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds] inside syncs
 
 

@@ -6,8 +6,10 @@ changes is the step itself: the strategy keeps each batch, and with it what
 that step would have used, its learning rate and its device seed; every K
 batches it runs them as one program (runtime/step_program.py). The optimizer
 update is part of that program, so it is written here as torch.optim's Adam
-and SGD compute it (single-tensor form, torch 2.9.0), reading and writing the
-optimizer's own state: a checkpoint looks the same whatever K wrote it.
+and SGD compute it (torch 2.9.0; the foreach form the recipes build computes
+the same), reading and writing the optimizer's own state: a checkpoint looks
+the same whatever K wrote it. tests/test_functional_optimizer.py holds it to
+torch.optim for every option it accepts; it refuses the rest.
 
 A group runs early, with the steps it has, whenever the state must be true
 before K steps are in: at the end of an epoch (or of max_steps), before a
@@ -22,25 +24,34 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
-from xla_train.runtime.device import cut_graph, device_rng_state, set_device_rng_state
+from xla_train.runtime.device import cut_graph, device_data, device_rng_state, set_device_rng_state
 from xla_train.runtime.step_program import StepProgram
 
 
 class FunctionalOptimizer:
     """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars)."""
 
+    # What update() computes, per optimizer: the options it reads, and the settings it cannot compute.
+    REFUSED = {torch.optim.Adam: {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False},
+               torch.optim.SGD: {"dampening": 0, "maximize": False}}
+
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        name = type(optimizer).__name__
+        accepted = ("steps_per_execution>1 runs Adam (without amsgrad, maximize or decoupled_weight_decay) or SGD "
+                    "(without dampening or maximize), with one parameter group, inside the XLA program")
+        if type(optimizer) not in self.REFUSED:
+            raise ConfigError(f"{accepted}; this run's optimizer is {name}")
         if len(optimizer.param_groups) != 1:
-            raise ConfigError("steps_per_execution>1 supports one optimizer parameter group")
+            raise ConfigError(f"{accepted}; this run's {name} has {len(optimizer.param_groups)} parameter groups")
         g = optimizer.param_groups[0]
+        off = [f"{k}={g.get(k)}" for k, plain in self.REFUSED[type(optimizer)].items() if g.get(k, plain) != plain]
+        if off:
+            raise ConfigError(f"{accepted}; this run's {name} has {', '.join(off)}")
         self.optimizer, self.group = optimizer, g
-        if type(optimizer) is torch.optim.Adam and not (g["amsgrad"] or g["maximize"]):
+        if type(optimizer) is torch.optim.Adam:
             self.kind, self.keys = "adam", ("exp_avg", "exp_avg_sq")
-        elif type(optimizer) is torch.optim.SGD and g["dampening"] == 0 and not g["maximize"]:
-            self.kind, self.keys = "sgd", ("momentum_buffer",) if g["momentum"] else ()
         else:
-            raise ConfigError(f"steps_per_execution>1 runs Adam or SGD (without dampening) inside the XLA "
-                              f"program; this run's optimizer is {type(optimizer).__name__}")
+            self.kind, self.keys = "sgd", ("momentum_buffer",) if g["momentum"] else ()
         first = optimizer.state.get(g["params"][0], {})
         self.steps_done = int(first["step"]) if "step" in first else 0  # torch keeps Adam's count on the CPU
 
@@ -102,7 +113,7 @@ class StepsPerExecution:
     grouping_note = ""  # what auto chose, and why (the run report prints it)
 
     def _reset_group(self) -> None:
-        self._group, self._rows, self._seeds = [], [], []
+        self._group, self._rows, self._seeds, self._shared = [], [], [], []
 
     @property
     def _grouping(self) -> bool:
@@ -150,6 +161,8 @@ class StepsPerExecution:
         trainer = self.lightning_module.trainer
         if self._opt is None:
             self._opt = FunctionalOptimizer(trainer.optimizers[0])
+        if not self._group:  # what the group's steps read besides their batches: the epoch's order, at most
+            self._shared = self.lightning_module.execution_inputs()
         self._group.append(tuple(batch))
         self._rows.append(self._opt.scalars(self._opt.steps_done + len(self._group)))
         self._seeds.append(device_rng_state(self.root_device))  # the seed this step would have traced with
@@ -212,7 +225,7 @@ class StepsPerExecution:
         batches = self._group + self._pads[:k - n]
         rows = self._rows + [[0.0] * len(self._rows[0])] * (k - n)
         seeds = self._seeds + [0] * (k - n)
-        new = self._program.run(self._state(), batches, n, rows, seeds, shard=self.shard_steps)
+        new = self._program.run(self._state(), batches, n, rows, seeds, shard=self.shard_steps, shared=self._shared)
         self._store([self.place_state(t) for t in new], n)
         self._reset_group()
         if materialize:
@@ -262,7 +275,7 @@ class StepsPerExecution:
         scalars = torch.tensor(self._rows[0], dtype=torch.float32).to(self.root_device)
         seed = device_rng_state(self.root_device)
         self._program = StepProgram(self.steps_per_execution, self.execution_loop)
-        self._program.build(self._step, state, first, scalars)
+        self._program.build(self._step, state, first, scalars, self._shared)
         set_device_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
 
     def _store(self, new: list[torch.Tensor], steps: int) -> None:
@@ -278,8 +291,9 @@ class StepsPerExecution:
 
     # --- what SPMD changes -----------------------------------------------------------------------------------
     def pad_like(self, t: torch.Tensor) -> torch.Tensor:
-        """A padding batch tensor for the unused steps of a short group: device data, like a loaded batch."""
-        return torch.zeros(t.shape, dtype=t.dtype).to(t.device)
+        """A padding batch tensor for the unused steps of a short group: device data, sent as a loader sends a
+        batch (`.to()` would make a 0-dim zero, a padding step number, a constant of the graph)."""
+        return device_data(torch.zeros(t.shape, dtype=t.dtype), t.device)
 
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
         """Place K stacked batches (one device: as they are)."""

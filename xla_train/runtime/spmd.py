@@ -307,22 +307,31 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
         return device_loader(dataloader, self.root_device, input_sharding=sharding)
 
-    @override
-    def pad_like(self, t: torch.Tensor) -> torch.Tensor:
-        """Zeros sharded as a loaded batch is: each host sends its own rows (the global batch / hosts)."""
+    def rows_to_device(self, rows: torch.Tensor) -> torch.Tensor:
+        """This host's rows of a batch-like tensor (dimension 0), placed as a loaded batch is: split over the
+        mesh, each host sending its own rows of the global tensor."""
         import torch_xla.core.xla_model as xm
 
-        rows = t.shape[0] // self.topology.process_count
-        cpu = torch.zeros((rows, *t.shape[1:]), dtype=t.dtype)
         sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
-        return xm.send_cpu_data_to_device([cpu], self.root_device, input_sharding=sharding)[0]
+        return xm.send_cpu_data_to_device([rows], self.root_device, input_sharding=sharding)[0]
+
+    @override
+    def pad_like(self, t: torch.Tensor) -> torch.Tensor:
+        """Zeros placed as a loaded batch is: each host sends its own rows (the global batch / hosts); a step
+        number is replicated."""
+        if t.dim() == 0:
+            return super().pad_like(t)
+        rows = t.shape[0] // self.topology.process_count
+        return self.rows_to_device(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype))
 
     @override
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
-        """K stacked batches: each step's batch split over the mesh as a single batch is (dimension 1). An
-        annotation on pending work, so nothing runs here."""
+        """K stacked batches: each step's batch split over the mesh as a single batch is (dimension 1); K step
+        numbers stay replicated. An annotation on pending work, so nothing runs here."""
         import torch_xla.distributed.spmd as xs
 
+        if stacked.dim() < 2:
+            return stacked
         xs.mark_sharding(stacked, self.mesh, (None, DATA_AXIS) + (None,) * (stacked.dim() - 2))
         return stacked
 

@@ -27,6 +27,12 @@ calls run in one of two loops (`execution_loop`), chosen per backend
 Random numbers: the body's one seed input is fed, per step, the seed the
 device would have had at that step without grouping (the caller records it),
 so dropout draws what it would have drawn step by step.
+
+Shared inputs are device tensors every step of an execution reads and that
+change between executions (the epoch's order of device-resident data): they
+are parameters of the program, passed once, not stacked. A tensor the step
+reads that is none of its inputs becomes a constant of the program, the value
+it had when traced.
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from xla_train import compat
+from xla_train.runtime.device import device_data
 
 MASK64 = (1 << 64) - 1
 LOOPS = ("unroll", "while")
@@ -54,17 +61,18 @@ class StepProgram:
             raise ValueError(f"execution_loop={loop!r}; use one of {', '.join(LOOPS)}")
         self.k, self.loop = k, loop
         self.computation = None
-        self._sources: list[tuple[str, int]] = []  # per body input: ("state"|"batch"|"seed"|"const", index)
+        self._sources: list[tuple[str, int]] = []  # per body input: (state|batch|scalars|seed|shared|const, i)
         self._consts: list[torch.Tensor] = []
 
     def build(self, step: Callable, state: Sequence[torch.Tensor], batch: Sequence[torch.Tensor],
-              scalars: torch.Tensor) -> None:
-        """Trace `step(state, batch, scalars) -> new state` once. Every input must be device data (not pending
-        work) and stay unmodified: the step must return new tensors instead of updating its inputs."""
+              scalars: torch.Tensor, shared: Sequence[torch.Tensor] = ()) -> None:
+        """Trace `step(state, batch, scalars) -> new state` once; the step may also read `shared`. Every input must
+        be device data (not pending work) and stay unmodified: the step must return new tensors instead of
+        updating its inputs."""
         import torch_xla.core.xla_builder as xb
 
-        state, batch = list(state), list(batch)
-        inputs = [*state, *batch, scalars]
+        state, batch, shared = list(state), list(batch), list(shared)
+        inputs = [*state, *batch, scalars, *shared]
         if compat.xla_pending(inputs):
             raise RuntimeError("steps_per_execution: the step's inputs must be materialised before tracing")
         new_state = list(step(state, batch, scalars))
@@ -88,16 +96,18 @@ class StepProgram:
                 sources.append(("state", i))
             elif i < len(state) + len(batch):
                 sources.append(("batch", i - len(state)))
-            else:
+            elif i == len(state) + len(batch):
                 sources.append(("scalars", 0))
+            else:
+                sources.append(("shared", i - len(state) - len(batch) - 1))
         self._sources, self._consts = sources, consts
-        self._n_state, self._n_batch = len(state), len(batch)
+        self._n_state, self._n_batch, self._n_shared = len(state), len(batch), len(shared)
         build = self._while if self.loop == "while" else self._unrolled
-        self.computation = build(body, self._params(state, batch, scalars))
+        self.computation = build(body, self._params(state, batch, scalars, shared))
 
-    def _params(self, state, batch, scalars):
+    def _params(self, state, batch, scalars, shared):
         """The program's parameters: (real steps, *state, *K stacked batch tensors, K scalar rows, K seeds,
-        *constants), the order `run` passes them in."""
+        *shared, *constants), the order `run` passes them in."""
         import torch_xla.core.xla_builder as xb
 
         k = self.k
@@ -105,24 +115,26 @@ class StepProgram:
         shapes = [torch.zeros((), dtype=torch.int32), *state,
                   *(torch.empty((k, *t.shape), dtype=t.dtype) for t in batch),
                   torch.empty((k, *scalars.shape), dtype=scalars.dtype), torch.empty((k,), dtype=torch.int64),
-                  *self._consts]
+                  *shared, *self._consts]
         return builder, [xb.mkparam(builder, i, xb.tensor_shape(t)) for i, t in enumerate(shapes)]
 
     def _unpack(self, ops):
-        """(real steps, state, stacked batch tensors, scalar rows, seeds, constants) from the parameters."""
+        """(real steps, state, stacked batch tensors, scalar rows, seeds, shared + constants) from the
+        parameters."""
         s, b = self._n_state, self._n_batch
         rest = ops[1 + s:]
         return ops[0], list(ops[1:1 + s]), rest[:b], rest[b], rest[b + 1], rest[b + 2:]
 
-    def _call(self, body, i, carry, stacked, per_step, seeds, consts, at):
-        """One step's outputs: the body called on step i's slice of every per-step input."""
+    def _call(self, body, i, carry, stacked, per_step, seeds, fixed, at):
+        """One step's outputs: the body called on step i's slice of every per-step input (`fixed`: the shared
+        inputs, then the constants, the same for every step)."""
         import torch_xla.core.xla_builder as xb
 
-        args = []
+        args, n_shared = [], self._n_shared
         for kind, j in self._sources:
             args.append({"state": lambda: carry[j], "batch": lambda: at(stacked[j], i),
                          "scalars": lambda: at(per_step, i), "seed": lambda: at(seeds, i),
-                         "const": lambda: consts[j]}[kind]())
+                         "shared": lambda: fixed[j], "const": lambda: fixed[n_shared + j]}[kind]())
         result = xb.Op.call(body, args)
         return [result.get_tuple_element(j) for j in range(len(carry))]
 
@@ -130,13 +142,13 @@ class StepProgram:
         import torch_xla.core.xla_builder as xb
 
         builder, ops = params
-        n, carry, stacked, per_step, seeds, consts = self._unpack(ops)
+        n, carry, stacked, per_step, seeds, fixed = self._unpack(ops)
 
         def at(op, i: int):
             return op.slice_in_dim(i, i + 1, 0).reshape(list(op.shape().sizes)[1:])
 
         for i in range(self.k):
-            new = self._call(body, i, carry, stacked, per_step, seeds, consts, at)
+            new = self._call(body, i, carry, stacked, per_step, seeds, fixed, at)
             if i == 0:  # the first step always runs: a group holds at least one
                 carry = new
             else:
@@ -161,8 +173,8 @@ class StepProgram:
             return i < params[0]
 
         def step(i, *params):
-            n, carry, stacked, per_step, seeds, consts = self._unpack(list(params))
-            new = self._call(body, i, carry, stacked, per_step, seeds, consts, at)
+            n, carry, stacked, per_step, seeds, fixed = self._unpack(list(params))
+            new = self._call(body, i, carry, stacked, per_step, seeds, fixed, at)
             one = xb.Op.scalar(i.builder(), 1, dtype=xb.Type.S32)
             return (i + one, n, *new, *params[1 + len(carry):])
 
@@ -171,14 +183,18 @@ class StepProgram:
         return xb.Op.tuple(out, builder=builder).build("xla_train_steps")
 
     def run(self, state: Sequence[torch.Tensor], batches: Sequence[Sequence[torch.Tensor]], n: int,
-            scalars: Sequence[Sequence[float]], seeds: Sequence[int], shard: Callable = lambda t: t) -> list:
+            scalars: Sequence[Sequence[float]], seeds: Sequence[int], shard: Callable = lambda t: t,
+            shared: Sequence[torch.Tensor] = ()) -> list:
         """The state after the first n of len(batches) == k steps (the rest are padding); pending, not run.
-        `scalars` and `seeds` hold one row per step; `shard` places each stacked batch tensor (SPMD)."""
+        `scalars` and `seeds` hold one row per step; `shard` places each stacked batch tensor (SPMD); `shared`
+        are this execution's values of the shared inputs the step was built with."""
+        if len(shared) != self._n_shared:
+            raise RuntimeError(f"the step was built with {self._n_shared} shared inputs, not {len(shared)}")
         device = state[0].device
         stacked = [shard(torch.stack([b[j] for b in batches])) for j in range(len(batches[0]))]
         per_step = torch.tensor(scalars, dtype=torch.float32).to(device)
         seed_t = torch.tensor([signed64(s) for s in seeds], dtype=torch.int64).to(device)
-        count = torch.tensor(n, dtype=torch.int32).to(device)
+        count = device_data(torch.tensor(n, dtype=torch.int32), device)  # data: 1 would be a constant
         return compat.xla_user_computation("xla::xla_train_steps",
-                                           [count, *state, *stacked, per_step, seed_t, *self._consts],
+                                           [count, *state, *stacked, per_step, seed_t, *shared, *self._consts],
                                            self.computation)

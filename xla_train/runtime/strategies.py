@@ -11,6 +11,7 @@ steps as one program (runtime/multistep.py).
 """
 from __future__ import annotations
 
+import torch
 from lightning.pytorch.strategies import SingleDeviceStrategy, SingleDeviceXLAStrategy
 from typing_extensions import override
 
@@ -54,6 +55,10 @@ class XLASingleDeviceStrategy(StepsPerExecution, ScanLSTMOnXLA, compat.OwnCheckp
     @override
     def process_dataloader(self, dataloader):
         return device_loader(dataloader, self.root_device)
+
+    def rows_to_device(self, rows: torch.Tensor) -> torch.Tensor:
+        """A batch-like host tensor, placed as a loaded batch is (data/batching.py, the epoch's order)."""
+        return rows.to(self.root_device)
 
 
 def device_loader(dataloader, device, **kwargs):

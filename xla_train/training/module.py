@@ -52,6 +52,8 @@ class Classifier(pl.LightningModule):
         dm = self.trainer.datamodule
         if dm is not None and hasattr(dm, "batch_inputs"):
             self.batch_inputs = dm.batch_inputs()  # the batch as loaded -> the net's input, inside the step
+            # Rows the device keeps between steps (the epoch's order) are placed as the strategy places a batch.
+            self.batch_inputs.place_rows = getattr(self.trainer.strategy, "rows_to_device", None)
 
     def _step(self, batch, stage: str) -> torch.Tensor:
         x, y = self.batch_inputs(batch, stage, train=stage == "train")
@@ -101,6 +103,11 @@ class Classifier(pl.LightningModule):
 
     def load_step_state(self, state: dict[str, torch.Tensor]) -> None:
         self._totals.update(state)
+
+    def execution_inputs(self) -> list[torch.Tensor]:
+        """Device tensors a training step reads that change per epoch, not per step (data/batching.py): a runtime
+        that runs several steps as one program passes them to it once per execution."""
+        return self.batch_inputs.execution_inputs(self.device)
 
     def running_metrics(self, stage: str) -> dict[str, float]:
         """The epoch so far, read from the device: a host sync, so progress bars call it sparingly."""
