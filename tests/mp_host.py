@@ -14,11 +14,12 @@ import sys
 import torch_xla._internal.pjrt as pjrt
 import torch_xla.distributed.xla_multiprocessing as xmp
 import torchvision.datasets.cifar as cifar
+import torchvision.datasets.utils as tv_utils
 
 import xla_train.runtime.plan as plan
 from probes import MultiProcessOnOneCore, OneCore
 
-cifar.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
+cifar.check_integrity = tv_utils.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
 
 
 def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn"):

@@ -15,11 +15,12 @@ import sys
 
 import torch_xla.runtime as xr
 import torchvision.datasets.cifar as cifar
+import torchvision.datasets.utils as tv_utils
 
 xr.process_index = lambda: int(os.environ["FAKE_HOST"])
 xr.process_count = lambda: int(os.environ["FAKE_HOSTS"])
 xr.addressable_runtime_device_count = lambda: int(os.environ["FAKE_LOCAL"])
-cifar.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
+cifar.check_integrity = tv_utils.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
 
 if __name__ == "__main__":
     sys.argv = ["xla_train", *sys.argv[1:]]

@@ -24,8 +24,8 @@ DATA = {"cifar10_cnn": "cifar", "cifar10_resnet": "cifar", "imdb_lstm": "imdb", 
 
 PRELUDE = """\
 import os
-import torchvision.datasets.cifar as _cifar
-_cifar.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
+import torchvision.datasets.cifar as _cifar, torchvision.datasets.utils as _utils
+_cifar.check_integrity = _utils.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
 {data}"""
 
 

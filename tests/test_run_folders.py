@@ -121,3 +121,19 @@ def test_a_runs_dir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "mkdir", denied)
     with pytest.raises(run_folders.ConfigError, match=f"cannot create a run folder in {tmp_path / 'x'}: permission"):
         run_folders.claim_folder(tmp_path / "x")
+
+
+def test_a_worker_writes_the_config_the_parent_rendered_atomically_and_never_over_a_run(tmp_path):
+    """strategy=xla_mp pickles the config writer into each worker: it carries the YAML, not the parser."""
+    import pickle
+
+    from xla_train.config.save_config import RenderedConfig
+
+    path = tmp_path / "config.yaml"
+    pickle.loads(pickle.dumps(RenderedConfig("seed_everything: 1\n"))).save(None, str(path))
+    assert path.read_text() == "seed_everything: 1\n" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+    with pytest.raises(FileExistsError):
+        RenderedConfig("seed_everything: 2\n").save(None, str(path))
+    assert path.read_text() == "seed_everything: 1\n"
+    RenderedConfig("seed_everything: 2\n").save(None, str(path), overwrite=True)
+    assert path.read_text() == "seed_everything: 2\n" and len(list(tmp_path.iterdir())) == 1

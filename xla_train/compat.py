@@ -41,11 +41,6 @@ def request_stop_after_step(trainer) -> None:
     trainer._signal_connector.received_sigterm = True
 
 
-def attached_trainer(module):
-    """The module's Trainer, or None: LightningModule.trainer raises when there is none."""
-    return module._trainer
-
-
 class OwnCheckpointIO:
     """For XLA strategies: Lightning's SingleDeviceXLAStrategy.checkpoint_io asserts an XLACheckpointIO;
     this one keeps whatever plugin is set in Strategy._checkpoint_io, else `default_checkpoint_io()`."""
@@ -306,20 +301,6 @@ def inductor_compile_clock():
         on_compile_start(start)
         on_compile_end(end)
     return lambda: (_INDUCTOR_COMPILES[0], _INDUCTOR_COMPILES[1])
-
-
-def batch_norm_base():
-    """torch.nn.modules.batchnorm._BatchNorm: the base of BatchNorm1d/2d/3d (and SyncBatchNorm's)."""
-    from torch.nn.modules.batchnorm import _BatchNorm
-
-    return _BatchNorm
-
-
-def cifar10_files_intact(cls, root: str) -> bool:
-    """torchvision's CIFAR10._check_integrity (every file present with its MD5), without building the data set."""
-    probe = cls.__new__(cls)
-    probe.root = root
-    return probe._check_integrity()
 
 
 def caller_site(depth: int = 2) -> str:

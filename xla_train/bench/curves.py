@@ -98,7 +98,6 @@ def curves(recipe: str, batch_sizes: list[PositiveInt] = [32, 128, 512], epochs:
         print("no fit finished; see the logs under " + str(run_dir / "fits"))
         return 1, run_dir
     prov = report.provenance(opts["command"], sorted(hardware))
-    report.write_csv(run_dir / "curves.csv", rows, ["batch", "epoch", *METRICS], prov)
     batches = sorted({r["batch"] for r in rows})
     epochs = sorted({r["epoch"] for r in rows})
     acc = {(r["batch"], r["epoch"]): r.get("val_acc") for r in rows}
@@ -112,12 +111,8 @@ def curves(recipe: str, batch_sizes: list[PositiveInt] = [32, 128, 512], epochs:
              "train s: the fit's training time over all epochs (the first includes compilation on XLA)"]
     notes += [f"batch {b} failed: {e}" for b, e in failed]
     made = charts.curves_chart(run_dir, rows, prov, f"{opts['recipe']}: validation accuracy by epoch and batch size")
-    md = report.markdown(f"xla_train bench curves: {opts['recipe']}", prov, headers, table, notes)
-    (run_dir / "curves.md").write_text(md + "".join(f"\n![{p.stem}]({p.name})\n" for p in made))
-    print(f"\n{prov['hardware']}\n{prov['versions']}; {prov['date']}")
-    print("validation accuracy by epoch:")
-    print(report.text_table(headers, table))
-    print(f"results: {run_dir} (curves.csv, curves.md{''.join(', ' + p.name for p in made)})")
+    report.publish(run_dir, "curves", f"xla_train bench curves: {opts['recipe']}", prov, rows,
+                   ["batch", "epoch", *METRICS], headers, table, notes, made, caption="validation accuracy by epoch:")
     return (0 if not failed else 1), run_dir
 
 

@@ -65,7 +65,6 @@ def overhead(recipe: str, accelerator: Literal["xla", "tpu"] = "xla", batch_size
                "timed_compiles", "step_ms", "step_ms_mean", "samples_per_s", "ratio", "host_ms_per_step",
                "device_ms_per_step", "host_bound", "host_ratio", "host_cpu_ms_per_step", "host_cpu_ratio", "first_loss",
                "host_peak_mb"]
-    report.write_csv(run_dir / "overhead.csv", rows, columns, prov)
     headers = ["side", "first step s", "compiles", "step ms (median)", "step ms (mean)", "samples/s",
                "vs plain", "host ms", "device ms", "host vs plain", "host CPU ms", "host CPU vs plain",
                "first-step loss"]
@@ -85,7 +84,6 @@ def overhead(recipe: str, accelerator: Literal["xla", "tpu"] = "xla", batch_size
              "start on an idle device; device ms: the execution after it (bench/timing.py)", host_verdict,
              "host CPU ms: the training thread's CPU time in the same window, outside syncs: the loop's own work, "
              "without its waits for the GIL that the device loader's threads hold (bench/timing.py)", cpu_verdict]
-    (run_dir / "overhead.md").write_text(report.markdown("xla_train overhead over a plain torch_xla loop", prov,
-                                                         headers, table, notes))
-    report.show(prov, notes, headers, table, run_dir, ["overhead.csv", "overhead.md"])
+    report.publish(run_dir, "overhead", "xla_train overhead over a plain torch_xla loop", prov, rows, columns,
+                   headers, table, notes)
     return 0, run_dir

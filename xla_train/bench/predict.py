@@ -214,7 +214,6 @@ def write_report(rows, predictor, ckpt, batch, repeats, command, runs_dir, notes
     arch = f"{predictor.info['arch']} {predictor.info.get('config', {})}"
     prov = report.provenance(command, [f"CPU, PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)"])
     run_dir = report.new_run_dir(runs_dir)
-    report.write_csv(run_dir / "predict.csv", rows, COLUMNS, prov)
     headers = ["", "fp32", "batch 1 median ms", "batch 1 p95 ms", "x eager (batch 1)", f"batch {batch} samples/s",
                "max abs diff vs eager", "test acc", "acc change"]
 
@@ -235,6 +234,5 @@ def write_report(rows, predictor, ckpt, batch, repeats, command, runs_dir, notes
              "onnxruntime runs the exported graph, which takes uint8 images or token ids: preprocessing is in it",
              "test acc: the checkpoint's own test split, as its run reads it"] + notes_extra
     notes += [f"{r['what']}: {r['note']}" for r in rows if r.get("note", "").startswith("skipped")]
-    (run_dir / "predict.md").write_text(report.markdown("xla_train CPU inference", prov, headers, table, notes))
-    report.show(prov, notes, headers, table, run_dir, ["predict.csv", "predict.md"])
+    report.publish(run_dir, "predict", "xla_train CPU inference", prov, rows, COLUMNS, headers, table, notes)
     return 0, run_dir

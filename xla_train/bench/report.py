@@ -111,14 +111,21 @@ def text_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(out)
 
 
-def show(prov: dict[str, str], notes: list[str], headers: list[str], table: list[list], run_dir: Path,
-         files: list[str]) -> None:
-    """The results on the terminal: the evidence, the notes, the table, and where the files are."""
+def publish(run_dir: Path, name: str, title: str, prov: dict[str, str], rows: list[dict], columns: list[str],
+            headers: list[str], table: list[list], notes: list[str], charts: list[Path] = (),
+            caption: str = "") -> None:
+    """The end of every bench: NAME.csv (every figure, headed by its evidence), NAME.md (the table, its notes and
+    charts) and, on the terminal, the evidence, the notes, the table and where the files are."""
+    write_csv(run_dir / f"{name}.csv", rows, columns, prov)
+    md = markdown(title, prov, headers, table, notes)
+    (run_dir / f"{name}.md").write_text(md + "".join(f"\n![{p.stem}]({p.name})\n" for p in charts))
     print(f"\n{prov['hardware']}\n{prov['versions']}; {prov['date']}")
     for n in notes:
         print(f"- {n}")
+    if caption:
+        print(caption)
     print(text_table(headers, table))
-    print(f"results: {run_dir} ({', '.join(files)})")
+    print(f"results: {run_dir} ({', '.join([f'{name}.csv', f'{name}.md', *(p.name for p in charts)])})")
 
 
 def figure(title: str):

@@ -203,7 +203,6 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     names = {"progress_every": "bar every", "steps_per_execution": "steps/execution", "execution_loop": "loop"}
     headers = HEADERS[:3] + [names.get(k, k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
-    report.write_csv(run_dir / "bench.csv", rows, COLUMNS + [k for k in grid if k not in COLUMNS], prov)
     table = [table_row(r, grid) for r in rows]
     data = sorted({r["data"] for r in rows if r.get("data")})
     notes = [f"recipe {opts['recipe']}" + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
@@ -228,10 +227,9 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
                      "time whole executions and divide by k, and their first step is the first execution of k")
     if any("XLA:CPU" in (r.get("device") or "") for r in rows):
         notes.append("XLA:CPU is XLA compiling for this machine's CPU (PJRT_DEVICE=CPU): not a TPU figure")
-    md = report.markdown(f"xla_train bench: {opts['recipe']}", prov, headers, table, notes)
     made = charts.sweep_charts(run_dir, rows, prov, opts["recipe"], opts.get("chart_batch"))
-    (run_dir / "bench.md").write_text(md + "".join(f"\n![{p.stem}]({p.name})\n" for p in made))
-    report.show(prov, notes, headers, table, run_dir, ["bench.csv", "bench.md", *(p.name for p in made)])
+    report.publish(run_dir, "bench", f"xla_train bench: {opts['recipe']}", prov, rows,
+                   COLUMNS + [k for k in grid if k not in COLUMNS], headers, table, notes, made)
 
 
 def replicas(recipe: str = "quickstart", devices: list[DeviceCount] = [1, 8], batch_sizes: list[PositiveInt] = [16],

@@ -58,12 +58,11 @@ def text(reviews: PositiveInt = 50_000, maxlen: PositiveInt = 500, vocab_size: P
         rows.append({"what": what, "wall_s": statistics.median(walls), "cpu_s": (cpu_seconds() - c0) / repeats})
     prov = report.provenance(command, [f"CPU, tokenizers on {report.cpu_summary()}"])
     run_dir = report.new_run_dir(runs_dir)
-    report.write_csv(run_dir / "text.csv", rows, ["what", "wall_s", "cpu_s"], prov)
     words = sum(len(t.split()) for t in texts)
     notes = [f"{len(texts):,} synthetic reviews of aclImdb's lengths, {words / len(texts):.0f} words each on average;"
              f" vocabulary {vocab_size:,}, maxlen {maxlen}; median of {repeats} (CPU: mean over all threads)"]
     headers = ["", "wall s", "CPU s"]
     table = [[r["what"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}"] for r in rows]
-    (run_dir / "text.md").write_text(report.markdown("xla_train text pipeline", prov, headers, table, notes))
-    report.show(prov, notes, headers, table, run_dir, ["text.csv", "text.md"])
+    report.publish(run_dir, "text", "xla_train text pipeline", prov, rows, ["what", "wall_s", "cpu_s"], headers,
+                   table, notes)
     return 0, run_dir

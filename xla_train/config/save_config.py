@@ -12,6 +12,8 @@ import os
 
 from lightning.pytorch.cli import SaveConfigCallback
 
+from xla_train.checkpoint import atomic_write
+
 
 class RenderedConfig:
     """Stands in for the parser in a worker: `save` writes the YAML the parser rendered in the parent."""
@@ -22,10 +24,7 @@ class RenderedConfig:
     def save(self, cfg, path: str, skip_none: bool = False, overwrite: bool = False, multifile: bool = True):
         if os.path.exists(path) and not overwrite:
             raise FileExistsError(path)  # what Lightning's own check before this call reports more clearly
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(self.text)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: f.write(self.text.encode()))
 
 
 class PicklableSaveConfig(SaveConfigCallback):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 
-from xla_train import compat
 from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice
 from xla_train.data.download import staged_download
 from xla_train.data.images import ImageDataModule
@@ -25,20 +24,28 @@ def _cifar_class():
     return CIFAR10
 
 
+def files_intact(cls, root: str) -> bool:
+    """Every file of the data set present with its MD5, as torchvision's CIFAR10 checks it before reading."""
+    from torchvision.datasets import utils
+
+    folder = os.path.join(root, cls.base_folder)
+    return all(utils.check_integrity(os.path.join(folder, name), md5) for name, md5 in cls.train_list + cls.test_list)
+
+
 def download_cifar10(root: str) -> None:
     """Fetch and verify cifar-10-python.tar.gz, then move the extracted folder into `root` atomically."""
     cls = _cifar_class()
     staged_download("CIFAR-10", cls.url, cls.filename, cls.tgz_md5, root, cls.base_folder,
-                    present=lambda: compat.cifar10_files_intact(cls, root))
+                    present=lambda: files_intact(cls, root))
 
 
 def load_cifar10(root: str, download: bool) -> dict:
     cls = _cifar_class()
     folder = os.path.join(root, cls.base_folder)
-    if not compat.cifar10_files_intact(cls, root):
+    if not files_intact(cls, root):
         if download:
             download_cifar10(root)
-        if not compat.cifar10_files_intact(cls, root):
+        if not files_intact(cls, root):
             what = "is incomplete or fails its checksums" if os.path.isdir(folder) else "is missing"
             raise DataError(f"CIFAR-10 at {folder} {what}; download {cls.url} ({cls.filename}) and extract it "
                             f"into {root}, or run with download=true on a machine with network")

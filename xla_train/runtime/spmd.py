@@ -123,6 +123,7 @@ def _reduction_batch_norm(self, x: torch.Tensor) -> torch.Tensor:
 
 
 _REDUCTION_CLASSES: dict[type, type] = {}
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)  # and their subclasses
 
 
 def use_reduction_batch_norm(module: nn.Module) -> dict[nn.Module, type]:
@@ -130,7 +131,7 @@ def use_reduction_batch_norm(module: nn.Module) -> dict[nn.Module, type]:
     changed = {}
     for layer in module.modules():
         cls = type(layer)
-        if isinstance(layer, compat.batch_norm_base()) and cls not in _REDUCTION_CLASSES.values():
+        if isinstance(layer, BATCH_NORMS) and cls not in _REDUCTION_CLASSES.values():
             if cls not in _REDUCTION_CLASSES:
                 _REDUCTION_CLASSES[cls] = type(cls.__name__, (cls,), {"forward": _reduction_batch_norm,
                                                                       "__module__": cls.__module__})

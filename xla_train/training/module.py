@@ -87,7 +87,7 @@ class Classifier(pl.LightningModule):
             return
         metrics = {f"{stage}_loss": loss_sum / count, f"{stage}_acc": correct / count}
         self.epoch_metrics.update(metrics)
-        publish(compat.attached_trainer(self), metrics)
+        publish(self._attached_trainer(), metrics)
 
     @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
@@ -156,9 +156,16 @@ class Classifier(pl.LightningModule):
         compat.setup_train_data(t)
         return max(1, math.ceil(t.num_training_batches / t.accumulate_grad_batches))
 
+    def _attached_trainer(self):
+        """The Trainer, or None when the module runs without one (LightningModule.trainer raises then)."""
+        try:
+            return self.trainer
+        except RuntimeError:
+            return None
+
     @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        trainer = compat.attached_trainer(self)
+        trainer = self._attached_trainer()
         dm = getattr(trainer, "datamodule", None) if trainer is not None else None
         info = dm.inference_info() if dm is not None else {}
         checkpoint["xla_train"] = inference_block(self.net, info)
