@@ -3,6 +3,7 @@
 CLI runs happen in subprocesses, because the XLA runtime's device count and
 SPMD mode are fixed for the life of a process.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -32,8 +33,12 @@ def write_cifar10(root: Path, per_batch: int = 40, test: int = 80, seed: int = 0
         labels = rng.integers(0, 10, n)
         base = (labels[:, None] * 25).astype(np.int64)
         data = np.clip(base + rng.integers(0, 40, (n, 3072)), 0, 255).astype(np.uint8)
-        return {"batch_label": name, "labels": labels.tolist(), "data": data,
-                "filenames": [f"{i}.png" for i in range(n)]}
+        return {
+            "batch_label": name,
+            "labels": labels.tolist(),
+            "data": data,
+            "filenames": [f"{i}.png" for i in range(n)],
+        }
 
     for i in range(1, 6):
         with open(folder / f"data_batch_{i}", "wb") as f:
@@ -67,13 +72,21 @@ def cli_env(devices: int = 1, **extra) -> dict:
     return env
 
 
-def run_cli(*args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: dict | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, str(TESTS / "fixture_cli.py"), *args], cwd=cwd,
-                          env=env or cli_env(devices), capture_output=True, text=True, timeout=timeout)
+def run_cli(
+    *args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, str(TESTS / "fixture_cli.py"), *args],
+        cwd=cwd,
+        env=env or cli_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"CLI failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\n"
-                             f"STDERR:\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"CLI failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
@@ -81,8 +94,18 @@ def run_cli(*args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: di
 def cpu_run(cifar_root, tmp_path_factory) -> Path:
     """One short CPU fit of the CNN on the fixture; its run folder."""
     work = tmp_path_factory.mktemp("cpu_run")
-    run_cli("fit", "recipe=cifar10", "accelerator=cpu", "devices=1", "epochs=1", "batch_size=32",
-            f"data_dir={cifar_root}", "download=false", "test_after_fit=false", cwd=work)
+    run_cli(
+        "fit",
+        "recipe=cifar10",
+        "accelerator=cpu",
+        "devices=1",
+        "epochs=1",
+        "batch_size=32",
+        f"data_dir={cifar_root}",
+        "download=false",
+        "test_after_fit=false",
+        cwd=work,
+    )
     return work / "runs" / "cifar10" / "version_0"
 
 

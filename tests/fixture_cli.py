@@ -4,6 +4,7 @@ The tiny CIFAR-10 fixture is written in the real on-disk format but cannot
 match the real files' MD5 sums; torchvision's own tests handle this the same
 way, by patching check_integrity. Everything else runs unpatched.
 """
+
 import os
 import runpy
 import sys

@@ -1,5 +1,6 @@
 """Run by test_compile_guard.py in a subprocess: 3 epochs on XLA; with "change", epoch 2 feeds one batch of a
 new shape. A tiny net keeps compiles short: the guard does not care what it guards."""
+
 import sys
 import warnings
 
@@ -59,8 +60,16 @@ tty = FakeTTY()
 plan = plan_hardware("xla", 1)
 guard = CompileAccounting(mode)  # as the CLI adds it on XLA
 loader = ShapeShifter()
-trainer = pl.Trainer(max_epochs=3, callbacks=[guard, KerasProgress(every, stream=tty)], logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, **plan.trainer_kwargs)
+trainer = pl.Trainer(
+    max_epochs=3,
+    callbacks=[guard, KerasProgress(every, stream=tty)],
+    logger=False,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    limit_val_batches=0,
+    **plan.trainer_kwargs,
+)
 
 
 class Data(pl.LightningDataModule):

@@ -3,6 +3,7 @@
 Loaded by the CLI through `--trainer.callbacks+=killer.KillAt`, so the run under
 test is the real command; tests/fixture_cli.py puts this folder on sys.path.
 """
+
 import os
 import signal
 

@@ -7,6 +7,7 @@ one device: one forked worker, which needs no collective. strategy=xla_mp is
 refused off a TPU (runtime/plan.py); here it is planned as on a TPU, over the one
 XLA:CPU device. Everything else (the strategy, its launcher, the CLI) runs as is.
 """
+
 import os
 import runpy
 import sys

@@ -1,6 +1,7 @@
 """Runs tests/fixture_cli.py (the real CLI) with the network refused loudly: every DNS lookup or connection
 prints NETWORK ATTEMPT on stderr and fails. `--selftest` instead asks torch_xla for the TPU metadata the
 way it would on a TPU VM, to show that such a call cannot slip past."""
+
 import os
 import runpy
 import socket
@@ -10,8 +11,9 @@ MARK = "NETWORK ATTEMPT"
 
 
 def refuse(*args, **kwargs):
-    print(f"{MARK}: {args[1:3] if args and isinstance(args[0], socket.socket) else args[:2]}", file=sys.stderr,
-          flush=True)
+    print(
+        f"{MARK}: {args[1:3] if args and isinstance(args[0], socket.socket) else args[:2]}", file=sys.stderr, flush=True
+    )
     raise OSError(f"{MARK}: this run must not touch the network")
 
 

@@ -9,6 +9,7 @@ other hosts' rows were absent. What xla_train derives from the topology (batch
 share, ranks, who writes, the host channel to the other processes) runs as on
 a pod. Used with the same fixture patch as fixture_cli.py.
 """
+
 import os
 import runpy
 import sys

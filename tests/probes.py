@@ -1,5 +1,6 @@
 """Test-only pieces for real CLI runs, named on the command line (--trainer.callbacks+=probes.NAME,
 model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and the CLI built without running."""
+
 import json
 import os
 import random
@@ -27,8 +28,13 @@ class AutocastProbe(pl.Callback):
 
         def hook(module, inputs, output):
             if module.training:
-                self.seen.append({"autocast": torch.is_autocast_enabled(device), "out": str(output.dtype),
-                                  "weight": str(module.weight.dtype)})
+                self.seen.append(
+                    {
+                        "autocast": torch.is_autocast_enabled(device),
+                        "out": str(output.dtype),
+                        "weight": str(module.weight.dtype),
+                    }
+                )
 
         last.register_forward_hook(hook)
 
@@ -60,8 +66,9 @@ class LibraryLoads(pl.Callback):
         self._before = self._opened[0]
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.steps.append({"opened": self._opened[0] - self._before,
-                           "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")})
+        self.steps.append(
+            {"opened": self._opened[0] - self._before, "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")}
+        )
 
     def on_fit_end(self, trainer, pl_module):
         import ctypes
@@ -87,9 +94,13 @@ class TinyNet(torch.nn.Module):
         super().__init__()
         require_positive("model.net.", num_classes=num_classes)
         self.config = {"num_classes": num_classes, **({"dropout": dropout} if dropout else {})}
-        self.body = torch.nn.Sequential(torch.nn.BatchNorm2d(3), torch.nn.AvgPool2d(4), torch.nn.Flatten(),
-                                        *([torch.nn.Dropout(dropout)] if dropout else []),
-                                        torch.nn.Linear(3 * 8 * 8, num_classes))
+        self.body = torch.nn.Sequential(
+            torch.nn.BatchNorm2d(3),
+            torch.nn.AvgPool2d(4),
+            torch.nn.Flatten(),
+            *([torch.nn.Dropout(dropout)] if dropout else []),
+            torch.nn.Linear(3 * 8 * 8, num_classes),
+        )
 
     def forward(self, x):
         return self.body(x)
@@ -107,8 +118,10 @@ class RowsDataModule(ArrayDataModule):
         self.rows = {"train": train_rows, "val": val_rows, "test": val_rows}
 
     def load_arrays(self):
-        return {split: (np.repeat(np.arange(n, dtype=np.float32)[:, None], 2, axis=1), np.arange(n) % 10)
-                for split, n in self.rows.items()}
+        return {
+            split: (np.repeat(np.arange(n, dtype=np.float32)[:, None], 2, axis=1), np.arange(n) % 10)
+            for split, n in self.rows.items()
+        }
 
     def transform(self, train: bool):
         return _as_tensor
@@ -206,6 +219,8 @@ class GlobalRngCifar(CIFAR10DataModule):
     def transform(self, train: bool):
         base = super().transform(train)
         return _GlobalRngJitter(base) if train else base
+
+
 class StopRecord(pl.Callback):
     """Writes {"step", "exception"} to `out` when a fit ends by an exception: which step each host stopped at."""
 
@@ -284,7 +299,12 @@ class ShardingProbe(pl.Callback):
         state.update({f"buffer {n}": self._kind(b) for n, b in pl_module.named_buffers() if b.device.type == "xla"})
         optimizer = trainer.optimizers[0]
         for i, p in enumerate(optimizer.param_groups[0]["params"]):
-            state.update({f"opt {i} {k}": self._kind(v) for k, v in optimizer.state[p].items()
-                          if isinstance(v, torch.Tensor) and v.device.type == "xla"})
+            state.update(
+                {
+                    f"opt {i} {k}": self._kind(v)
+                    for k, v in optimizer.state[p].items()
+                    if isinstance(v, torch.Tensor) and v.device.type == "xla"
+                }
+            )
         with open(os.path.join(trainer.log_dir, "shardings.json"), "w") as f:
             json.dump({"state": state, "batch": self.batch, "rows": self.rows}, f)

@@ -1,4 +1,5 @@
 """The Python API is the CLI by another door: the same resolved config, the same run, the same error messages."""
+
 from __future__ import annotations
 
 import sys
@@ -12,9 +13,20 @@ from xla_train.cli.main import main
 from xla_train.errors import UserError
 
 # A short CPU fit of the offline recipe; the Python values cover each way a value is spelled on the command line.
-SETTINGS = {"accelerator": "cpu", "epochs": 2, "lr": 0.002, "test_after_fit": True, "predict_samples": 0,
-            "limit_train_batches": 6, "limit_val_batches": 3, "limit_test_batches": 3, "progress_every": 50,
-            "trainer.enable_model_summary": False, "logger": "csv", "compile_cache": None}
+SETTINGS = {
+    "accelerator": "cpu",
+    "epochs": 2,
+    "lr": 0.002,
+    "test_after_fit": True,
+    "predict_samples": 0,
+    "limit_train_batches": 6,
+    "limit_val_batches": 3,
+    "limit_test_batches": 3,
+    "progress_every": 50,
+    "trainer.enable_model_summary": False,
+    "logger": "csv",
+    "compile_cache": None,
+}
 
 
 def as_cli_args(settings: dict) -> list[str]:
@@ -82,15 +94,19 @@ def test_evaluate_a_run_or_a_checkpoint_file(api_and_cli_runs, monkeypatch, tmp_
         xla_train.evaluate(api, split="train")
 
 
-@pytest.mark.parametrize("settings", [
-    {"recipe": "nope"},
-    {"recipe": "quickstart", "lrr": 0.1},
-    {"recipe": "quickstart", "epochs": "many"},
-    {"recipe": "quickstart", "batch_size": 12, "accelerator": "cpu"},
-    {"recipe": "quickstart", "accelerator": "quantum"},
-    {"recipe": "cifar10", "accelerator": "cpu", "data_dir": "missing", "download": False},
-    {"recipe": "quickstart", "ckpt": "missing.ckpt", "accelerator": "cpu"},
-], ids=["recipe", "key", "type", "batch", "accelerator", "data", "checkpoint"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"recipe": "nope"},
+        {"recipe": "quickstart", "lrr": 0.1},
+        {"recipe": "quickstart", "epochs": "many"},
+        {"recipe": "quickstart", "batch_size": 12, "accelerator": "cpu"},
+        {"recipe": "quickstart", "accelerator": "quantum"},
+        {"recipe": "cifar10", "accelerator": "cpu", "data_dir": "missing", "download": False},
+        {"recipe": "quickstart", "ckpt": "missing.ckpt", "accelerator": "cpu"},
+    ],
+    ids=["recipe", "key", "type", "batch", "accelerator", "data", "checkpoint"],
+)
 def test_a_bad_keyword_raises_the_message_the_cli_prints(settings, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
@@ -107,11 +123,14 @@ def test_devices_lists_what_each_accelerator_trains_on():
     """XLA devices are counted by a short-lived runtime (this process holds none: on a TPU it would hold the chips)."""
     import subprocess
 
-    code = ("import sys, xla_train; from xla_train.cli.main import main; cpu = xla_train.devices('cpu'); "
-            "assert 'torch_xla' not in sys.modules; xla = xla_train.devices('xla'); "
-            "print(cpu.accelerator, cpu.count, xla.accelerator, xla.count, xla.names[-1], xla.hardware); main(['devices'])")
-    out = subprocess.run([sys.executable, "-c", code], env=cli_env(4), capture_output=True, text=True,
-                         check=True, timeout=120).stdout.splitlines()
+    code = (
+        "import sys, xla_train; from xla_train.cli.main import main; cpu = xla_train.devices('cpu'); "
+        "assert 'torch_xla' not in sys.modules; xla = xla_train.devices('xla'); "
+        "print(cpu.accelerator, cpu.count, xla.accelerator, xla.count, xla.names[-1], xla.hardware); main(['devices'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(4), capture_output=True, text=True, check=True, timeout=120
+    ).stdout.splitlines()
     assert out[0].split() == ["cpu", "1", "xla", "4", "xla:3", "CPU"]
     assert out[1].startswith("4 CPU devices (accelerator=xla; PJRT_DEVICE=CPU") and out[-1].split() == ["xla:3", "CPU"]
     import torch

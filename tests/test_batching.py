@@ -84,8 +84,9 @@ def test_the_xla_device_loader_lets_lightning_reshuffle_each_epoch():
     from xla_train.runtime.strategies import device_loader
 
     sampler = BatchSampler(64, 8, train=True, seed=0)
-    loader = device_loader(DataLoader(ArrayDataset(np.zeros((64, 1)), np.zeros(64)), batch_size=None,
-                                      sampler=sampler), "cpu")
+    loader = device_loader(
+        DataLoader(ArrayDataset(np.zeros((64, 1)), np.zeros(64)), batch_size=None, sampler=sampler), "cpu"
+    )
     _set_sampler_epoch(loader, 3)  # what Lightning's fit loop calls on the processed loader
     assert sampler.epoch == 3
 
@@ -106,7 +107,7 @@ def test_the_multi_tensor_optimizer_takes_the_one_at_a_time_steps_and_keeps_thei
     ours = make_optimizer(hp, nets[0].parameters())
     assert ours.defaults["foreach"] is True
     reference = type(ours)(nets[1].parameters(), **{**ours.defaults, "foreach": False})
-    for step in range(5):
+    for _ in range(5):
         grads = [torch.randn_like(p) for p in nets[0].parameters()]
         for net, opt in zip(nets, (ours, reference)):
             for p, g in zip(net.parameters(), grads):

@@ -6,6 +6,7 @@ every number is recorded, well formed and consistent with the others. Sweep
 and overhead run a tiny LSTM recipe (synthetic data of its shapes), which
 compiles in seconds on XLA:CPU.
 """
+
 import csv
 import re
 import struct
@@ -56,9 +57,9 @@ def png_text(path) -> dict:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", path
     pos, text, kinds = 8, {}, []
     while pos < len(data):
-        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + length]
-        assert struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])[0] == zlib.crc32(kind + body)
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        assert struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])[0] == zlib.crc32(kind + body)
         if kind == b"tEXt":
             key, value = body.split(b"\0", 1)
             text[key.decode()] = value.decode("latin-1")
@@ -70,9 +71,19 @@ def png_text(path) -> dict:
 
 def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_path):
     # eager CPU cells: test_sweep_compares_precision_compile_and_channels_last_on_cpu (default-suite time)
-    proc = run_cli("bench", f"recipe={tiny_recipe}", "accelerators=xla", "batch_sizes=8,16", "steps=2",
-                   "warmup=2", "on_device=true", "steps_per_execution=2", "execution_loop=while", cwd=tmp_path,
-                   timeout=400)
+    proc = run_cli(
+        "bench",
+        f"recipe={tiny_recipe}",
+        "accelerators=xla",
+        "batch_sizes=8,16",
+        "steps=2",
+        "warmup=2",
+        "on_device=true",
+        "steps_per_execution=2",
+        "execution_loop=while",
+        cwd=tmp_path,
+        timeout=400,
+    )
     run = tmp_path / "runs" / "bench" / "version_0"
     assert f"results: {run.relative_to(tmp_path)}" in proc.stdout
     prov, rows = read_table(run / "bench.csv")
@@ -113,7 +124,10 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         assert f"]({name})" in md
         meta = png_text(run / name)
         assert prov["versions"] in meta["Description"] and prov["date"] in meta["Description"]
-    for cell in ("xla-d1-b8-k2-while-on_devicetrue", "xla-d1-b16-k2-while-on_devicetrue"):  # each in its own process and log
+    for cell in (
+        "xla-d1-b8-k2-while-on_devicetrue",
+        "xla-d1-b16-k2-while-on_devicetrue",
+    ):  # each in its own process and log
         assert (run / "cells" / f"{cell}.log").is_file()
 
 
@@ -132,17 +146,27 @@ def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
     assert 0.3 < float(plain["first_loss"]) < 2.0  # a binary cross-entropy near ln 2, not a placeholder
     assert float(ours["ratio"]) == pytest.approx(float(ours["step_ms"]) / float(plain["step_ms"]), rel=1e-4)
     assert float(ratio.group(1)) == pytest.approx(float(ours["ratio"]), abs=1e-3)
-    host_ratio = re.search(r"xla_train / plain host ms per step: ([\d.]+) \(goal <= 1\.10: (met|NOT met)\)", proc.stdout)
+    host_ratio = re.search(
+        r"xla_train / plain host ms per step: ([\d.]+) \(goal <= 1\.10: (met|NOT met)\)", proc.stdout
+    )
     assert host_ratio, proc.stdout
     assert float(ours["host_ratio"]) == pytest.approx(
-        float(ours["host_ms_per_step"]) / float(plain["host_ms_per_step"]), rel=1e-4)
+        float(ours["host_ms_per_step"]) / float(plain["host_ms_per_step"]), rel=1e-4
+    )
     assert float(host_ratio.group(1)) == pytest.approx(float(ours["host_ratio"]), abs=1e-3)
-    assert all(float(side["host_ms_per_step"]) > 0 and float(side["device_ms_per_step"]) > 0
-               and side["steps_per_execution"] == "1" for side in rows)
-    cpu_ratio = re.search(r"xla_train / plain host CPU ms per step: ([\d.]+) \(goal <= 1\.10: (met|NOT met)\)", proc.stdout)
+    assert all(
+        float(side["host_ms_per_step"]) > 0
+        and float(side["device_ms_per_step"]) > 0
+        and side["steps_per_execution"] == "1"
+        for side in rows
+    )
+    cpu_ratio = re.search(
+        r"xla_train / plain host CPU ms per step: ([\d.]+) \(goal <= 1\.10: (met|NOT met)\)", proc.stdout
+    )
     assert cpu_ratio, proc.stdout
     assert float(cpu_ratio.group(1)) == pytest.approx(
-        float(ours["host_cpu_ms_per_step"]) / float(plain["host_cpu_ms_per_step"]), abs=1e-3)
+        float(ours["host_cpu_ms_per_step"]) / float(plain["host_cpu_ms_per_step"]), abs=1e-3
+    )
     # the thread's own work fits inside its wall time, and a trace takes real work
     assert all(0 < float(side["host_cpu_ms_per_step"]) <= float(side["host_ms_per_step"]) * 1.05 + 0.1 for side in rows)
     assert int(plain["compiles"]) > 0 and int(ours["compiles"]) > 0
@@ -155,16 +179,30 @@ def check_predict_rows(rows, batch):
         assert 0 < float(r["latency_ms_median"]) <= float(r["latency_ms_p95"])
         assert float(r["samples_per_s"]) == pytest.approx(batch / (float(r["batch_ms_median"]) / 1e3), rel=1e-4)
         assert float(r["speedup_batch1"]) == pytest.approx(
-            float(rows[0]["latency_ms_median"]) / float(r["latency_ms_median"]), rel=1e-3)
+            float(rows[0]["latency_ms_median"]) / float(r["latency_ms_median"]), rel=1e-3
+        )
 
 
-def test_predict_bench_compares_serving_forms_side_by_side(cpu_run, cifar_root, tmp_path, capsys, monkeypatch,
-                                                           relaxed_cifar_checks):
+def test_predict_bench_compares_serving_forms_side_by_side(
+    cpu_run, cifar_root, tmp_path, capsys, monkeypatch, relaxed_cifar_checks
+):
     """eager, ONNX Runtime on the export and int8, each against eager's probabilities and on the test split."""
     monkeypatch.chdir(tmp_path)
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
-    assert main(["bench", "predict", f"ckpt={ckpt}", "repeats=10", "batch_size=32", "forms=onnx,int8",
-                 f"runs_dir={tmp_path}"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "predict",
+                f"ckpt={ckpt}",
+                "repeats=10",
+                "batch_size=32",
+                "forms=onnx,int8",
+                f"runs_dir={tmp_path}",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     prov, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
     assert set(prov) == set(PROVENANCE) and "thread(s)" in prov["hardware"]
@@ -190,8 +228,21 @@ def test_predict_bench_compares_serving_forms_side_by_side(cpu_run, cifar_root, 
 def test_predict_bench_with_torch_compile(cpu_run, tmp_path, relaxed_cifar_checks):
     """torch.compile's row: compiled in the warm-up (a minute or more on a busy 2-core machine), then timed."""
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
-    assert main(["bench", "predict", f"ckpt={ckpt}", "repeats=5", "batch_size=16", "forms=compile", "score=false",
-                 f"runs_dir={tmp_path}"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "predict",
+                f"ckpt={ckpt}",
+                "repeats=5",
+                "batch_size=16",
+                "forms=compile",
+                "score=false",
+                f"runs_dir={tmp_path}",
+            ]
+        )
+        == 0
+    )
     _, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
     assert [r["what"] for r in rows] == ["eager", "torch.compile", "eager end to end"]
     check_predict_rows(rows, 16)
@@ -218,27 +269,37 @@ def test_int8_lstm_keeps_the_masked_recurrence():
     assert isinstance(net.lstm, torch.nn.LSTM) and not hasattr(net.lstm, "int8")  # the original is untouched
 
 
-@pytest.mark.parametrize("args, message", [
-    (["recipe=quickstart", "accelerators=cpu,fpga"], "accelerators: expected one of 'cpu', 'gpu', 'tpu', "
-                                                     "'xla', got 'fpga'"),
-    (["recipe=quickstart", "batch_sizes=8,12"], "batch_size=12 is not a positive multiple of 8"),
-    (["recipe=quickstart", "steps=0"], "steps: not of type PositiveInt: 0 does not conform"),
-    (["recipe=quickstart", "steps=many"], "steps: not of type PositiveInt"),
-    (["recipe=quickstart", "stepz=3"], "unknown key 'stepz'; did you mean steps?"),
-    (["recipe=quickstart", "devicez=8"], "unknown key 'devicez'; did you mean devices or on_device?;"),  # each candidate once
-    (["recipe=quickstart", "on_device=maybe"], "on_device: expected"),
-    (["recipe=quickstart", "epochs=3"], "builds the trainer itself"),
-    (["recipe=quickstart", "batch_size=64"], "sets the batch itself: use batch_sizes="),
-    (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),
-    (["accelerators=cpu"], "required: recipe"),
-    (["curves", "recipe=quickstart", "data=real"], "bench curves: unknown key 'data'"),
-    (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected one of 'xla', 'tpu', got 'cpu'"),
-    (["predict", "repeats=3"], "required: ckpt"),
-    (["text", "reviewz=10"], "did you mean reviews?"),
-    (["replicas", "devices=1,none"], "devices:"),
-    (["recipe=quickstart", "overhead"], "bench's subcommand (sweep, replicas, lstm, pipeline, overhead, curves, "
-                                        "predict, text) must come first"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["recipe=quickstart", "accelerators=cpu,fpga"],
+            "accelerators: expected one of 'cpu', 'gpu', 'tpu', 'xla', got 'fpga'",
+        ),
+        (["recipe=quickstart", "batch_sizes=8,12"], "batch_size=12 is not a positive multiple of 8"),
+        (["recipe=quickstart", "steps=0"], "steps: not of type PositiveInt: 0 does not conform"),
+        (["recipe=quickstart", "steps=many"], "steps: not of type PositiveInt"),
+        (["recipe=quickstart", "stepz=3"], "unknown key 'stepz'; did you mean steps?"),
+        (
+            ["recipe=quickstart", "devicez=8"],
+            "unknown key 'devicez'; did you mean devices or on_device?;",
+        ),  # each candidate once
+        (["recipe=quickstart", "on_device=maybe"], "on_device: expected"),
+        (["recipe=quickstart", "epochs=3"], "builds the trainer itself"),
+        (["recipe=quickstart", "batch_size=64"], "sets the batch itself: use batch_sizes="),
+        (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),
+        (["accelerators=cpu"], "required: recipe"),
+        (["curves", "recipe=quickstart", "data=real"], "bench curves: unknown key 'data'"),
+        (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected one of 'xla', 'tpu', got 'cpu'"),
+        (["predict", "repeats=3"], "required: ckpt"),
+        (["text", "reviewz=10"], "did you mean reviews?"),
+        (["replicas", "devices=1,none"], "devices:"),
+        (
+            ["recipe=quickstart", "overhead"],
+            "bench's subcommand (sweep, replicas, lstm, pipeline, overhead, curves, predict, text) must come first",
+        ),
+    ],
+)
 def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["bench", *args]) == 2
@@ -249,24 +310,45 @@ def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys
 
 @pytest.mark.slow  # default-suite time; SPMD itself: test_spmd.py
 def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
-    run_cli("bench", "replicas", f"recipe={tiny_recipe}", "devices=1,2", "batch_sizes=8", "steps=2", "warmup=2",
-            cwd=tmp_path, timeout=400)
+    run_cli(
+        "bench",
+        "replicas",
+        f"recipe={tiny_recipe}",
+        "devices=1,2",
+        "batch_sizes=8",
+        "steps=2",
+        "warmup=2",
+        cwd=tmp_path,
+        timeout=400,
+    )
     _, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")
     assert [(r["accelerator"], r["devices"], r["global_batch"], r["device"]) for r in rows] == [
-        ("xla", "1", "8", "XLA:CPU"), ("xla", "2", "16", "XLA:CPU x2")]  # each cell had the devices it asked for
+        ("xla", "1", "8", "XLA:CPU"),
+        ("xla", "2", "16", "XLA:CPU x2"),
+    ]  # each cell had the devices it asked for
     assert all(not r["error"] and int(r["compiles"]) > 0 and r["timed_compiles"] == "0" for r in rows), rows
 
 
 @pytest.mark.slow  # default-suite time; K itself: test_steps_per_execution.py
 def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
     """K steps as one program: each cell times whole executions and reports per step (bench/timing.py)."""
-    run_cli("bench", f"recipe={tiny_recipe}", "accelerators=cpu,xla", "batch_sizes=8", "steps_per_execution=1,4",
-            "steps=4", "warmup=4", cwd=tmp_path, timeout=400)
+    run_cli(
+        "bench",
+        f"recipe={tiny_recipe}",
+        "accelerators=cpu,xla",
+        "batch_sizes=8",
+        "steps_per_execution=1,4",
+        "steps=4",
+        "warmup=4",
+        cwd=tmp_path,
+        timeout=400,
+    )
     run = tmp_path / "runs" / "bench" / "version_0"
     _, rows = read_table(run / "bench.csv")
     # eager CPU runs one step at a time, so it gets one cell
-    assert [(r["accelerator"], r["steps_per_execution"]) for r in rows] == [("cpu", "1"), ("xla", "1"),
-                                                                            ("xla", "4")], rows
+    assert [(r["accelerator"], r["steps_per_execution"]) for r in rows] == [("cpu", "1"), ("xla", "1"), ("xla", "4")], (
+        rows
+    )
     one, four = rows[1], rows[2]
     assert not one["error"] and not four["error"], rows
     assert (one["split_steps"], four["split_steps"]) == ("4", "4")  # 4 single steps; 1 execution of 4
@@ -275,24 +357,52 @@ def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
         assert float(r["host_ms_per_step"]) > 0 and float(r["device_ms_per_step"]) > 0 and float(r["step_ms"]) > 0
         assert float(r["samples_per_s"]) == pytest.approx(8 / (float(r["step_ms"]) / 1e3), rel=1e-4)
     assert "| steps/execution |" in (run / "bench.md").read_text()
-    assert sorted(p.name for p in (run / "cells").glob("*.json")) == ["cpu-d1-b8.json", "xla-d1-b8-k4.json",
-                                                                      "xla-d1-b8.json"]
+    assert sorted(p.name for p in (run / "cells").glob("*.json")) == [
+        "cpu-d1-b8.json",
+        "xla-d1-b8-k4.json",
+        "xla-d1-b8.json",
+    ]
 
 
 @pytest.mark.slow  # default-suite time; the sweep's own test covers the mechanism
 def test_lstm_and_pipeline_presets_vary_their_own_key(tiny_recipe, tmp_path):
-    run_cli("bench", "lstm", f"recipe={tiny_recipe}", "maxlens=8,16", "accelerators=cpu", "batch_sizes=8",
-            "steps=2", "warmup=1", cwd=tmp_path, timeout=300)
+    run_cli(
+        "bench",
+        "lstm",
+        f"recipe={tiny_recipe}",
+        "maxlens=8,16",
+        "accelerators=cpu",
+        "batch_sizes=8",
+        "steps=2",
+        "warmup=1",
+        cwd=tmp_path,
+        timeout=300,
+    )
     _, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")
     assert [r["maxlen"] for r in rows] == ["8", "16"] and all(not r["error"] for r in rows), rows
-    proc = run_cli("bench", "pipeline", f"recipe={tiny_recipe}", "progress_every=0,1", "accelerators=cpu",
-                   "batch_sizes=8", "steps=2", "warmup=1", "rounds=2", cwd=tmp_path, timeout=300)
+    proc = run_cli(
+        "bench",
+        "pipeline",
+        f"recipe={tiny_recipe}",
+        "progress_every=0,1",
+        "accelerators=cpu",
+        "batch_sizes=8",
+        "steps=2",
+        "warmup=1",
+        "rounds=2",
+        cwd=tmp_path,
+        timeout=300,
+    )
     _, rows = read_table(tmp_path / "runs" / "bench" / "version_1" / "bench.csv")
     assert [(r["progress_every"], r["rounds"]) for r in rows] == [("0", "2"), ("1", "2")], rows
     assert "x 2 rounds in alternating order" in proc.stdout
     cells = sorted(p.name for p in (tmp_path / "runs" / "bench" / "version_1" / "cells").glob("*.json"))
-    assert cells == ["cpu-d1-b8-p1-round0.json", "cpu-d1-b8-p1-round1.json", "cpu-d1-b8-round0.json",
-                     "cpu-d1-b8-round1.json"]
+    assert cells == [
+        "cpu-d1-b8-p1-round0.json",
+        "cpu-d1-b8-p1-round1.json",
+        "cpu-d1-b8-round0.json",
+        "cpu-d1-b8-round1.json",
+    ]
 
 
 def test_text_times_the_tokeniser_on_synthetic_reviews(tmp_path, capsys, monkeypatch):
@@ -310,12 +420,16 @@ def test_text_times_the_tokeniser_on_synthetic_reviews(tmp_path, capsys, monkeyp
     monkeypatch.setattr(bench_text, "time_calls", time_calls)
     cpu = iter([0.0, 0.6, 10.0, 16.0, 20.0, 20.3])
     monkeypatch.setattr(bench_text, "cpu_seconds", lambda: next(cpu))
-    assert main(["bench", "text", "reviews=400", "maxlen=32", "vocab_size=100", "repeats=3",
-                 f"runs_dir={tmp_path}"]) == 0
+    assert (
+        main(["bench", "text", "reviews=400", "maxlen=32", "vocab_size=100", "repeats=3", f"runs_dir={tmp_path}"]) == 0
+    )
     prov, rows = read_table(tmp_path / "bench" / "version_0" / "text.csv")
     assert set(prov) == set(PROVENANCE)
-    assert [r["what"] for r in rows] == ["vocabulary from 200 reviews", "encode 400 reviews (and save the arrays)",
-                                         "reload the cached arrays"]
+    assert [r["what"] for r in rows] == [
+        "vocabulary from 200 reviews",
+        "encode 400 reviews (and save the arrays)",
+        "reload the cached arrays",
+    ]
     assert [float(r["wall_s"]) for r in rows] == pytest.approx([0.2, 2.0, 0.03])
     assert [float(r["cpu_s"]) for r in rows] == pytest.approx([0.2, 2.0, 0.1])
     assert "encode 400 reviews" in capsys.readouterr().out
@@ -330,8 +444,16 @@ def test_synthetic_reviews_have_aclimdb_lengths():
 
 @pytest.mark.slow
 def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
-    proc = run_cli("bench", "curves", "recipe=quickstart", "accelerator=cpu", "batch_sizes=64,128", "epochs=2",
-                   cwd=tmp_path, timeout=600)
+    proc = run_cli(
+        "bench",
+        "curves",
+        "recipe=quickstart",
+        "accelerator=cpu",
+        "batch_sizes=64,128",
+        "epochs=2",
+        cwd=tmp_path,
+        timeout=600,
+    )
     run = tmp_path / "runs" / "bench" / "version_0"
     prov, rows = read_table(run / "curves.csv")
     assert set(prov) == set(PROVENANCE) and "fit on accelerator cpu, 1 device(s)" in prov["hardware"]
@@ -345,20 +467,35 @@ def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
 
 def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tiny_recipe, tmp_path):
     """The fast path's knobs as lists (runtime/fast_path.py): one cell each, recording what it ran with."""
-    run_cli("bench", f"recipe={tiny_recipe}", "accelerators=cpu", "batch_sizes=8", "precision=32,bf16-mixed",
-            "compile=false", "channels_last=true", "steps=2", "warmup=1", cwd=tmp_path, timeout=300)
+    run_cli(
+        "bench",
+        f"recipe={tiny_recipe}",
+        "accelerators=cpu",
+        "batch_sizes=8",
+        "precision=32,bf16-mixed",
+        "compile=false",
+        "channels_last=true",
+        "steps=2",
+        "warmup=1",
+        cwd=tmp_path,
+        timeout=300,
+    )
     run = tmp_path / "runs" / "bench" / "version_0"
     _, rows = read_table(run / "bench.csv")
     assert [(r["precision"], r["compile"], r["channels_last"]) for r in rows] == [
-        ("32", "False", "True"), ("bf16-mixed", "False", "True")], rows
+        ("32", "False", "True"),
+        ("bf16-mixed", "False", "True"),
+    ], rows
     assert all(not r["error"] and float(r["step_ms"]) > 0 and r["compiles"] == "" for r in rows), rows
     for r in rows:  # eager CPU: the host does everything, so there is nothing to split
         assert r["compile_s"] == "" and r["device"].startswith("CPU, eager") and r["matmul_precision"] == "", r
         assert (r["host_ms_per_step"], r["device_ms_per_step"], r["split_steps"]) == ("", "", "0"), r
     md = (run / "bench.md").read_text()
     assert "| precision |" in md and "| channels_last |" not in md  # only the keys that vary get a column
-    assert sorted(p.stem for p in (run / "cells").glob("*.json")) == ["cpu-d1-b8-32-nocompile-cl",
-                                                                      "cpu-d1-b8-bf16-mixed-nocompile-cl"]
+    assert sorted(p.stem for p in (run / "cells").glob("*.json")) == [
+        "cpu-d1-b8-32-nocompile-cl",
+        "cpu-d1-b8-bf16-mixed-nocompile-cl",
+    ]
 
 
 def test_the_device_memory_cell_says_why_it_is_empty():
@@ -376,7 +513,13 @@ def test_rounds_pool_every_split_step_for_the_host_and_its_cpu_time():
     from xla_train.bench.sweep import split_medians
 
     # each figure's pooled median differs from the mean of the two rounds' medians (12, 82.5 and 6)
-    rounds = [{"host_times_ms": [10, 11, 30], "device_times_ms": [80, 81, 90], "host_cpu_times_ms": [1, 2, 3]},
-              {"host_times_ms": [12, 13, 14], "device_times_ms": [83, 84, 85], "host_cpu_times_ms": [2.5, 10, 11]}]
-    assert split_medians(rounds) == {"host_ms_per_step": 12.5, "device_ms_per_step": 83.5, "host_bound": False,
-                                     "host_cpu_ms_per_step": 2.75}
+    rounds = [
+        {"host_times_ms": [10, 11, 30], "device_times_ms": [80, 81, 90], "host_cpu_times_ms": [1, 2, 3]},
+        {"host_times_ms": [12, 13, 14], "device_times_ms": [83, 84, 85], "host_cpu_times_ms": [2.5, 10, 11]},
+    ]
+    assert split_medians(rounds) == {
+        "host_ms_per_step": 12.5,
+        "device_ms_per_step": 83.5,
+        "host_bound": False,
+        "host_cpu_ms_per_step": 2.75,
+    }

@@ -1,4 +1,5 @@
 """Checkpoint writes are atomic: a crash, a kill or a full disk never costs the previous file."""
+
 import errno
 import os
 import subprocess
@@ -90,8 +91,10 @@ def test_a_failing_folder_fsync_is_one_line(tmp_path, monkeypatch, fail):
     with pytest.raises(CheckpointError) as e:
         good(path, 3.0)
     monkeypatch.undo()
-    assert str(e.value) == (f"wrote checkpoint {path}, but could not flush its folder to disk: Input/output error; "
-                            f"a crash before the storage flushes may lose it: check the storage")
+    assert str(e.value) == (
+        f"wrote checkpoint {path}, but could not flush its folder to disk: Input/output error; "
+        f"a crash before the storage flushes may lose it: check the storage"
+    )
     assert safe_load(path)["state_dict"]["w"][0] == 3.0 and [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 

@@ -1,4 +1,5 @@
 """Every bad input ends in one line on stderr, a non-zero exit, and nothing written."""
+
 import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
 import os
 
@@ -11,13 +12,27 @@ from xla_train.config.recipes import ALIASES, available_recipes, lightning_args
 
 
 def test_key_values_aliases_and_native_flags_become_lightning_args():
-    args = lightning_args("fit", {"recipe": "cifar10", "epochs": "3", "batch_size": "64", "lr": "0.01",
-                                  "model.dropout": "0.3", "trainer.log_every_n_steps": "5"},
-                          ["--trainer.max_time=00:00:10:00"])
+    args = lightning_args(
+        "fit",
+        {
+            "recipe": "cifar10",
+            "epochs": "3",
+            "batch_size": "64",
+            "lr": "0.01",
+            "model.dropout": "0.3",
+            "trainer.log_every_n_steps": "5",
+        },
+        ["--trainer.max_time=00:00:10:00"],
+    )
     assert args[:2] == ["fit", "--config"] and args[2].endswith("recipes/cifar10.yaml")
-    for expected in ("--trainer.max_epochs=3", "--data.init_args.batch_size=64", "--model.lr=0.01",
-                     "--model.net.init_args.dropout=0.3", "--trainer.log_every_n_steps=5",
-                     "--trainer.max_time=00:00:10:00"):
+    for expected in (
+        "--trainer.max_epochs=3",
+        "--data.init_args.batch_size=64",
+        "--model.lr=0.01",
+        "--model.net.init_args.dropout=0.3",
+        "--trainer.log_every_n_steps=5",
+        "--trainer.max_time=00:00:10:00",
+    ):
         assert expected in args
 
 
@@ -34,51 +49,72 @@ def test_command_comes_first_and_defaults_to_fit():
         split_argv(["recipe=x", "stray"])
 
 
-@pytest.mark.parametrize("args,message", [
-    (["recipe=nope"], "unknown recipe 'nope'; the recipes are: cifar10"),
-    (["recipe=cifar10", "epochz=3"], "unknown key 'epochz'; did you mean epochs"),
-    (["recipe=cifar10", "trainer.max_epoch=3"], "did you mean trainer.max_epochs"),
-    (["recipe=cifar10", "trainer.max_epochs=abc"], "trainer.max_epochs: expected int or null, got 'abc'"),
-    (["recipe=cifar10", "accelerator=cpu", "compile=maybe"], "compile: expected bool or 'auto', got 'maybe'"),
-    (["recipe=cifar10", "seed=abc"], "seed_everything: expected bool or int, got 'abc'"),
-    (["recipe=cifar10", "model.dropout=abc"], "model.net.dropout: expected float, got 'abc'"),
-    (["recipe=cifar10", "model.optimizer=rmsprop"], "model.optimizer: expected"),
-    (["recipe=cifar10", "batch_size=12", "accelerator=cpu"], "batch_size=12 is not a positive multiple of 8"),
-    (["recipe=cifar10", "accelerator=quantum"], "accelerator='quantum' is not known"),
-    (["recipe=cifar10", "accelerator=tpu"], "accelerator=tpu but"),
-    (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
-    (["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"], "strategy='ddp_spawn' cannot run on accelerator=xla"),
-    (["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"], "missing/cifar-10-batches-py is missing"),
-    (["recipe=cifar10", "accelerator=cpu", "strategy=bogus"], "strategy='bogus' cannot run on accelerator=cpu; use"),
-    (["recipe=cifar10", "accelerator=cpu", "strategy=xla"], "strategy='xla' cannot run on accelerator=cpu"),
-    (["recipe=cifar10", "accelerator=cpu", "devices=abc"], "devices='abc' is not a device count; use a number"),
-    (["recipe=cifar10", "accelerator=cpu", "devices=0"], "devices=0 must be at least 1"),
-    (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
-    (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
-    (["fit"], "which recipe? add recipe=NAME"),
-    (["recipe=cifar10", "accelerator=cpu", "matmul_precision=high"], "matmul_precision=high sets XLA's float32 "
-                                                                     "matmul precision; accelerator=cpu computes"),
-    (["recipe=cifar10", "matmul_precision=fast"], "matmul_precision: expected one of 'default', 'high', 'highest', got 'fast'"),
-    (["recipe=cifar10", "steps_per_execution=0"], "steps_per_execution: 0 is out of range (does not conform to "
-                                                  "restriction v>0)"),
-    (["recipe=cifar10", "steps_per_execution=-3"], "steps_per_execution: -3 is out of range"),
-    (["recipe=cifar10", "steps_per_execution=eight"], "steps_per_execution: expected PositiveInt or 'auto', got"),
-    # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
-    (["recipe=quickstart", "seed=-1"], "seed_everything: -1 is out of range"),
-    (["recipe=quickstart", "lr=-1"], "model.lr=-1.0 must be positive"),
-    (["recipe=quickstart", "model.weight_decay=-1"], "model.weight_decay=-1.0 must be 0 or more"),
-    (["recipe=quickstart", "data.num_workers=-1"], "num_workers=-1 must be 0"),
-    (["recipe=quickstart", "split_seed=-1"], "split_seed=-1 must be in [0, 2**32)"),
-    (["recipe=quickstart", "val_fraction=1"], "val_fraction=1.0 must be in [0, 1)"),
-    (["recipe=quickstart", "data.test_fraction=1.5"], "test_fraction=1.5 must be in (0, 1)"),
-    (["recipe=quickstart", "trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches: not of type"),
-    (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
-    (["recipe=quickstart", "model.net.num_classes=-1"], "model.net.num_classes=-1 must be at least 1"),
-    (["recipe=cifar10", "model.dropout=2"], "model.net.dropout=2.0 must be in [0, 1)"),
-    (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
-    (["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],
-     "the net has 1 output class(es) but the data 10 labels; set model.net.num_classes=10"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["recipe=nope"], "unknown recipe 'nope'; the recipes are: cifar10"),
+        (["recipe=cifar10", "epochz=3"], "unknown key 'epochz'; did you mean epochs"),
+        (["recipe=cifar10", "trainer.max_epoch=3"], "did you mean trainer.max_epochs"),
+        (["recipe=cifar10", "trainer.max_epochs=abc"], "trainer.max_epochs: expected int or null, got 'abc'"),
+        (["recipe=cifar10", "accelerator=cpu", "compile=maybe"], "compile: expected bool or 'auto', got 'maybe'"),
+        (["recipe=cifar10", "seed=abc"], "seed_everything: expected bool or int, got 'abc'"),
+        (["recipe=cifar10", "model.dropout=abc"], "model.net.dropout: expected float, got 'abc'"),
+        (["recipe=cifar10", "model.optimizer=rmsprop"], "model.optimizer: expected"),
+        (["recipe=cifar10", "batch_size=12", "accelerator=cpu"], "batch_size=12 is not a positive multiple of 8"),
+        (["recipe=cifar10", "accelerator=quantum"], "accelerator='quantum' is not known"),
+        (["recipe=cifar10", "accelerator=tpu"], "accelerator=tpu but"),
+        (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
+        (
+            ["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"],
+            "strategy='ddp_spawn' cannot run on accelerator=xla",
+        ),
+        (
+            ["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"],
+            "missing/cifar-10-batches-py is missing",
+        ),
+        (
+            ["recipe=cifar10", "accelerator=cpu", "strategy=bogus"],
+            "strategy='bogus' cannot run on accelerator=cpu; use",
+        ),
+        (["recipe=cifar10", "accelerator=cpu", "strategy=xla"], "strategy='xla' cannot run on accelerator=cpu"),
+        (["recipe=cifar10", "accelerator=cpu", "devices=abc"], "devices='abc' is not a device count; use a number"),
+        (["recipe=cifar10", "accelerator=cpu", "devices=0"], "devices=0 must be at least 1"),
+        (["recipe=cifar10", "accelerator=cpu", "devices=-3"], "devices=-3 must be at least 1"),
+        (["recipe=quickstart", "ckpt=last"], "ckpt=last but no run of 'quickstart'"),
+        (["fit"], "which recipe? add recipe=NAME"),
+        (
+            ["recipe=cifar10", "accelerator=cpu", "matmul_precision=high"],
+            "matmul_precision=high sets XLA's float32 matmul precision; accelerator=cpu computes",
+        ),
+        (
+            ["recipe=cifar10", "matmul_precision=fast"],
+            "matmul_precision: expected one of 'default', 'high', 'highest', got 'fast'",
+        ),
+        (
+            ["recipe=cifar10", "steps_per_execution=0"],
+            "steps_per_execution: 0 is out of range (does not conform to restriction v>0)",
+        ),
+        (["recipe=cifar10", "steps_per_execution=-3"], "steps_per_execution: -3 is out of range"),
+        (["recipe=cifar10", "steps_per_execution=eight"], "steps_per_execution: expected PositiveInt or 'auto', got"),
+        # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
+        (["recipe=quickstart", "seed=-1"], "seed_everything: -1 is out of range"),
+        (["recipe=quickstart", "lr=-1"], "model.lr=-1.0 must be positive"),
+        (["recipe=quickstart", "model.weight_decay=-1"], "model.weight_decay=-1.0 must be 0 or more"),
+        (["recipe=quickstart", "data.num_workers=-1"], "num_workers=-1 must be 0"),
+        (["recipe=quickstart", "split_seed=-1"], "split_seed=-1 must be in [0, 2**32)"),
+        (["recipe=quickstart", "val_fraction=1"], "val_fraction=1.0 must be in [0, 1)"),
+        (["recipe=quickstart", "data.test_fraction=1.5"], "test_fraction=1.5 must be in (0, 1)"),
+        (["recipe=quickstart", "trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches: not of type"),
+        (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
+        (["recipe=quickstart", "model.net.num_classes=-1"], "model.net.num_classes=-1 must be at least 1"),
+        (["recipe=cifar10", "model.dropout=2"], "model.net.dropout=2.0 must be in [0, 1)"),
+        (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
+        (
+            ["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],
+            "the net has 1 output class(es) but the data 10 labels; set model.net.num_classes=10",
+        ),
+    ],
+)
 def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
@@ -105,15 +141,24 @@ def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_
 
     guard = str(Path(__file__).with_name("offline_cli.py"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "TPU_", "XRT_", "CPU_NUM_DEVICES"))}
-    selftest = subprocess.run([sys.executable, guard, "--selftest"], env=env, capture_output=True, text=True,
-                              timeout=300)
+    selftest = subprocess.run(
+        [sys.executable, guard, "--selftest"], env=env, capture_output=True, text=True, timeout=300
+    )
     assert "NETWORK ATTEMPT" in selftest.stderr and "metadata refused" in selftest.stdout, selftest
-    proc = subprocess.run([sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("xla_train: error: ")]
-    assert errors == ["xla_train: error: accelerator=tpu but this machine has no TPU; use accelerator=xla (XLA on "
-                      "the CPU, PJRT_DEVICE=CPU) or accelerator=cpu"], proc.stderr
+    assert errors == [
+        "xla_train: error: accelerator=tpu but this machine has no TPU; use accelerator=xla (XLA on "
+        "the CPU, PJRT_DEVICE=CPU) or accelerator=cpu"
+    ], proc.stderr
     assert "Traceback" not in proc.stderr and "NETWORK ATTEMPT" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -146,16 +191,39 @@ def test_limit_batches_of_1_is_one_batch_not_all(tmp_path, monkeypatch, capsys):
     import yaml
 
     monkeypatch.chdir(tmp_path)
-    assert main(["recipe=quickstart", "limit_train_batches=1", "limit_val_batches=0.5", "limit_test_batches=1.0",
-                 "--print_config"]) == 0
+    assert (
+        main(
+            [
+                "recipe=quickstart",
+                "limit_train_batches=1",
+                "limit_val_batches=0.5",
+                "limit_test_batches=1.0",
+                "--print_config",
+            ]
+        )
+        == 0
+    )
     trainer = yaml.safe_load(capsys.readouterr().out)["trainer"]
-    assert (trainer["limit_train_batches"], trainer["limit_val_batches"], trainer["limit_test_batches"]) == (1, 0.5, 1.0)
+    assert (trainer["limit_train_batches"], trainer["limit_val_batches"], trainer["limit_test_batches"]) == (
+        1,
+        0.5,
+        1.0,
+    )
     assert type(trainer["limit_train_batches"]) is int and type(trainer["limit_test_batches"]) is float
 
 
-@pytest.mark.parametrize("kind,devices,expected", [
-    ("cpu", "auto", "auto"), ("cpu", -1, "auto"), ("cpu", "2", 2), ("gpu", -1, -1), ("gpu", "0,1", [0, 1]),
-    ("gpu", [1], [1]), ("gpu", 2, 2)])
+@pytest.mark.parametrize(
+    "kind,devices,expected",
+    [
+        ("cpu", "auto", "auto"),
+        ("cpu", -1, "auto"),
+        ("cpu", "2", 2),
+        ("gpu", -1, -1),
+        ("gpu", "0,1", [0, 1]),
+        ("gpu", [1], [1]),
+        ("gpu", 2, 2),
+    ],
+)
 def test_good_cpu_and_gpu_devices_reach_lightning_as_it_reads_them(kind, devices, expected):
     from xla_train.runtime.plan import _lightning_devices
 
@@ -179,7 +247,13 @@ def test_help_lists_every_option_with_or_without_a_recipe(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     assert main(args) == 0
     out = capsys.readouterr().out
-    for option in ("--trainer.max_epochs", "--trainer.accelerator", "--trainer.devices", "--model.lr",
-                   "--steps_per_execution", "--logger_kind"):
+    for option in (
+        "--trainer.max_epochs",
+        "--trainer.accelerator",
+        "--trainer.devices",
+        "--model.lr",
+        "--steps_per_execution",
+        "--logger_kind",
+    ):
         assert option in out
     assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,5 @@
 """Random command lines end in a parsed config or a one-line usage error, never a traceback."""
+
 import os
 
 import lightning.pytorch  # noqa: F401  imported outside capsys: its log handler keeps the stderr of its import
@@ -7,17 +8,76 @@ from hypothesis import strategies as st
 
 from xla_train.cli.main import main
 
-KEYS = ["recipe", "epochs", "batch_size", "lr", "accelerator", "devices", "seed", "precision", "strategy",
-        "model.dropout", "model.net.num_classes", "trainer.max_epochs", "data.num_workers", "logger",
-        "trainer.gradient_clip_val", "data.augment", "model.optimizer", "nonsense", "trainer", "model..x", ""]
-VALUES = st.one_of(st.sampled_from(["quickstart", "cifar10", "cifar10_resnet", "nope", "xla", "cpu", "tpu",
-                                    "-1", "0", "8", "1e-3", "abc", "true", "[1,2]", "{a: 1}", "", "null",
-                                    "csv", "tensorboard", "sgd", "=", "'"]),
-                   st.text(max_size=8), st.integers(-5, 100).map(str))
+KEYS = [
+    "recipe",
+    "epochs",
+    "batch_size",
+    "lr",
+    "accelerator",
+    "devices",
+    "seed",
+    "precision",
+    "strategy",
+    "model.dropout",
+    "model.net.num_classes",
+    "trainer.max_epochs",
+    "data.num_workers",
+    "logger",
+    "trainer.gradient_clip_val",
+    "data.augment",
+    "model.optimizer",
+    "nonsense",
+    "trainer",
+    "model..x",
+    "",
+]
+VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "quickstart",
+            "cifar10",
+            "cifar10_resnet",
+            "nope",
+            "xla",
+            "cpu",
+            "tpu",
+            "-1",
+            "0",
+            "8",
+            "1e-3",
+            "abc",
+            "true",
+            "[1,2]",
+            "{a: 1}",
+            "",
+            "null",
+            "csv",
+            "tensorboard",
+            "sgd",
+            "=",
+            "'",
+        ]
+    ),
+    st.text(max_size=8),
+    st.integers(-5, 100).map(str),
+)
 TOKENS = st.one_of(
     st.tuples(st.sampled_from(KEYS), VALUES).map(lambda kv: f"{kv[0]}={kv[1]}"),
-    st.sampled_from(["fit", "validate", "test", "predict", "--trainer.max_epochs=2", "--bogus", "-x",
-                     "--trainer.max_epochs", "stray", "=", "--probs"]),
+    st.sampled_from(
+        [
+            "fit",
+            "validate",
+            "test",
+            "predict",
+            "--trainer.max_epochs=2",
+            "--bogus",
+            "-x",
+            "--trainer.max_epochs",
+            "stray",
+            "=",
+            "--probs",
+        ]
+    ),
     st.text(max_size=10),
 )
 
@@ -75,9 +135,15 @@ BUILD_KEYS = {
     "trainer.gradient_clip_val": ["1", "-1"],
 }
 SETTINGS = st.dictionaries(st.sampled_from(sorted(BUILD_KEYS)), st.just(None), max_size=4).flatmap(
-    lambda keys: st.fixed_dictionaries({k: st.sampled_from(BUILD_KEYS[k]) if k in ("devices", "num_nodes") else
-                                        st.one_of(st.sampled_from(BUILD_KEYS[k]), st.integers(-3, 64).map(str))
-                                        for k in keys}))
+    lambda keys: st.fixed_dictionaries(
+        {
+            k: st.sampled_from(BUILD_KEYS[k])
+            if k in ("devices", "num_nodes")
+            else st.one_of(st.sampled_from(BUILD_KEYS[k]), st.integers(-3, 64).map(str))
+            for k in keys
+        }
+    )
+)
 
 
 # Derandomized: the default suite runs the same examples each time; XLA_TRAIN_FUZZ_EXAMPLES=N explores more.
@@ -97,9 +163,18 @@ def test_random_settings_build_and_run_one_step_or_fail_in_one_line(tmp_path_fac
     def one_command(pairs):
         work = tmp_path_factory.mktemp("fuzz_fit")
         monkeypatch.chdir(work)
-        tokens = ["fit", "recipe=quickstart", "accelerator=cpu", "model.net.class_path=probes.TinyNet",
-                  "trainer.limit_train_batches=1", "trainer.max_steps=1", "trainer.limit_val_batches=1",
-                  "predict_samples=0", "test_after_fit=false", *(f"{k}={v}" for k, v in pairs.items())]
+        tokens = [
+            "fit",
+            "recipe=quickstart",
+            "accelerator=cpu",
+            "model.net.class_path=probes.TinyNet",
+            "trainer.limit_train_batches=1",
+            "trainer.max_steps=1",
+            "trainer.limit_val_batches=1",
+            "predict_samples=0",
+            "test_after_fit=false",
+            *(f"{k}={v}" for k, v in pairs.items()),
+        ]
         code = main(tokens)
         out, err = capsys.readouterr()
         assert code in (0, 2), (tokens, code, err[-3000:])

@@ -1,4 +1,5 @@
 """After warm-up, a new XLA compilation is seen: a warning by default, an error in strict mode."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,13 @@ PROBE = Path(__file__).with_name("guard_probe.py")
 
 
 def probe(mode, change, progress_every=0):
-    return subprocess.run([sys.executable, str(PROBE), mode, "change" if change else "steady", str(progress_every)],
-                          env=cli_env(1), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(PROBE), mode, "change" if change else "steady", str(progress_every)],
+        env=cli_env(1),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_steady_shapes_compile_in_epoch_one_only_and_sync_only_for_the_progress_bar():
@@ -41,10 +47,21 @@ def test_without_a_live_bar_training_steps_never_sync():
 
 def test_strict_guard_exits_3_through_the_real_cli_on_a_real_recompile(tmp_path):
     """No probe calls sys.exit here: the CLI's own error path turns the guard's error into the exit code."""
-    proc = run_cli("fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet",
-                   "data.class_path=probes.ShapeShiftingDigits", "epochs=2", "trainer.limit_train_batches=3",
-                   "trainer.limit_val_batches=1", "predict_samples=0", "test_after_fit=false", "xla_guard=strict",
-                   "on_device=false", cwd=tmp_path, check=False)  # streamed: the batch's shape is the images'
+    proc = run_cli(
+        "fit",
+        "recipe=quickstart",
+        "model.net.class_path=probes.TinyNet",
+        "data.class_path=probes.ShapeShiftingDigits",
+        "epochs=2",
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=1",
+        "predict_samples=0",
+        "test_after_fit=false",
+        "xla_guard=strict",
+        "on_device=false",
+        cwd=tmp_path,
+        check=False,
+    )  # streamed: the batch's shape is the images'
 
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
     err = proc.stderr.strip().splitlines()
@@ -56,8 +73,17 @@ def test_strict_guard_exits_3_through_the_real_cli_on_a_real_recompile(tmp_path)
 def test_a_loader_that_raises_mid_epoch_fails_the_run_on_xla(tmp_path):
     """torch_xla's MpDeviceLoader reads batches in a thread that ends the epoch quietly on an error; the run must
     fail with that error instead of reporting an epoch of two batches as done."""
-    proc = run_cli("fit", "recipe=quickstart", "model.net.class_path=probes.TinyNet",
-                   "data.class_path=probes.BreakingDigits", "epochs=1", "trainer.limit_val_batches=1",
-                   "predict_samples=0", "test_after_fit=false", cwd=tmp_path, check=False)
+    proc = run_cli(
+        "fit",
+        "recipe=quickstart",
+        "model.net.class_path=probes.TinyNet",
+        "data.class_path=probes.BreakingDigits",
+        "epochs=1",
+        "trainer.limit_val_batches=1",
+        "predict_samples=0",
+        "test_after_fit=false",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert "ValueError: the loader broke at batch 2" in proc.stderr

@@ -155,17 +155,21 @@ def test_a_corrupt_download_says_checksum_mismatch_with_both_md5s(tmp_path, monk
     finally:
         server.shutdown()
         server.server_close()
-    assert str(e.value) == (f"downloaded {CIFAR10.filename} from {url}: checksum mismatch (expected MD5 "
-                            f"{CIFAR10.tgz_md5}, got {actual}); the download is corrupt or incomplete, try again")
+    assert str(e.value) == (
+        f"downloaded {CIFAR10.filename} from {url}: checksum mismatch (expected MD5 "
+        f"{CIFAR10.tgz_md5}, got {actual}); the download is corrupt or incomplete, try again"
+    )
     assert data_left(root) == []  # the staged download is gone
+
+
 # --- validation held out of the training split (val_fraction) -------------------------------------------------
+
 
 def _rows(x: np.ndarray) -> set[bytes]:
     return {r.tobytes() for r in x.reshape(len(x), -1)}
 
 
-def test_validation_is_carved_out_of_train_stratified_and_the_test_split_is_untouched(cifar_root,
-                                                                                    relaxed_cifar_checks):
+def test_validation_is_carved_out_of_train_stratified_and_the_test_split_is_untouched(cifar_root, relaxed_cifar_checks):
     from xla_train.data.cifar10 import load_cifar10
 
     raw = load_cifar10(str(cifar_root), download=False)

@@ -5,6 +5,7 @@ batch's device, a streamed one carries uint8 samples, and both go through the
 same device-side preparation. The XLA runs that compare the two paths end to
 end share test_steps_per_execution.py's fixture (one extra fit).
 """
+
 import numpy as np
 import pytest
 import torch
@@ -20,10 +21,17 @@ from xla_train.preprocess.images import crop_flip, images_to_tensor
 @pytest.fixture
 def dm(cifar_root, relaxed_cifar_checks):
     def make(on_device="auto", batch_size=16, augment=False):
-        d = CIFAR10DataModule(data_dir=str(cifar_root), download=False, batch_size=batch_size, augment=augment,
-                              val_fraction=0.1, on_device=on_device)
+        d = CIFAR10DataModule(
+            data_dir=str(cifar_root),
+            download=False,
+            batch_size=batch_size,
+            augment=augment,
+            val_fraction=0.1,
+            on_device=on_device,
+        )
         d.setup()
         return d
+
     return make
 
 
@@ -104,8 +112,13 @@ def test_crop_flip_offsets_and_flips_fall_in_range_with_the_right_frequencies():
     padded = torch.nn.functional.pad(x[0, :, :, 0], (PAD, PAD, PAD, PAD))
     found = []
     for img in out[:, :, :, 0]:
-        hits = [(dy, dx, f) for dy in range(2 * PAD + 1) for dx in range(2 * PAD + 1) for f in (0, 1)
-                if torch.equal(img, (lambda c: c.flip(1) if f else c)(padded[dy:dy + h, dx:dx + w]))]
+        hits = [
+            (dy, dx, f)
+            for dy in range(2 * PAD + 1)
+            for dx in range(2 * PAD + 1)
+            for f in (0, 1)
+            if torch.equal(img, (lambda c: c.flip(1) if f else c)(padded[dy : dy + h, dx : dx + w]))
+        ]
         assert hits, "a crop that is no window of the padded image"
         found.append(hits[0])
     dy, dx, f = map(np.array, zip(*found))
@@ -124,8 +137,9 @@ def test_host_augmentation_draws_the_crops_it_drew_before_uint8_batches():
     dx = torch.randint(0, 2 * PAD + 1, (64,)).numpy()
     flip = torch.rand(64).numpy() < 0.5
     padded = np.pad(images, ((0, 0), (PAD, PAD), (PAD, PAD), (0, 0)))
-    old = np.stack([(lambda c: c[:, ::-1] if flip[i] else c)(padded[i, dy[i]:dy[i] + 32, dx[i]:dx[i] + 32])
-                    for i in range(64)])
+    old = np.stack(
+        [(lambda c: c[:, ::-1] if flip[i] else c)(padded[i, dy[i] : dy[i] + 32, dx[i] : dx[i] + 32]) for i in range(64)]
+    )
     torch.manual_seed(3)
     assert np.array_equal(crop_flip(torch.from_numpy(images), PAD).numpy(), old)
 
@@ -141,11 +155,19 @@ def test_placement_is_decided_in_words(dm):
 
 
 def test_on_device_true_over_the_budget_is_one_line_and_writes_nothing(cifar_root, tmp_path):
-    proc = run_cli("fit", "recipe=cifar10", "accelerator=xla", "on_device=true", f"data_dir={cifar_root}",
-                   "download=false", cwd=tmp_path, check=False, env=cli_env(XLA_TRAIN_DEVICE_DATA_MB="0.5"))
+    proc = run_cli(
+        "fit",
+        "recipe=cifar10",
+        "accelerator=xla",
+        "on_device=true",
+        f"data_dir={cifar_root}",
+        "download=false",
+        cwd=tmp_path,
+        check=False,
+        env=cli_env(XLA_TRAIN_DEVICE_DATA_MB="0.5"),
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("xla_train: error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "data.on_device=true: the splits take 0.82 MB on each device, over the 0.5 MB budget" in errors[0]
     assert not list(tmp_path.iterdir())  # refused before any run folder
-

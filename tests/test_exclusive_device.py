@@ -1,5 +1,6 @@
 """One process per TPU (libtpu's lock), emulated on XLA:CPU (runtime/exclusive.py): every order of calls a
 notebook makes still works. tests/test_notebooks.py runs the benchmarks notebook itself this way."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
     it (as on a TPU), and the benchmark cells and curve fits then run in this process instead."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
     env.pop("CPU_NUM_DEVICES")
-    proc = subprocess.run([sys.executable, "-c", KERNEL], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", KERNEL], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "accelerator=xla" in out["devices_before"] and out["held_after_devices"] is False, out
@@ -65,8 +67,7 @@ print(subprocess.run([sys.executable, "-c", claim], capture_output=True, text=Tr
 def test_devices_lists_the_emulated_tpu_without_holding_it(tmp_path):
     """The benchmarks notebook's first cell: after devices(), another process can still take the device."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
-    proc = subprocess.run([sys.executable, "-c", LIST_THEN_CLAIM], env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", LIST_THEN_CLAIM], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "accelerator=xla" in proc.stdout and proc.stdout.strip().endswith("claimed"), proc.stdout
 
@@ -75,28 +76,47 @@ def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
     """The test mode itself: while one process holds the device, another meets the TPU's own error (libtpu cannot
     open /dev/accel0), and the product makes that one line, exit 2, as it would on a TPU VM."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
-    hold = ("from xla_train.runtime.accelerators import configure_pjrt; configure_pjrt('xla'); "
-            "import sys; print('held', flush=True); sys.stdin.read()")
-    holder = subprocess.Popen([sys.executable, "-c", hold], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    hold = (
+        "from xla_train.runtime.accelerators import configure_pjrt; configure_pjrt('xla'); "
+        "import sys; print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        other = subprocess.run([sys.executable, "-m", "xla_train", "devices", "accelerator=xla"], env=env,
-                               capture_output=True, text=True, timeout=120)
+        other = subprocess.run(
+            [sys.executable, "-m", "xla_train", "devices", "accelerator=xla"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         holder.communicate("", timeout=60)
     assert other.returncode == 2, other.stderr
-    assert other.stderr.strip() == ("xla_train: error: another process holds this TPU VM's chips (open(/dev/accel0): "
-                                    "Operation not permitted); one process at a time can: end the other one (a "
-                                    "notebook kernel that has trained: restart it; `sudo lsof /dev/accel0` names "
-                                    "it) and run again"), other.stderr
+    assert other.stderr.strip() == (
+        "xla_train: error: another process holds this TPU VM's chips (open(/dev/accel0): "
+        "Operation not permitted); one process at a time can: end the other one (a "
+        "notebook kernel that has trained: restart it; `sudo lsof /dev/accel0` names "
+        "it) and run again"
+    ), other.stderr
 
 
-@pytest.mark.parametrize("message, device", [
-    ("Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel0): Operation not permitted: "
-     "Operation not permitted; Couldn't open device: /dev/accel0", "/dev/accel0"),  # v2-v4 (pytorch/xla#5616)
-    ("Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/vfio/0): Device or resource busy",
-     "/dev/vfio/0")])
+@pytest.mark.parametrize(
+    "message, device",
+    [
+        (
+            "Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel0): Operation not permitted: "
+            "Operation not permitted; Couldn't open device: /dev/accel0",
+            "/dev/accel0",
+        ),  # v2-v4 (pytorch/xla#5616)
+        (
+            "Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/vfio/0): Device or resource busy",
+            "/dev/vfio/0",
+        ),
+    ],
+)
 def test_a_tpu_held_by_another_process_is_one_line_and_other_runtime_errors_pass_through(message, device):
     from xla_train.errors import HardwareError
     from xla_train.runtime.exclusive import starting_runtime

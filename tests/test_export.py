@@ -1,4 +1,5 @@
 """`export`: ONNX and pt2 graphs that predict what load_for_inference predicts, atomic, bad input refused."""
+
 import errno
 import json
 import subprocess
@@ -26,8 +27,13 @@ def onnx_packages():
     return require("onnx"), require("onnxruntime")
 
 
-IMAGE_INFO = {"kind": "image", "labels": [f"class{i}" for i in range(10)], "image_size": 32,
-              "mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616]}
+IMAGE_INFO = {
+    "kind": "image",
+    "labels": [f"class{i}" for i in range(10)],
+    "image_size": 32,
+    "mean": [0.4914, 0.4822, 0.4465],
+    "std": [0.2470, 0.2435, 0.2616],
+}
 WORDS = "a wonderful superb film the plot was awful boring and tedious actor scene story".split()
 MAXLEN = 40
 # Small versions of each net that keep every kind of layer: the CNN as it is, a ResNet of one block per stage.
@@ -64,7 +70,7 @@ def inputs(arch: str, n: int, seed: int = 0) -> np.ndarray:
         return rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8)
     ids = np.zeros((n, MAXLEN), np.int64)
     for row, length in zip(ids, rng.integers(1, MAXLEN + 1, n)):  # 1 to 40 real tokens, padded at the front
-        row[MAXLEN - length:] = rng.integers(1, 100, length)
+        row[MAXLEN - length :] = rng.integers(1, 100, length)
     return ids
 
 
@@ -115,8 +121,9 @@ def test_onnx_predicts_what_load_for_inference_predicts(exported_onnx, arch):
     ckpt, path = exported_onnx[arch]
     assert path == ckpt.with_name("last.onnx")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    assert_predicts_like_the_checkpoint(ckpt, lambda x: session.run(None, {session.get_inputs()[0].name: x})[0],
-                                        "onnx", arch)
+    assert_predicts_like_the_checkpoint(
+        ckpt, lambda x: session.run(None, {session.get_inputs()[0].name: x})[0], "onnx", arch
+    )
 
 
 def test_the_onnx_file_states_its_opset_input_and_labels(exported_onnx):
@@ -166,8 +173,13 @@ def test_the_pt2_files_run_without_xla_train_or_lightning(exported, tmp_path):
     for arch, (_, files) in exported.items():
         np.save(tmp_path / f"{arch}.npy", inputs(arch, 5))
         args += [str(files["pt2"]), str(tmp_path / f"{arch}.npy"), str(tmp_path / f"{arch}_out.npy")]
-    proc = subprocess.run([sys.executable, "-c", PT2_ALONE, *args], capture_output=True, text=True, cwd=tmp_path,
-                          env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-c", PT2_ALONE, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     for arch, (ckpt, _) in exported.items():
         expected = load_for_inference(ckpt).probabilities(np.load(tmp_path / f"{arch}.npy")).numpy()
@@ -175,6 +187,7 @@ def test_the_pt2_files_run_without_xla_train_or_lightning(exported, tmp_path):
 
 
 # --- the command: never overwrites, never leaves a partial file, one line for bad input ---------------------------
+
 
 def run(argv, capsys):
     code = main(argv)
@@ -184,10 +197,13 @@ def run(argv, capsys):
 
 def test_the_command_writes_beside_the_checkpoint_and_never_overwrites(tmp_path, capsys):
     ckpt = write_checkpoint(tmp_path / "best.ckpt", "lstm")
-    code = ("import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
-            "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code, "export", f"ckpt={ckpt}", "format=pt2"],
-                          capture_output=True, text=True)
+    code = (
+        "import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
+        "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "export", f"ckpt={ckpt}", "format=pt2"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == f"wrote {tmp_path / 'best.pt2'}" and (tmp_path / "tokenizer.json").is_file()
     before = (tmp_path / "best.pt2").read_bytes()
@@ -205,16 +221,19 @@ def cnn_ckpt(tmp_path):
     return write_checkpoint(tmp_path / "last.ckpt", "cnn")
 
 
-@pytest.mark.parametrize("args,message", [
-    (["format=tflite"], "format='tflite' is not one export writes; give format=onnx or format=pt2"),
-    (["format=onnx", "ckpt="], "export needs ckpt="),
-    (["ckpt={ckpt}"], "export needs format="),
-    (["format=onnx", "ckpt={ckpt}", "opset=17"], "export takes ckpt=, format=, out=; not opset"),
-    (["format=onnx", "ckpt={dir}/missing.ckpt"], "missing.ckpt does not exist"),
-    (["format=onnx", "ckpt={dir}/bad.ckpt"], "bad.ckpt is not a readable checkpoint"),
-    (["format=onnx", "ckpt={ckpt}", "out={dir}/last.ckpt/m.onnx"], "is not a folder"),
-    (["format=pt2", "ckpt={ckpt}", "out={dir}"], "is a folder; give the file to write"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["format=tflite"], "format='tflite' is not one export writes; give format=onnx or format=pt2"),
+        (["format=onnx", "ckpt="], "export needs ckpt="),
+        (["ckpt={ckpt}"], "export needs format="),
+        (["format=onnx", "ckpt={ckpt}", "opset=17"], "export takes ckpt=, format=, out=; not opset"),
+        (["format=onnx", "ckpt={dir}/missing.ckpt"], "missing.ckpt does not exist"),
+        (["format=onnx", "ckpt={dir}/bad.ckpt"], "bad.ckpt is not a readable checkpoint"),
+        (["format=onnx", "ckpt={ckpt}", "out={dir}/last.ckpt/m.onnx"], "is not a folder"),
+        (["format=pt2", "ckpt={ckpt}", "out={dir}"], "is a folder; give the file to write"),
+    ],
+)
 def test_bad_input_is_one_line_and_writes_nothing(cnn_ckpt, capsys, args, message):
     folder = cnn_ckpt.parent
     (folder / "bad.ckpt").write_bytes(cnn_ckpt.read_bytes()[:1000])
@@ -252,9 +271,11 @@ def test_a_failed_write_leaves_no_file_behind(tmp_path, capsys, monkeypatch, arc
 
     def full_disk(path, write):
         if path.suffix == f".{fmt}":
+
             def write_half(f):
                 f.write(b"partial")
                 raise OSError(errno.ENOSPC, "No space left on device")
+
             return real_write(path, write_half)
         return real_write(path, write)
 

@@ -1,5 +1,6 @@
 """accelerator=cpu|gpu at the hardware's speed (runtime/fast_path.py): the defaults per hardware, an explicit key
 winning, torch.compile in the Lightning path, and checkpoints that still load as float32 eager nets."""
+
 import re
 
 import pytest
@@ -20,8 +21,10 @@ flags\t\t: fpu vme de pse avx2 avx512f {extra}
 """
 
 
-@pytest.mark.parametrize("extra, flag", [("amx_bf16 amx_tile", "amx_bf16"), ("avx512_bf16 avx512_vnni", "avx512_bf16"),
-                                         ("avx512_vnni", None), ("", None)])
+@pytest.mark.parametrize(
+    "extra, flag",
+    [("amx_bf16 amx_tile", "amx_bf16"), ("avx512_bf16 avx512_vnni", "avx512_bf16"), ("avx512_vnni", None), ("", None)],
+)
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, extra, flag):
     info = tmp_path / "cpuinfo"
     info.write_text(CPUINFO.format(extra=extra))
@@ -33,6 +36,7 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, extra, flag):
 def cpu_with(monkeypatch):
     def make(flag):
         monkeypatch.setattr(fast_path, "cpu_bf16_flag", lambda cpuinfo=None: flag)
+
     return make
 
 
@@ -42,6 +46,7 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+
     return make
 
 
@@ -73,8 +78,10 @@ def test_an_explicit_precision_wins_on_any_cpu(cpu_with, given):
         assert (fp.compile, fp.channels_last) == (False, False)
 
 
-@pytest.mark.parametrize("capability, bf16, expected", [((8, 0), True, "bf16-mixed"), ((9, 0), True, "bf16-mixed"),
-                                                       ((7, 5), False, "32-true"), ((7, 0), True, "32-true")])
+@pytest.mark.parametrize(
+    "capability, bf16, expected",
+    [((8, 0), True, "bf16-mixed"), ((9, 0), True, "bf16-mixed"), ((7, 5), False, "32-true"), ((7, 0), True, "32-true")],
+)
 def test_gpu_defaults_follow_its_compute_capability(fake_gpu, cpu_with, capability, bf16, expected):
     cpu_with("amx_bf16")  # the host CPU does not decide for the GPU
     fake_gpu(capability, bf16)
@@ -106,8 +113,9 @@ def test_a_bad_compile_value_is_one_line(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("samples, expected", [(fast_path.COMPILE_PAYBACK_SAMPLES - 1, False),
-                                               (fast_path.COMPILE_PAYBACK_SAMPLES, True)])
+@pytest.mark.parametrize(
+    "samples, expected", [(fast_path.COMPILE_PAYBACK_SAMPLES - 1, False), (fast_path.COMPILE_PAYBACK_SAMPLES, True)]
+)
 def test_compile_auto_compiles_only_a_run_long_enough_to_pay_back(monkeypatch, cpu_with, samples, expected):
     from xla_train.models import CifarCNN
     from xla_train.models.lstm import SentimentLSTM
@@ -160,22 +168,33 @@ def _digits_images(n=16):
 
 
 def test_a_bf16_channels_last_run_reports_its_choice_and_writes_float32(tmp_path):
-    proc = run_cli("fit", "recipe=quickstart", "accelerator=cpu", "precision=bf16-mixed", "channels_last=true",
-                   "epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "test_after_fit=false",
-                   "predict_samples=0", cwd=tmp_path)
+    proc = run_cli(
+        "fit",
+        "recipe=quickstart",
+        "accelerator=cpu",
+        "precision=bf16-mixed",
+        "channels_last=true",
+        "epochs=1",
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=2",
+        "test_after_fit=false",
+        "predict_samples=0",
+        cwd=tmp_path,
+    )
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("fast path: "))
     assert "bf16-mixed (precision= as given)" in line and "channels_last (channels_last= as given)" in line
-    assert re.search(r"eager \(default: (128 training samples < [\d,]+ to pay back its first compile|compiled "
-                     r"steps were not faster on a CPU without AMX)\)", line), line
+    assert re.search(
+        r"eager \(default: (128 training samples < [\d,]+ to pay back its first compile|compiled "
+        r"steps were not faster on a CPU without AMX)\)",
+        line,
+    ), line
     assert "inductor" not in proc.stdout
-    _check_checkpoint_serves_like_fp32(tmp_path / "runs/quickstart/version_0/checkpoints/last.ckpt",
-                                       _digits_images())
+    _check_checkpoint_serves_like_fp32(tmp_path / "runs/quickstart/version_0/checkpoints/last.ckpt", _digits_images())
 
 
 @pytest.mark.slow
 def test_compile_true_trains_the_quickstart_to_95_percent_and_serves_eagerly(tmp_path):
-    proc = run_cli("fit", "recipe=quickstart", "accelerator=cpu", "compile=true", "epochs=3", cwd=tmp_path,
-                   timeout=900)
+    proc = run_cli("fit", "recipe=quickstart", "accelerator=cpu", "compile=true", "epochs=3", cwd=tmp_path, timeout=900)
     assert "compiled (inductor) (compile= as given)" in proc.stdout
     epochs = [ln for ln in proc.stdout.splitlines() if "ms/step" in ln]
     assert len(epochs) == 3 and re.search(r"compile [\d.]+ s \(inductor, \d+ graphs?\)", epochs[0]), epochs
@@ -191,12 +210,21 @@ def test_compile_true_on_a_tiny_net_writes_plain_keys_and_serves_eagerly(tmp_pat
     from probes import TinyNet
     from xla_train.models import NETS
 
-    proc = run_cli("fit", "recipe=quickstart", "accelerator=cpu", "compile=true", "model.net.class_path=probes.TinyNet",
-                   "epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=0", "test_after_fit=false",
-                   "predict_samples=0", cwd=tmp_path)
+    proc = run_cli(
+        "fit",
+        "recipe=quickstart",
+        "accelerator=cpu",
+        "compile=true",
+        "model.net.class_path=probes.TinyNet",
+        "epochs=1",
+        "trainer.limit_train_batches=2",
+        "trainer.limit_val_batches=0",
+        "test_after_fit=false",
+        "predict_samples=0",
+        cwd=tmp_path,
+    )
     assert "compiled (inductor) (compile= as given)" in proc.stdout
     epoch = next(ln for ln in proc.stdout.splitlines() if "ms/step" in ln)
     assert re.search(r"compile [\d.]+ s \(inductor, [1-9]\d* graphs?\)", epoch), epoch
     monkeypatch.setitem(NETS, "tiny", TinyNet)  # a test-only net: served as the registry would serve a recipe's
-    _check_checkpoint_serves_like_fp32(tmp_path / "runs/quickstart/version_0/checkpoints/last.ckpt",
-                                       _digits_images())
+    _check_checkpoint_serves_like_fp32(tmp_path / "runs/quickstart/version_0/checkpoints/last.ckpt", _digits_images())

@@ -1,4 +1,5 @@
 """fit through the real CLI, on the XLA path (XLA:CPU here) and on eager CPU."""
+
 import csv
 import json
 import os
@@ -25,9 +26,19 @@ def epoch_value(rows, key):
 @pytest.fixture(scope="module")
 def xla_run(cifar_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("xla_run")
-    proc = run_cli("fit", "recipe=cifar10", "accelerator=xla", "devices=1", "epochs=2", "batch_size=32",
-                   f"data_dir={cifar_root}", "download=false", "--trainer.callbacks+=probes.LibraryLoads",
-                   f"--trainer.callbacks.init_args.out={work / 'loads.json'}", cwd=work)
+    proc = run_cli(
+        "fit",
+        "recipe=cifar10",
+        "accelerator=xla",
+        "devices=1",
+        "epochs=2",
+        "batch_size=32",
+        f"data_dir={cifar_root}",
+        "download=false",
+        "--trainer.callbacks+=probes.LibraryLoads",
+        f"--trainer.callbacks.init_args.out={work / 'loads.json'}",
+        cwd=work,
+    )
     return work / "runs" / "cifar10" / "version_0", proc
 
 
@@ -53,8 +64,9 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
 def test_keras_style_lines_agree_with_the_logged_metrics(xla_run):
     run, proc = xla_run
     rows = metrics_rows(run)
-    lines = [ln for ln in proc.stdout.splitlines()
-             if re.match(r"\d+/\d+ - \d+m?s \d+ms/step \(host [\d.]+ms\) - loss: ", ln)]
+    lines = [
+        ln for ln in proc.stdout.splitlines() if re.match(r"\d+/\d+ - \d+m?s \d+ms/step \(host [\d.]+ms\) - loss: ", ln)
+    ]
     assert len(lines) == 2, proc.stdout
     host = epoch_value(rows, "xla_host_ms_per_step")  # the host's share of a step, from host clocks alone
     for epoch, line in enumerate(lines):
@@ -62,7 +74,12 @@ def test_keras_style_lines_agree_with_the_logged_metrics(xla_run):
         shown_host = float(re.search(r"\(host ([\d.]+)ms\)", line).group(1))
         assert shown_host == pytest.approx(host[epoch], abs=0.051) and 0 < host[epoch] <= step_ms * 1.1 + 1, line
         shown = dict(re.findall(r"(\w+): ([\d.]+)", line))
-        for name, key in (("loss", "train_loss"), ("acc", "train_acc"), ("val_loss", "val_loss"), ("val_acc", "val_acc")):
+        for name, key in (
+            ("loss", "train_loss"),
+            ("acc", "train_acc"),
+            ("val_loss", "val_loss"),
+            ("val_acc", "val_acc"),
+        ):
             assert float(shown[name]) == pytest.approx(epoch_value(rows, key)[epoch], abs=1e-4), (name, line)
     summary = next(ln for ln in proc.stdout.splitlines() if ln.startswith("epoch 1  "))
     assert re.fullmatch(r"epoch 1  [\d.]+ s \(compile [\d.]+ s\)  \|  epoch 2  [\d.]+ s \(compile 0\.0 s\)", summary)
@@ -85,8 +102,18 @@ def test_xla_fit_writes_a_complete_run_folder(xla_run):
 
 
 def test_val_fraction_zero_validates_on_test_and_the_final_line_does_not_say_held_out(cifar_root, tmp_path):
-    proc = run_cli("fit", "recipe=cifar10", "accelerator=cpu", "devices=1", "epochs=1", "batch_size=32",
-                   "val_fraction=0", f"data_dir={cifar_root}", "download=false", cwd=tmp_path)
+    proc = run_cli(
+        "fit",
+        "recipe=cifar10",
+        "accelerator=cpu",
+        "devices=1",
+        "epochs=1",
+        "batch_size=32",
+        "val_fraction=0",
+        f"data_dir={cifar_root}",
+        "download=false",
+        cwd=tmp_path,
+    )
     run = tmp_path / "runs" / "cifar10" / "version_0"
     assert yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"]["val_fraction"] == 0.0
     line = next(ln for ln in proc.stdout.splitlines() if "test accuracy" in ln)
@@ -100,11 +127,11 @@ def test_xla_checkpoint_loads_where_torch_xla_is_never_imported(xla_run):
     run, _ = xla_run
     code = f"""
 import sys, torch
-ckpt = torch.load({str(run / 'checkpoints' / 'last.ckpt')!r}, weights_only=True)  # no map_location
+ckpt = torch.load({str(run / "checkpoints" / "last.ckpt")!r}, weights_only=True)  # no map_location
 devices = {{t.device.type for t in ckpt["state_dict"].values()}}
 assert devices == {{"cpu"}}, devices
 from xla_train import load_for_inference
-p = load_for_inference({str(run / 'checkpoints' / 'last.ckpt')!r})
+p = load_for_inference({str(run / "checkpoints" / "last.ckpt")!r})
 import numpy as np
 print(p.predict(np.zeros((2, 32, 32, 3), np.uint8)))
 assert "torch_xla" not in sys.modules and "lightning" not in sys.modules
@@ -123,8 +150,18 @@ def test_cpu_fit_trains_and_logs(cpu_run):
 def test_a_new_run_never_overwrites_an_old_one(cpu_run, cifar_root):
     work = cpu_run.parents[2]
     before = (cpu_run / "checkpoints" / "last.ckpt").read_bytes()
-    run_cli("fit", "recipe=cifar10", "accelerator=cpu", "epochs=1", "batch_size=32", "trainer.limit_train_batches=1",
-            f"data_dir={cifar_root}", "download=false", "test_after_fit=false", cwd=work)
+    run_cli(
+        "fit",
+        "recipe=cifar10",
+        "accelerator=cpu",
+        "epochs=1",
+        "batch_size=32",
+        "trainer.limit_train_batches=1",
+        f"data_dir={cifar_root}",
+        "download=false",
+        "test_after_fit=false",
+        cwd=work,
+    )
     assert (work / "runs" / "cifar10" / "version_1" / "config.yaml").is_file()
     assert (cpu_run / "checkpoints" / "last.ckpt").read_bytes() == before
 
@@ -135,8 +172,16 @@ def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
     runs = sorted(p.name for p in cpu_run.parent.iterdir())
     evals = sorted(cpu_run.glob("eval_*"))
     for command, key in (("validate", "val_acc"), ("test", "test_acc")):
-        proc = run_cli(command, "recipe=cifar10", "accelerator=cpu", "batch_size=32", f"ckpt={ckpt}",
-                       f"data_dir={cifar_root}", "download=false", cwd=work)
+        proc = run_cli(
+            command,
+            "recipe=cifar10",
+            "accelerator=cpu",
+            "batch_size=32",
+            f"ckpt={ckpt}",
+            f"data_dir={cifar_root}",
+            "download=false",
+            cwd=work,
+        )
         assert key in proc.stdout
         # the results go beside the checkpoint's run, in a new eval_K; no version_N that looks like a training run
         new = sorted(set(cpu_run.glob("eval_*")) - set(evals))

@@ -4,6 +4,7 @@ key-value store, and what an xla_mp worker hands back to the parent process (its
 The real two-host and forked-worker runs are in tests/test_pods.py and tests/test_xla_mp.py (`-m slow`); these
 check the pieces those runs depend on, in the default suite.
 """
+
 import pickle
 import threading
 import types
@@ -20,14 +21,24 @@ from xla_train.runtime.multihost import HostChannel, HostTopology
 def _channels(world: int) -> list[HostChannel]:
     """HostChannels over one TCPStore, as torch_xla's xla:// rendezvous would hand them to each host."""
     port = _free_port()
-    server = dist.TCPStore("127.0.0.1", port, world, is_master=True, timeout=timedelta(seconds=30),
-                           wait_for_workers=False)
+    server = dist.TCPStore(
+        "127.0.0.1", port, world, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False
+    )
     out = []
     for rank in range(world):
-        store = server if rank == 0 else dist.TCPStore("127.0.0.1", port, world, is_master=False,
-                                                       timeout=timedelta(seconds=30))
+        store = (
+            server
+            if rank == 0
+            else dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=30))
+        )
         ch = HostChannel.__new__(HostChannel)  # the rendezvous itself needs a TPU pod's runtime
-        ch.store, ch.rank, ch.world, ch._calls, ch._gathered = dist.PrefixStore("xla_train", store), rank, world, 0, None
+        ch.store, ch.rank, ch.world, ch._calls, ch._gathered = (
+            dist.PrefixStore("xla_train", store),
+            rank,
+            world,
+            0,
+            None,
+        )
         out.append(ch)
     return out
 
@@ -39,8 +50,7 @@ def _on_every_host(channels, requests: list[list[bool]]) -> list[list[bool]]:
     answers = [[] for _ in channels]
 
     def host(rank: int) -> None:
-        me = types.SimpleNamespace(topology=HostTopology(rank, len(channels), 1, len(channels)),
-                                   channel=channels[rank])
+        me = types.SimpleNamespace(topology=HostTopology(rank, len(channels), 1, len(channels)), channel=channels[rank])
         me.reduce_boolean_decision = partial(SPMDStrategy.reduce_boolean_decision, me)
         for requested in requests[rank]:
             answers[rank].append(SPMDStrategy.agree_to_stop(me, requested))
@@ -81,8 +91,11 @@ class _Preemption:
 
 
 def _trainer(tmp_path, metrics=None):
-    return types.SimpleNamespace(lightning_module=_Module(metrics), logger=CSVLogger(tmp_path, name="run"),
-                                 callbacks=[_Checkpoint(), object(), _Preemption()])
+    return types.SimpleNamespace(
+        lightning_module=_Module(metrics),
+        logger=CSVLogger(tmp_path, name="run"),
+        callbacks=[_Checkpoint(), object(), _Preemption()],
+    )
 
 
 def test_an_xla_mp_workers_results_come_back_to_the_parent(tmp_path):

@@ -1,4 +1,5 @@
 """IMDB sentiment: the aclImdb reader, the tokenizer, the masked LSTM and its scan, fit on XLA and CPU, predict on text."""
+
 import csv
 import re
 import subprocess
@@ -61,6 +62,7 @@ def imdb_root(tmp_path_factory) -> Path:
 
 
 # --- data: layout, tokenizer, vocabulary, cache, bad input ----------------------------------------------------------
+
 
 def test_vocabulary_comes_from_the_train_split_only(tmp_path):
     d = load_imdb(str(write_aclimdb(tmp_path)), download=False, maxlen=64, vocab_size=10000)
@@ -125,23 +127,35 @@ def test_tokenised_arrays_are_cached_and_rebuilt_when_settings_change(tmp_path, 
     assert len(list(cache_dir.glob("*.npz"))) == 4
     for f in cache_dir.glob("*.npz"):  # a damaged cache is rebuilt, not trusted
         f.write_bytes(b"not a zip")
-    np.testing.assert_array_equal(load_imdb(root, download=False, maxlen=32, vocab_size=50)["train"][0],
-                                  grown["train"][0])
+    np.testing.assert_array_equal(
+        load_imdb(root, download=False, maxlen=32, vocab_size=50)["train"][0], grown["train"][0]
+    )
 
 
-@pytest.mark.parametrize("damage,message", [
-    (lambda a: None, "IMDB is missing at"),
-    (lambda a: [f.unlink() for f in (a / "test" / "neg").iterdir()], "test/neg holds no reviews"),
-    (lambda a: __import__("shutil").rmtree(a / "test"), "has no test/neg folder"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda a: None, "IMDB is missing at"),
+        (lambda a: [f.unlink() for f in (a / "test" / "neg").iterdir()], "test/neg holds no reviews"),
+        (lambda a: __import__("shutil").rmtree(a / "test"), "has no test/neg folder"),
+    ],
+)
 def test_bad_data_is_refused_in_one_line(tmp_path, capsys, damage, message):
     if message.startswith("IMDB is missing"):
         root = tmp_path
     else:
         root = write_aclimdb(tmp_path)
         damage(root / "aclImdb")
-    rc = main(["fit", "recipe=imdb", "accelerator=cpu", f"data_dir={root}", "download=false",
-               f"--runs_dir={tmp_path / 'runs'}"])
+    rc = main(
+        [
+            "fit",
+            "recipe=imdb",
+            "accelerator=cpu",
+            f"data_dir={root}",
+            "download=false",
+            f"--runs_dir={tmp_path / 'runs'}",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and message in err[0] and str(tmp_path) in err[0], err
     if message.startswith("IMDB is missing"):
@@ -186,19 +200,23 @@ def test_imdb_validation_is_held_out_of_train_and_the_vocabulary_never_sees_test
     assert set(yv) == {0, 1}  # stratified: both classes in a validation set of 5
     vocab = text.tokenizer_from_json(dm.inference_info()["tokenizer"]).get_vocab()
     assert "trainonly" in vocab and "testonly" not in vocab
-    assert dm.test_is_held_out and not IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64,
-                                                      val_fraction=0).test_is_held_out
+    assert (
+        dm.test_is_held_out
+        and not IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, val_fraction=0).test_is_held_out
+    )
 
 
 # --- the model: masking, padding invariance, the scan on XLA -------------------------------------------------------
+
 
 def masked_reference(lstm, x, mask):
     """The recurrence written out: a masked step leaves (h, c) as they were."""
     h = c = torch.zeros(x.shape[0], lstm.hidden_size)
     outs = []
     for t in range(x.shape[1]):
-        i, f, g, o = (x[:, t] @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.T
-                      + lstm.bias_hh_l0).chunk(4, 1)
+        i, f, g, o = (
+            x[:, t] @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.T + lstm.bias_hh_l0
+        ).chunk(4, 1)
         c2 = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h2 = torch.sigmoid(o) * torch.tanh(c2)
         m = mask[:, t, None]
@@ -212,8 +230,8 @@ def test_masked_lstm_skips_masked_steps_exactly():
     lstm = MaskedLSTM(5, 7, batch_first=True)
     x = torch.randn(4, 9, 5)
     mask = torch.ones(4, 9, dtype=torch.bool)
-    mask[0, :3] = False   # front padding
-    mask[1] = False       # nothing at all
+    mask[0, :3] = False  # front padding
+    mask[1] = False  # nothing at all
     mask[2, [1, 4]] = False
     out, (h, c) = lstm(x, mask=mask)
     ref_out, ref_h, ref_c = masked_reference(lstm, x, mask)
@@ -233,8 +251,12 @@ class PackedLSTM(torch.nn.LSTM):
         t = x.shape[1]
         lengths = mask.sum(1)
         order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
-        packed = pack_padded_sequence(x.gather(1, order[..., None].expand_as(x)), lengths.clamp(min=1).cpu(),
-                                      batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(
+            x.gather(1, order[..., None].expand_as(x)),
+            lengths.clamp(min=1).cpu(),
+            batch_first=True,
+            enforce_sorted=False,
+        )
         out, (h, c) = super().forward(packed, hx)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=t)
         out = torch.zeros_like(out).scatter(1, order[..., None].expand_as(out), out)
@@ -315,8 +337,9 @@ def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, lstm_cl
     calls = []
     for name in SYNCS:
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name,
-                            lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k))
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda self, *a, _f=original, _n=name, **k: calls.append(_n) or _f(self, *a, **k)
+        )
     net(ids).sum().backward()
     monkeypatch.undo()
     assert bool(calls) == syncs, calls
@@ -401,8 +424,9 @@ print("ok")
 
 
 def test_scan_lstm_matches_nn_lstm_on_xla():
-    proc = subprocess.run([sys.executable, "-c", SCAN_CHECK], env=cli_env(1), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCAN_CHECK], env=cli_env(1), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
 
@@ -437,8 +461,16 @@ def xla_run(cli_root, tmp_path_factory):
 def cpu_run(cli_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("imdb_cpu")
     # precision=32: compared with the XLA run's float32 losses (the CPU's default may be bf16, runtime/fast_path.py)
-    run_cli(*FIT, "accelerator=cpu", "precision=32", "batch_size=64", "epochs=1", "test_after_fit=false",
-            f"data_dir={cli_root}", cwd=work)
+    run_cli(
+        *FIT,
+        "accelerator=cpu",
+        "precision=32",
+        "batch_size=64",
+        "epochs=1",
+        "test_after_fit=false",
+        f"data_dir={cli_root}",
+        cwd=work,
+    )
     return work / "runs" / "imdb" / "version_0"
 
 
@@ -471,8 +503,17 @@ def test_xla_and_cpu_train_alike_and_save_the_same_keys(xla_run, cpu_run):
 @pytest.mark.slow  # default-suite time; SPMD equality stays in test_spmd.py
 def test_eight_device_spmd_fit_matches_one_device(xla_run, cli_root, tmp_path):
     """8 x 8 reviews per step under SPMD is the 1-device step on 64, loss for loss."""
-    run_cli(*FIT, "accelerator=xla", "devices=8", "batch_size=8", "epochs=2", "test_after_fit=false",
-            f"data_dir={cli_root}", cwd=tmp_path, devices=8)
+    run_cli(
+        *FIT,
+        "accelerator=xla",
+        "devices=8",
+        "batch_size=8",
+        "epochs=2",
+        "test_after_fit=false",
+        f"data_dir={cli_root}",
+        cwd=tmp_path,
+        devices=8,
+    )
     run = tmp_path / "runs" / "imdb" / "version_0"
     assert per_epoch(run, "xla_compiles")[1] == 0
     for key in ("train_loss", "val_loss", "val_acc"):
@@ -485,16 +526,34 @@ def test_text_checkpoint_predicts_without_lightning_or_xla(xla_run, tmp_path):
     ckpt = xla_run[0] / "checkpoints" / "last.ckpt"
     (tmp_path / "one.txt").write_text("A wonderful, superb and moving film.<br />A masterpiece!")
     (tmp_path / "many.lines").write_text("awful boring mess\n\n" + "dreadful tedious terrible " * 400 + "\n")
-    code = ("import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
-            "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code, "predict", f"ckpt={ckpt}", "text=Brilliant, delightful.",
-                           f"inputs={tmp_path / 'one.txt'},{tmp_path / 'many.lines'}", "--lines", "batch_size=1"],
-                          capture_output=True, text=True)
+    code = (
+        "import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
+        "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "predict",
+            f"ckpt={ckpt}",
+            "text=Brilliant, delightful.",
+            f"inputs={tmp_path / 'one.txt'},{tmp_path / 'many.lines'}",
+            "--lines",
+            "batch_size=1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [ln.split("\t") for ln in proc.stdout.strip().splitlines()]
-    assert [ln[0] for ln in lines] == ["text", f"{tmp_path / 'one.txt'}:1", f"{tmp_path / 'many.lines'}:1",
-                                       f"{tmp_path / 'many.lines'}:3"]
-    for name, label, prob, probs in lines:
+    assert [ln[0] for ln in lines] == [
+        "text",
+        f"{tmp_path / 'one.txt'}:1",
+        f"{tmp_path / 'many.lines'}:1",
+        f"{tmp_path / 'many.lines'}:3",
+    ]
+    for _name, label, prob, probs in lines:
         neg, pos = (float(kv.split("=")[1]) for kv in probs.split())
         assert probs.startswith("neg=") and abs(neg + pos - 1) < 1e-3
         assert label == ("pos" if pos > 0.5 else "neg") and float(prob) == pytest.approx(max(neg, pos), abs=1e-4)
@@ -515,15 +574,18 @@ def test_text_predictions_do_not_depend_on_batch_size_or_length(cpu_ckpt):
     torch.testing.assert_close(p.probabilities(ids), ref[:4])  # token ids, as after_fit passes them
 
 
-@pytest.mark.parametrize("args,message", [
-    (["text="], "text= is empty"),
-    (["text=   "], "text= is empty"),
-    (["text=<br /><br />"], "has no words"),
-    (["inputs={d}/empty.txt"], "empty.txt is empty"),
-    (["inputs={d}/blank.lines", "--lines"], "holds no reviews"),
-    (["inputs={d}/image.png"], "is not a text file"),
-    (["inputs={d}/nothing"], "holds no reviews (.txt files)"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["text="], "text= is empty"),
+        (["text=   "], "text= is empty"),
+        (["text=<br /><br />"], "has no words"),
+        (["inputs={d}/empty.txt"], "empty.txt is empty"),
+        (["inputs={d}/blank.lines", "--lines"], "holds no reviews"),
+        (["inputs={d}/image.png"], "is not a text file"),
+        (["inputs={d}/nothing"], "holds no reviews (.txt files)"),
+    ],
+)
 def test_bad_text_inputs_are_refused_in_one_line(cpu_ckpt, tmp_path, capsys, args, message):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "blank.lines").write_text("\n  \n\n")
@@ -536,8 +598,19 @@ def test_bad_text_inputs_are_refused_in_one_line(cpu_ckpt, tmp_path, capsys, arg
 
 
 def test_a_model_that_is_too_small_for_the_vocabulary_is_refused(imdb_root, tmp_path, capsys):
-    rc = main(["fit", "recipe=imdb", "accelerator=cpu", f"data_dir={imdb_root}", "download=false", "maxlen=64",
-               "data.vocab_size=20000", "model.net.vocab_size=50", f"--runs_dir={tmp_path / 'runs'}"])
+    rc = main(
+        [
+            "fit",
+            "recipe=imdb",
+            "accelerator=cpu",
+            f"data_dir={imdb_root}",
+            "download=false",
+            "maxlen=64",
+            "data.vocab_size=20000",
+            "model.net.vocab_size=50",
+            f"--runs_dir={tmp_path / 'runs'}",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and "model.net.vocab_size=20000" in err[-1], err
     assert list(tmp_path.iterdir()) == []  # refused before the run folder exists
@@ -548,10 +621,17 @@ def test_an_image_checkpoint_refuses_text(tmp_path, capsys):
     from xla_train.models import CifarCNN
 
     net = CifarCNN()
-    info = {"kind": "image", "labels": [str(i) for i in range(10)], "image_size": 32, "mean": [0.5] * 3,
-            "std": [0.25] * 3}
-    atomic_save({"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()},
-                 "xla_train": inference_block(net, info)}, tmp_path / "cnn.ckpt")
+    info = {
+        "kind": "image",
+        "labels": [str(i) for i in range(10)],
+        "image_size": 32,
+        "mean": [0.5] * 3,
+        "std": [0.25] * 3,
+    }
+    atomic_save(
+        {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": inference_block(net, info)},
+        tmp_path / "cnn.ckpt",
+    )
     assert main(["predict", f"ckpt={tmp_path / 'cnn.ckpt'}", "text=A wonderful film"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "classifies images" in err[0], err

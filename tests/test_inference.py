@@ -1,4 +1,5 @@
 """CPU inference from a checkpoint: batch-size independence, the predict command, and its bad inputs."""
+
 import pickle
 import subprocess
 import sys
@@ -46,10 +47,15 @@ def write_inputs(tmp_path):
 
 def test_predict_command_prints_one_line_per_input_without_lightning_or_xla(ckpt, tmp_path):
     inputs = ",".join(str(p) for p in write_inputs(tmp_path))
-    code = ("import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
-            "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)")
-    proc = subprocess.run([sys.executable, "-c", code, "predict", f"ckpt={ckpt}", f"inputs={inputs}", "--probs"],
-                          capture_output=True, text=True)
+    code = (
+        "import sys; from xla_train.cli.main import main; rc = main(sys.argv[1:]);"
+        "assert 'torch_xla' not in sys.modules and 'lightning' not in sys.modules; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "predict", f"ckpt={ckpt}", f"inputs={inputs}", "--probs"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 + 1 + 1 + 4
@@ -92,17 +98,20 @@ def _bad_files(tmp_path, ckpt):
         pickle.dump({"state_dict": {}, "payload": _RunsCode(tmp_path / "pwned")}, f)
 
 
-@pytest.mark.parametrize("name,message", [
-    ("missing.ckpt", "does not exist"),
-    ("empty.ckpt", "is empty"),
-    ("truncated.ckpt", "is not a readable checkpoint"),
-    ("text.ckpt", "is not a readable checkpoint"),
-    ("foreign.ckpt", "not an xla_train checkpoint"),
-    ("lightning_only.ckpt", "not from xla_train"),
-    ("other_model.ckpt", "do not fit the cnn net"),
-    ("evil.ckpt", "(Unsupported global: GLOBAL io.open), and loading them would run code from the file"),
-    ("evil_raw.ckpt", "is not a readable checkpoint"),
-])
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("missing.ckpt", "does not exist"),
+        ("empty.ckpt", "is empty"),
+        ("truncated.ckpt", "is not a readable checkpoint"),
+        ("text.ckpt", "is not a readable checkpoint"),
+        ("foreign.ckpt", "not an xla_train checkpoint"),
+        ("lightning_only.ckpt", "not from xla_train"),
+        ("other_model.ckpt", "do not fit the cnn net"),
+        ("evil.ckpt", "(Unsupported global: GLOBAL io.open), and loading them would run code from the file"),
+        ("evil_raw.ckpt", "is not a readable checkpoint"),
+    ],
+)
 def test_bad_checkpoints_are_refused_in_one_line(ckpt, tmp_path, capsys, name, message):
     _bad_files(tmp_path, ckpt)
     np.save(tmp_path / "x.npy", np.zeros((1, 32, 32, 3), np.uint8))
@@ -120,15 +129,18 @@ def test_safe_load_never_runs_code_from_the_file(tmp_path, ckpt):
     assert not (tmp_path / "pwned").exists()
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda d: np.save(d / "x.npy", np.zeros((2, 32, 32, 5), np.uint8)), "has shape (2, 32, 32, 5)"),
-    (lambda d: np.save(d / "x.npy", np.zeros((32,), np.uint8)), "has shape (32,)"),
-    (lambda d: np.save(d / "x.npy", np.full((1, 8, 8, 3), 7.0)), "values outside 0..1"),
-    (lambda d: (d / "x.npy").write_text("no"), "is not a readable .npy"),
-    (lambda d: (d / "x.png").write_text("no"), "is not a readable image"),
-    (lambda d: (d / "x").mkdir(), "holds no images"),
-    (lambda d: None, "does not exist"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda d: np.save(d / "x.npy", np.zeros((2, 32, 32, 5), np.uint8)), "has shape (2, 32, 32, 5)"),
+        (lambda d: np.save(d / "x.npy", np.zeros((32,), np.uint8)), "has shape (32,)"),
+        (lambda d: np.save(d / "x.npy", np.full((1, 8, 8, 3), 7.0)), "values outside 0..1"),
+        (lambda d: (d / "x.npy").write_text("no"), "is not a readable .npy"),
+        (lambda d: (d / "x.png").write_text("no"), "is not a readable image"),
+        (lambda d: (d / "x").mkdir(), "holds no images"),
+        (lambda d: None, "does not exist"),
+    ],
+)
 def test_bad_inputs_are_refused_in_one_line(ckpt, tmp_path, capsys, make, message):
     make(tmp_path)
     target = next((p for p in tmp_path.iterdir()), tmp_path / "x.png")

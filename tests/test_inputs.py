@@ -1,4 +1,5 @@
 """Inputs to predict that cannot be read: one line naming the file, never a traceback."""
+
 import builtins
 import io
 import os
@@ -39,11 +40,14 @@ def _unreadable(monkeypatch, path):
     monkeypatch.setattr(io, "open", denying_open)
 
 
-@pytest.mark.parametrize("name,write", [
-    ("x.png", lambda p: Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(p)),
-    ("x.npy", lambda p: np.save(p, np.zeros((1, 8, 8, 3), np.uint8))),
-    ("x.txt", lambda p: p.write_text("a fine film")),
-])
+@pytest.mark.parametrize(
+    "name,write",
+    [
+        ("x.png", lambda p: Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(p)),
+        ("x.npy", lambda p: np.save(p, np.zeros((1, 8, 8, 3), np.uint8))),
+        ("x.txt", lambda p: p.write_text("a fine film")),
+    ],
+)
 def test_a_file_without_read_permission_is_one_line(tmp_path, monkeypatch, capsys, name, write):
     path = tmp_path / name
     write(path)
@@ -53,8 +57,9 @@ def test_a_file_without_read_permission_is_one_line(tmp_path, monkeypatch, capsy
             read_texts([str(path)])
         else:
             read_images([str(path)], 32)
-    assert str(e.value) == (f"{path} cannot be read: permission denied; make it readable (chmod +r) or copy it "
-                            f"somewhere you can read")
+    assert str(e.value) == (
+        f"{path} cannot be read: permission denied; make it readable (chmod +r) or copy it somewhere you can read"
+    )
 
 
 def test_predict_on_an_unreadable_file_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
@@ -64,12 +69,16 @@ def test_predict_on_an_unreadable_file_exits_2_with_one_line(tmp_path, monkeypat
 
     net = build_net("cnn", {})
     info = {"kind": "image", "labels": list("0123456789"), "image_size": 32, "mean": [0.5] * 3, "std": [0.25] * 3}
-    atomic_save({"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()},
-                 "xla_train": inference_block(net, info)}, tmp_path / "m.ckpt")
+    atomic_save(
+        {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": inference_block(net, info)},
+        tmp_path / "m.ckpt",
+    )
     path = tmp_path / "x.png"
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
     _unreadable(monkeypatch, path)
     assert main(["predict", f"ckpt={tmp_path / 'm.ckpt'}", f"inputs={path}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"xla_train: error: {path} cannot be read: permission denied; make it readable (chmod +r) or "
-                   f"copy it somewhere you can read"]
+    assert err == [
+        f"xla_train: error: {path} cannot be read: permission denied; make it readable (chmod +r) or "
+        f"copy it somewhere you can read"
+    ]

@@ -3,6 +3,7 @@
 Every import is counted, including those deferred into functions, so a cycle
 cannot hide behind a late import.
 """
+
 import ast
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def absolute(name: str, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
     package = name.split(".") if MODULES[name].name == "__init__.py" else name.split(".")[:-1]
-    base = package[:len(package) - node.level + 1]
+    base = package[: len(package) - node.level + 1]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -78,7 +79,7 @@ def test_no_import_cycles_counting_deferred_imports():
         state[m] = "open"
         for n in sorted(GRAPH[m]):
             if state.get(n) == "open":
-                cycles.append(path[path.index(n):] + [n])
+                cycles.append(path[path.index(n) :] + [n])
             elif n not in state:
                 visit(n, path + [n])
         state[m] = "done"
@@ -94,19 +95,25 @@ def test_at_most_eight_modules_at_the_top():
     assert len(top) <= 8, top
 
 
-@pytest.mark.parametrize("rooms, forbidden", [
-    (("models", "data", "preprocess"), ("runtime", "training", "config", "cli", "serve", "bench", "api")),
-    (("training",), ("config", "cli", "serve", "bench", "api")),
-    (("runtime",), ("training", "config", "cli", "serve", "bench", "api", "data", "models")),
-    (("serve",), ("data", "training", "runtime", "config", "cli", "bench")),
-    (("config", "serve", "bench", "training", "runtime", "data", "models", "preprocess"), ("cli", "api")),
-])
+@pytest.mark.parametrize(
+    "rooms, forbidden",
+    [
+        (("models", "data", "preprocess"), ("runtime", "training", "config", "cli", "serve", "bench", "api")),
+        (("training",), ("config", "cli", "serve", "bench", "api")),
+        (("runtime",), ("training", "config", "cli", "serve", "bench", "api", "data", "models")),
+        (("serve",), ("data", "training", "runtime", "config", "cli", "bench")),
+        (("config", "serve", "bench", "training", "runtime", "data", "models", "preprocess"), ("cli", "api")),
+    ],
+)
 def test_arrows_point_down_the_story(rooms, forbidden):
     """Checked through every chain of imports: models -> checkpoint -> runtime breaks the rule as surely as
     models -> runtime does."""
-    wrong = [(m, n) for m in MODULES for n in reachable(m)
-             if m.split(".")[1:2] and m.split(".")[1] in rooms and n.split(".")[1:2]
-             and n.split(".")[1] in forbidden]
+    wrong = [
+        (m, n)
+        for m in MODULES
+        for n in reachable(m)
+        if m.split(".")[1:2] and m.split(".")[1] in rooms and n.split(".")[1:2] and n.split(".")[1] in forbidden
+    ]
     assert not wrong, wrong
 
 
@@ -114,29 +121,41 @@ def test_the_import_graph_sees_relative_and_private_imports(tmp_path, monkeypatc
     """The checks above rest on imports(): it must see the forms of import a change could slip in."""
     fake = tmp_path / "xla_train" / "models"
     fake.mkdir(parents=True)
-    (fake / "probe.py").write_text("from ..runtime import spmd\nfrom . import cnn\nimport xla_train.runtime._x\n"
-                                   "def f():\n    from ..checkpoint import to_cpu\n")
+    (fake / "probe.py").write_text(
+        "from ..runtime import spmd\nfrom . import cnn\nimport xla_train.runtime._x\n"
+        "def f():\n    from ..checkpoint import to_cpu\n"
+    )
     monkeypatch.setitem(MODULES, "xla_train.models.probe", fake / "probe.py")
     monkeypatch.setitem(MODULES, "xla_train.runtime._x", fake / "probe.py")
-    assert imports("xla_train.models.probe") == {"xla_train.runtime.spmd", "xla_train.models.cnn",
-                                                 "xla_train.runtime._x", "xla_train.checkpoint"}
+    assert imports("xla_train.models.probe") == {
+        "xla_train.runtime.spmd",
+        "xla_train.models.cnn",
+        "xla_train.runtime._x",
+        "xla_train.checkpoint",
+    }
 
 
-@pytest.mark.parametrize("room_name, packages", [
-    ("models", {"lightning", "torch_xla"}),
-    ("preprocess", {"lightning", "torch_xla"}),
-    ("serve", {"lightning", "torch_xla"}),
-    ("data", {"torch_xla"}),
-    ("training", {"torch_xla"}),
-])
+@pytest.mark.parametrize(
+    "room_name, packages",
+    [
+        ("models", {"lightning", "torch_xla"}),
+        ("preprocess", {"lightning", "torch_xla"}),
+        ("serve", {"lightning", "torch_xla"}),
+        ("data", {"torch_xla"}),
+        ("training", {"torch_xla"}),
+    ],
+)
 def test_rooms_that_must_not_know_a_framework(room_name, packages):
     wrong = {m: third_party(m) & packages for m in MODULES if m.startswith(f"xla_train.{room_name}")}
     assert not any(wrong.values()), wrong
 
 
 def test_only_runtime_imports_torch_xla():
-    users = sorted(m for m in MODULES if "torch_xla" in third_party(m)
-                   and not m.startswith(("xla_train.runtime", "xla_train.compat")))
+    users = sorted(
+        m
+        for m in MODULES
+        if "torch_xla" in third_party(m) and not m.startswith(("xla_train.runtime", "xla_train.compat"))
+    )
     assert not users, users
 
 
@@ -149,12 +168,34 @@ def framework_private_names() -> set[str]:
     from lightning.pytorch.cli import LightningCLI
     from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceXLAStrategy, XLAStrategy
 
-    roots = [pl.LightningModule, pl.LightningDataModule, pl.Callback, pl.Trainer, LightningCLI, ParallelStrategy,
-             SingleDeviceXLAStrategy, XLAStrategy, TorchCheckpointIO, torch.nn.LSTM, torch.utils.data.DataLoader]
-    names = {n for root in roots for cls in root.__mro__ for n in vars(cls)
-             if n.startswith("_") and not n.startswith("__")}
-    return names | {"_getframe", "_actions", "_typehint", "_check_integrity", "_loader", "_internal", "_BatchNorm",
-                    "_signal_connector", "_XLAC", "_opt_called"}
+    roots = [
+        pl.LightningModule,
+        pl.LightningDataModule,
+        pl.Callback,
+        pl.Trainer,
+        LightningCLI,
+        ParallelStrategy,
+        SingleDeviceXLAStrategy,
+        XLAStrategy,
+        TorchCheckpointIO,
+        torch.nn.LSTM,
+        torch.utils.data.DataLoader,
+    ]
+    names = {
+        n for root in roots for cls in root.__mro__ for n in vars(cls) if n.startswith("_") and not n.startswith("__")
+    }
+    return names | {
+        "_getframe",
+        "_actions",
+        "_typehint",
+        "_check_integrity",
+        "_loader",
+        "_internal",
+        "_BatchNorm",
+        "_signal_connector",
+        "_XLAC",
+        "_opt_called",
+    }
 
 
 def test_private_apis_of_other_packages_are_touched_only_in_compat():
@@ -169,34 +210,97 @@ def test_private_apis_of_other_packages_are_touched_only_in_compat():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in private:
                 findings.append(f"{where}:{node.lineno} .{node.attr}")
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and any(
-                    part.startswith("_") and not part.startswith("__") for part in node.module.split(".")
-            ) | any(a.name.startswith("_") for a in node.names):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.level == 0
+                and any(part.startswith("_") and not part.startswith("__") for part in node.module.split("."))
+                | any(a.name.startswith("_") for a in node.names)
+            ):
                 findings.append(f"{where}:{node.lineno} from {node.module}")
             if isinstance(node, ast.FunctionDef) and node.name in private:
                 findings.append(f"{where}:{node.lineno} def {node.name}")
     assert not findings, "\n".join(findings)
 
 
-LIGHTNING_BASES = {"Callback", "LightningModule", "LightningDataModule", "LightningCLI", "CheckpointReadingCLI",
-                   "SingleDeviceXLAStrategy", "XLAStrategy", "ParallelStrategy", "SingleDeviceStrategy",
-                   "XLAAccelerator", "TorchCheckpointIO", "XLAPrecision"}
+LIGHTNING_BASES = {
+    "Callback",
+    "LightningModule",
+    "LightningDataModule",
+    "LightningCLI",
+    "CheckpointReadingCLI",
+    "SingleDeviceXLAStrategy",
+    "XLAStrategy",
+    "ParallelStrategy",
+    "SingleDeviceStrategy",
+    "XLAAccelerator",
+    "TorchCheckpointIO",
+    "XLAPrecision",
+}
 # Not here: num_nodes and set_world_ranks, which Lightning's accelerator connector finds with hasattr on a
 # strategy that has them; no base class defines them, so an @override there would be false.
-LIGHTNING_HOOKS = {"setup", "teardown", "state_dict", "load_state_dict", "forward", "training_step",
-                   "validation_step", "test_step", "configure_optimizers", "on_save_checkpoint",
-                   "save_checkpoint", "load_checkpoint", "process_dataloader", "model_to_device", "reduce",
-                   "broadcast", "barrier", "reduce_boolean_decision", "instantiate_trainer",
-                   "add_arguments_to_parser", "auto_device_count", "is_available", "parse_devices",
-                   "get_parallel_devices", "name", "block_backward_sync", "is_global_zero",
-                   "distributed_sampler_kwargs", "train_step_context", "val_step_context", "test_step_context",
-                   "predict_step_context", "forward_context", "backward", "optimizer_step", "optimizer_state",
-                   "lightning_module_state_dict"} | {
-                   f"on_{w}" for w in ("fit_start", "fit_end", "train_start", "train_end", "validation_start",
-                                       "train_batch_start", "train_epoch_start", "train_epoch_end",
-                                       "train_batch_end", "validation_epoch_start", "validation_epoch_end",
-                                       "validation_batch_end", "test_epoch_start", "test_epoch_end", "test_batch_end",
-                                       "predict_epoch_start", "predict_epoch_end", "predict_batch_end", "exception")}
+LIGHTNING_HOOKS = {
+    "setup",
+    "teardown",
+    "state_dict",
+    "load_state_dict",
+    "forward",
+    "training_step",
+    "validation_step",
+    "test_step",
+    "configure_optimizers",
+    "on_save_checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "process_dataloader",
+    "model_to_device",
+    "reduce",
+    "broadcast",
+    "barrier",
+    "reduce_boolean_decision",
+    "instantiate_trainer",
+    "add_arguments_to_parser",
+    "auto_device_count",
+    "is_available",
+    "parse_devices",
+    "get_parallel_devices",
+    "name",
+    "block_backward_sync",
+    "is_global_zero",
+    "distributed_sampler_kwargs",
+    "train_step_context",
+    "val_step_context",
+    "test_step_context",
+    "predict_step_context",
+    "forward_context",
+    "backward",
+    "optimizer_step",
+    "optimizer_state",
+    "lightning_module_state_dict",
+} | {
+    f"on_{w}"
+    for w in (
+        "fit_start",
+        "fit_end",
+        "train_start",
+        "train_end",
+        "validation_start",
+        "train_batch_start",
+        "train_epoch_start",
+        "train_epoch_end",
+        "train_batch_end",
+        "validation_epoch_start",
+        "validation_epoch_end",
+        "validation_batch_end",
+        "test_epoch_start",
+        "test_epoch_end",
+        "test_batch_end",
+        "predict_epoch_start",
+        "predict_epoch_end",
+        "predict_batch_end",
+        "exception",
+    )
+}
 
 
 def test_lightning_hook_overrides_are_marked():
@@ -231,18 +335,23 @@ def test_every_override_names_a_method_of_a_base_class():
     import inspect
 
     names = [n for n in MODULES if not n.endswith("__main__")]  # __main__ runs the command line
-    ours = {cls for name in names for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass)
-            if cls.__module__.startswith("xla_train")}
+    ours = {
+        cls
+        for name in names
+        for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass)
+        if cls.__module__.startswith("xla_train")
+    }
     leaves = {cls for cls in ours if not any(c is not cls and cls in c.__mro__ for c in ours)}
     wrong, checked = [], 0
     for leaf in leaves:
         mro = leaf.__mro__
         for i, cls in enumerate(mro):
             for attr, value in vars(cls).items():
-                if getattr(value, "__override__", False) or getattr(getattr(value, "fget", None), "__override__",
-                                                                    False):
+                if getattr(value, "__override__", False) or getattr(
+                    getattr(value, "fget", None), "__override__", False
+                ):
                     checked += 1
-                    if not any(attr in vars(base) for base in mro[i + 1:]):
+                    if not any(attr in vars(base) for base in mro[i + 1 :]):
                         wrong.append(f"{cls.__module__}.{cls.__qualname__}.{attr} (in {leaf.__qualname__})")
     assert checked > 50 and not wrong, "\n".join(sorted(set(wrong)))
 
@@ -276,8 +385,11 @@ def test_every_dependency_whose_private_api_is_touched_has_an_upper_bound():
     audited = audited_versions()
     import sys
 
-    touched = {m.replace("_", "-") for m in third_party("xla_train.compat")
-               if m not in sys.stdlib_module_names and m not in ("__future__", "xla_train", "typing_extensions")}
+    touched = {
+        m.replace("_", "-")
+        for m in third_party("xla_train.compat")
+        if m not in sys.stdlib_module_names and m not in ("__future__", "xla_train", "typing_extensions")
+    }
     assert touched <= set(audited), f"compat.py imports {touched - set(audited)} but its header audits none"
     assert {"lightning", "torch-xla", "torch", "torchvision", "jsonargparse"} <= set(audited), audited
     pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())

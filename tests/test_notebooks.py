@@ -5,6 +5,7 @@ XLA_TRAIN_DATA_DIR, and torchvision's CIFAR-10 checksum check relaxed to "the
 file exists", as fixture_cli.py does for the CLI: one cell put in front of the
 notebook's own, which run unchanged.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,13 +50,15 @@ def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
     nb.cells.insert(0, nbformat.v4.new_code_cell(PRELUDE.format(data=setting)))
     work = tmp_path / "work"
     work.mkdir()
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(work)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}
+    )
     client.execute()  # raises CellExecutionError, with the cell and its traceback, if any cell fails
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs) + "".join(
-        o.get("data", {}).get("text/plain", "") for o in outputs if "data" in o)
+        o.get("data", {}).get("text/plain", "") for o in outputs if "data" in o
+    )
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert "accelerator=cpu" in text  # the setup cell found no TPU and said what it will use
     assert images, "no chart was shown"
@@ -79,11 +82,14 @@ def test_benchmarks_notebook_runs_where_one_process_holds_the_device(tmp_path):
     nb.cells.append(nbformat.v4.new_code_cell("xla_train.devices('xla'), xla_train.devices()"))  # again, after
     work = tmp_path / "work"
     work.mkdir()
-    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}
+    ).execute()
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs) + "".join(
-        o.get("data", {}).get("text/plain", "") for o in outputs if "data" in o)
+        o.get("data", {}).get("text/plain", "") for o in outputs if "data" in o
+    )
     assert "accelerator=xla" in text  # the setup cell took the emulated TPU for the device to use
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(list((work / "runs" / "bench").glob("version_*"))) == 2  # the sweep and the curves

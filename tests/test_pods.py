@@ -1,5 +1,6 @@
 """TPU pod slices, the paths only a pod takes: a preemption signal that reaches one host, a data folder all
 hosts share. Emulated pod hosts on XLA:CPU (tests/pod_host.py, as in tests/test_scaling.py)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -23,23 +24,39 @@ def _pod(work, *extra: str, host1: tuple[str, ...] = (), timeout: int = 150):
     def host(h: int):
         d = work / f"host{h}"
         d.mkdir(parents=True, exist_ok=True)
-        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=port)
-        args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0", "epochs=1",
-                "test_after_fit=false", f"runs_dir={work / 'runs'}", f"--trainer.limit_train_batches={STEPS}",
-                "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0",
-                "--trainer.callbacks+=probes.StopRecord", f"--trainer.callbacks.init_args.out={d / 'stop.json'}",
-                *extra, *(host1 if h == 1 else ())]
-        return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=d, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        args = [
+            "recipe=quickstart",
+            "model.net.class_path=probes.TinyNet",
+            "predict_samples=0",
+            "epochs=1",
+            "test_after_fit=false",
+            f"runs_dir={work / 'runs'}",
+            f"--trainer.limit_train_batches={STEPS}",
+            "--trainer.limit_val_batches=1",
+            "--trainer.num_sanity_val_steps=0",
+            "--trainer.callbacks+=probes.StopRecord",
+            f"--trainer.callbacks.init_args.out={d / 'stop.json'}",
+            *extra,
+            *(host1 if h == 1 else ()),
+        ]
+        return subprocess.run(
+            [sys.executable, str(TESTS / "pod_host.py"), *args],
+            cwd=d,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     with ThreadPoolExecutor(2) as pool:
         return list(pool.map(host, (0, 1)))
 
 
 def _last(work, version: int) -> dict:
-    return torch.load(work / "runs" / "quickstart" / f"version_{version}" / "checkpoints" / "last.ckpt",
-                      weights_only=True)
+    return torch.load(
+        work / "runs" / "quickstart" / f"version_{version}" / "checkpoints" / "last.ckpt", weights_only=True
+    )
 
 
 @pytest.mark.slow  # three 2-host fits: about a minute of CPU, three on this shared machine
@@ -54,8 +71,11 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
         assert p.returncode == 0, p.stderr[-4000:]
 
     work = tmp_path / "stopped"
-    kill = ("--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=2",
-            "--trainer.callbacks.init_args.sig=SIGTERM")
+    kill = (
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=2",
+        "--trainer.callbacks.init_args.sig=SIGTERM",
+    )
     stopped = _pod(work, host1=kill)
     for p in stopped:
         assert p.returncode == PREEMPTED_EXIT_CODE, p.stderr[-4000:]
@@ -178,8 +198,7 @@ print(torch.equal(marked.cpu(), torch.arange(8.0)))  # what each host's .cpu() r
 def test_a_pod_checkpoint_refuses_state_split_over_devices():
     """Host 0 writes what `.cpu()` reads on it: whole for replicated tensors (as torch_xla's own distributed
     checkpoint reads them), not for split ones, which the save refuses by name (4 XLA:CPU devices, SPMD)."""
-    proc = subprocess.run([sys.executable, "-c", _SHARDED], env=cli_env(4), capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", _SHARDED], env=cli_env(4), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-2].startswith("the checkpoint holds tensors split over the XLA devices (state_dict.s)"), lines

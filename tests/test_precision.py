@@ -1,4 +1,5 @@
 """precision=bf16 on XLA: autocast in the steps, float32 weights and checkpoints; compile_cache on XLA:CPU."""
+
 import json
 import subprocess
 import sys
@@ -10,10 +11,20 @@ from conftest import cli_env, run_cli
 
 def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on_cpu(tmp_path):
     out = tmp_path / "seen.json"
-    proc = run_cli("fit", "recipe=quickstart", "accelerator=xla", "precision=bf16", "epochs=1",
-                   f"compile_cache={tmp_path / 'cache'}",
-                   "trainer.limit_train_batches=3", "test_after_fit=false", "predict_samples=0",
-                   "--trainer.callbacks+=probes.AutocastProbe", f"--trainer.callbacks.init_args.out={out}", cwd=tmp_path)
+    proc = run_cli(
+        "fit",
+        "recipe=quickstart",
+        "accelerator=xla",
+        "precision=bf16",
+        "epochs=1",
+        f"compile_cache={tmp_path / 'cache'}",
+        "trainer.limit_train_batches=3",
+        "test_after_fit=false",
+        "predict_samples=0",
+        "--trainer.callbacks+=probes.AutocastProbe",
+        f"--trainer.callbacks.init_args.out={out}",
+        cwd=tmp_path,
+    )
     seen = json.loads(out.read_text())
     assert len(seen) == 3
     assert all(s["autocast"] and s["out"] == "torch.bfloat16" and s["weight"] == "torch.float32" for s in seen), seen
@@ -53,8 +64,7 @@ print("still:", backends.get_mat_mul_precision())
 def test_matmul_precision_is_set_before_the_first_trace_and_a_change_after_it_is_refused():
     """torch_xla's float32 matmul precision is process wide and read as graphs are lowered (a TPU: one bf16 pass
     at default): set once, before any graph; a later change would mix precisions in one process."""
-    proc = subprocess.run([sys.executable, "-c", MATMUL], env=cli_env(1), capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", MATMUL], env=cli_env(1), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "set: high" in proc.stdout and "still: high" in proc.stdout, proc.stdout
     assert "refused: matmul_precision=highest: this process has already run XLA graphs at high" in proc.stdout

@@ -1,4 +1,5 @@
 """The README's main job: the CNN on real digits, on the XLA path, then CPU predictions from its checkpoint."""
+
 import re
 
 from conftest import run_cli

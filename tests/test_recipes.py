@@ -5,6 +5,7 @@ Those very command lines go through the CLI's key checks and jsonargparse's
 type checks (--print_config parses and prints without instantiating anything,
 so nothing is downloaded and no device is touched).
 """
+
 import shlex
 
 import pytest
@@ -28,8 +29,9 @@ def header(name: str) -> list[str]:
 
 def documented_commands(name: str) -> list[list[str]]:
     """The argv after `python -m xla_train` of every command line in the header."""
-    return [shlex.split(line.split("python -m xla_train", 1)[1]) for line in header(name)
-            if "python -m xla_train" in line]
+    return [
+        shlex.split(line.split("python -m xla_train", 1)[1]) for line in header(name) if "python -m xla_train" in line
+    ]
 
 
 def test_the_shipped_recipes_are_all_found():

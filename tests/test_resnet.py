@@ -1,5 +1,6 @@
 """The CIFAR ResNet recipe: the net the paper describes, augmentation only where it belongs,
 one compile per graph on XLA, and a checkpoint that serves on the CPU at any batch size."""
+
 import csv
 
 import numpy as np
@@ -60,8 +61,9 @@ def test_a_depth_that_is_not_6n_plus_2_is_a_config_error(depth):
 
 def test_bad_depth_on_the_command_line_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, cifar_root):
     monkeypatch.chdir(tmp_path)
-    assert main(["recipe=cifar10_resnet", "depth=21", "accelerator=cpu", f"data_dir={cifar_root}",
-                 "download=false"]) == 2
+    assert (
+        main(["recipe=cifar10_resnet", "depth=21", "accelerator=cpu", f"data_dir={cifar_root}", "download=false"]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.splitlines()[-1].startswith("xla_train: error: depth=21 is not a CIFAR ResNet depth"), err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []
@@ -69,11 +71,12 @@ def test_bad_depth_on_the_command_line_is_one_line_and_writes_nothing(tmp_path, 
 
 # --- augmentation --------------------------------------------------------------------------------
 
+
 def crops_and_flips(image: np.ndarray, pad: int = 4) -> np.ndarray:
     """Every image the augmentation may produce from one uint8 HWC image."""
     h, w, _ = image.shape
     padded = np.pad(image, ((pad, pad), (pad, pad), (0, 0)))
-    crops = [padded[dy:dy + h, dx:dx + w] for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
+    crops = [padded[dy : dy + h, dx : dx + w] for dy in range(2 * pad + 1) for dx in range(2 * pad + 1)]
     return np.stack(crops + [c[:, ::-1] for c in crops])
 
 
@@ -104,8 +107,11 @@ def test_augmentation_changes_training_batches_only(cifar_root, relaxed_cifar_ch
     for (x1, y1), (x2, y2) in zip(val1, val2):
         assert x1.shape == (32, 32, 32, 3) and torch.equal(x1, x2) and torch.equal(y1, y2)
     test_inputs, _ = dm.arrays("test")  # evaluation never augments, on either held-out split
-    assert all(torch.equal(x, plain(test_inputs[32 * i:32 * (i + 1)])) for i, (x, _) in enumerate(dm.test_dataloader())
-               if 32 * (i + 1) <= len(test_inputs))
+    assert all(
+        torch.equal(x, plain(test_inputs[32 * i : 32 * (i + 1)]))
+        for i, (x, _) in enumerate(dm.test_dataloader())
+        if 32 * (i + 1) <= len(test_inputs)
+    )
 
 
 def test_without_augment_training_batches_repeat_exactly(cifar_root, relaxed_cifar_checks):
@@ -117,13 +123,24 @@ def test_without_augment_training_batches_repeat_exactly(cifar_root, relaxed_cif
 
 # --- the recipe, end to end on XLA:CPU -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def resnet_run(cifar_root, tmp_path_factory):
     """Two epochs of five steps each: SGD's first step (no momentum buffer yet) and the steady step
     are two training graphs, both compiled in epoch 1."""
     work = tmp_path_factory.mktemp("resnet_run")
-    proc = run_cli("fit", "recipe=cifar10_resnet", "accelerator=xla", "devices=1", "epochs=2", "batch_size=32",
-                   f"data_dir={cifar_root}", "download=false", "test_after_fit=false", cwd=work)
+    proc = run_cli(
+        "fit",
+        "recipe=cifar10_resnet",
+        "accelerator=xla",
+        "devices=1",
+        "epochs=2",
+        "batch_size=32",
+        f"data_dir={cifar_root}",
+        "download=false",
+        "test_after_fit=false",
+        cwd=work,
+    )
     return work / "runs" / "cifar10_resnet" / "version_0", proc
 
 
@@ -141,8 +158,12 @@ def test_resnet_recipe_trains_on_xla_and_never_recompiles_after_epoch_one(resnet
     config = yaml.safe_load((run / "config.yaml").read_text())
     model, data = config["model"], config["data"]["init_args"]
     assert model["net"]["class_path"].endswith("CifarResNet") and model["net"]["init_args"]["depth"] == 20
-    assert (model["optimizer"], model["momentum"], model["weight_decay"], model["schedule"]) == \
-        ("sgd", 0.9, 0.0005, "cosine")
+    assert (model["optimizer"], model["momentum"], model["weight_decay"], model["schedule"]) == (
+        "sgd",
+        0.9,
+        0.0005,
+        "cosine",
+    )
     assert data["augment"] is True
     rows = metrics_rows(run)
     compiles = epoch_value(rows, "xla_compiles")
@@ -151,8 +172,7 @@ def test_resnet_recipe_trains_on_xla_and_never_recompiles_after_epoch_one(resnet
     assert "epoch 2  " in proc.stdout and "compile 0.0 s (0 graphs)" in proc.stdout
 
 
-def test_resnet_checkpoint_predicts_on_cpu_alike_at_batch_sizes_1_and_64(resnet_run, cifar_root,
-                                                                        relaxed_cifar_checks):
+def test_resnet_checkpoint_predicts_on_cpu_alike_at_batch_sizes_1_and_64(resnet_run, cifar_root, relaxed_cifar_checks):
     from xla_train import load_for_inference
     from xla_train.data.cifar10 import CIFAR10DataModule
 

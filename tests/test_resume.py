@@ -1,4 +1,5 @@
 """Nothing lost: a run killed mid-epoch (SIGKILL) or preempted (SIGTERM) resumes to the same weights."""
+
 import re
 import subprocess
 import sys
@@ -14,8 +15,15 @@ from xla_train.training.resume import PREEMPTED_EXIT_CODE
 # 200 fixture images at batch 32: 6 steps an epoch, 2 epochs = 12 steps; last.ckpt every 2 steps,
 # so a kill at step 9 (the 4th batch of epoch 2) finds the step-8 checkpoint, 2 batches into the epoch.
 # val_fraction=0 keeps all 200 for training (validation on the test split): these tests are about resuming.
-COMMON = ("recipe=cifar10", "epochs=2", "batch_size=32", "download=false", "test_after_fit=false",
-          "checkpoint_every=2", "val_fraction=0")
+COMMON = (
+    "recipe=cifar10",
+    "epochs=2",
+    "batch_size=32",
+    "download=false",
+    "test_after_fit=false",
+    "checkpoint_every=2",
+    "val_fraction=0",
+)
 
 
 def final_weights(work):
@@ -86,9 +94,15 @@ def test_same_seed_same_weights_on_cpu(uninterrupted_cpu, cifar_root, tmp_path):
 
 
 def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu, cifar_root, tmp_path):
-    killed = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}",
-                     "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9",
-                     cwd=tmp_path, check=False)
+    killed = run_cli(
+        *COMMON,
+        "accelerator=cpu",
+        f"data_dir={cifar_root}",
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=9",
+        cwd=tmp_path,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert final_weights(tmp_path)[0] == 8  # the step-8 checkpoint, mid epoch 2, survived the kill
     run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
@@ -99,13 +113,23 @@ def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu,
 def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_root, tmp_path):
     """GlobalRngCifar augments every training batch from np.random and random: a resumed run gives the
     uninterrupted run's weights only if both RNGs come back as they were at the checkpoint (RngState)."""
-    rng_data = ("data.class_path=probes.GlobalRngCifar", f"data_dir={cifar_root}", "accelerator=cpu",
-                "model.net.class_path=probes.TinyNet")  # the subject is the data's RNGs, not the model
+    rng_data = (
+        "data.class_path=probes.GlobalRngCifar",
+        f"data_dir={cifar_root}",
+        "accelerator=cpu",
+        "model.net.class_path=probes.TinyNet",
+    )  # the subject is the data's RNGs, not the model
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     run_cli(*COMMON, *rng_data, cwd=a)
-    killed = run_cli(*COMMON, *rng_data, "--trainer.callbacks+=killer.KillAt",
-                     "--trainer.callbacks.init_args.step=9", cwd=b, check=False)
+    killed = run_cli(
+        *COMMON,
+        *rng_data,
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=9",
+        cwd=b,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert final_weights(b)[0] == 8
     run_cli(*COMMON, *rng_data, "ckpt=last", cwd=b)
@@ -113,9 +137,16 @@ def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_ro
 
 
 def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(uninterrupted_cpu, cifar_root, tmp_path):
-    stopped = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}",
-                      "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9",
-                      "--trainer.callbacks.init_args.sig=SIGTERM", cwd=tmp_path, check=False)
+    stopped = run_cli(
+        *COMMON,
+        "accelerator=cpu",
+        f"data_dir={cifar_root}",
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=9",
+        "--trainer.callbacks.init_args.sig=SIGTERM",
+        cwd=tmp_path,
+        check=False,
+    )
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
     assert "stopped by signal after step 9" in stopped.stderr and "ckpt=last" in stopped.stderr
     assert final_weights(tmp_path)[0] == 9
@@ -125,9 +156,17 @@ def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(unin
 
 
 def test_sigint_is_a_clean_stop_too(cifar_root, tmp_path):
-    stopped = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "epochs=1",
-                      "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=3",
-                      "--trainer.callbacks.init_args.sig=SIGINT", cwd=tmp_path, check=False)
+    stopped = run_cli(
+        *COMMON,
+        "accelerator=cpu",
+        f"data_dir={cifar_root}",
+        "epochs=1",
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=3",
+        "--trainer.callbacks.init_args.sig=SIGINT",
+        cwd=tmp_path,
+        check=False,
+    )
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
     assert final_weights(tmp_path)[0] == 3
 
@@ -141,9 +180,16 @@ def test_xla_sigterm_then_resume_matches_the_uninterrupted_run(cifar_root, tmp_p
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     run_cli(*COMMON, "accelerator=xla", f"data_dir={cifar_root}", cwd=a)
-    stopped = run_cli(*COMMON, "accelerator=xla", f"data_dir={cifar_root}",
-                      "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9",
-                      "--trainer.callbacks.init_args.sig=SIGTERM", cwd=b, check=False)
+    stopped = run_cli(
+        *COMMON,
+        "accelerator=xla",
+        f"data_dir={cifar_root}",
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=9",
+        "--trainer.callbacks.init_args.sig=SIGTERM",
+        cwd=b,
+        check=False,
+    )
     assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
     resumed = run_cli(*COMMON, "accelerator=xla", f"data_dir={cifar_root}", "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)
@@ -154,14 +200,22 @@ def test_xla_resume_on_device_data_with_device_augmentation_ends_at_the_uninterr
     """On XLA with the data on the device and augment=true, crops and flips are drawn on the device from its seed,
     which the checkpoint keeps: killed at step 9 and resumed from step 8, the run ends where the uninterrupted one
     did. A tiny net (fast to compile) with dropout-free BatchNorm; a lost or redrawn crop moves weights by 1e-3."""
-    args = (*COMMON, "accelerator=xla", "model.net.class_path=probes.TinyNet", "augment=true", "on_device=true",
-            f"data_dir={cifar_root}", "trainer.limit_val_batches=1")
+    args = (
+        *COMMON,
+        "accelerator=xla",
+        "model.net.class_path=probes.TinyNet",
+        "augment=true",
+        "on_device=true",
+        f"data_dir={cifar_root}",
+        "trainer.limit_val_batches=1",
+    )
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     first = run_cli(*args, cwd=a)
     assert "data: on the device (" in first.stdout
-    killed = run_cli(*args, "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9", cwd=b,
-                     check=False)
+    killed = run_cli(
+        *args, "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9", cwd=b, check=False
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert final_weights(b)[0] == 8
     run_cli(*args, "ckpt=last", cwd=b)

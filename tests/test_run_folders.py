@@ -1,4 +1,5 @@
 """Run folders: claimed exclusively, so concurrent fits never share one; logger=tensorboard really writes."""
+
 import multiprocessing as mp
 import subprocess
 import sys
@@ -51,8 +52,16 @@ def test_claim_folder_skips_a_number_taken_since_it_listed(tmp_path, monkeypatch
 
 def test_a_refused_command_claims_no_folder(tmp_path):
     """The claim waits for the checks: a missing data set leaves no version_N behind."""
-    proc = run_cli("fit", "recipe=quickstart", "accelerator=cpu", "epochs=1", "batch_size=12", cwd=tmp_path,
-                   check=False, timeout=300)
+    proc = run_cli(
+        "fit",
+        "recipe=quickstart",
+        "accelerator=cpu",
+        "epochs=1",
+        "batch_size=12",
+        cwd=tmp_path,
+        check=False,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -70,13 +79,28 @@ runpy.run_module("xla_train", run_name="__main__", alter_sys=True)
 
 
 def test_tensorboard_missing_is_one_line_that_says_how_to_install_it(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", BLOCK_TENSORBOARD, "fit", "recipe=quickstart", "epochs=1",
-                           "accelerator=cpu", "logger=tensorboard"], cwd=tmp_path, env=cli_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BLOCK_TENSORBOARD,
+            "fit",
+            "recipe=quickstart",
+            "epochs=1",
+            "accelerator=cpu",
+            "logger=tensorboard",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "xla_train: error: logger=tensorboard needs the tensorboard package: pip install 'xla_train[tensorboard]' "
-        "(or pip install tensorboard), or use logger=csv")
+        "(or pip install tensorboard), or use logger=csv"
+    )
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -85,8 +109,17 @@ def test_logger_tensorboard_writes_event_files_with_the_metrics(tmp_path):
     require("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_cli("fit", "recipe=quickstart", "epochs=1", "accelerator=cpu", "logger=tensorboard",
-            "trainer.limit_train_batches=3", "test_after_fit=false", "predict_samples=0", cwd=tmp_path)
+    run_cli(
+        "fit",
+        "recipe=quickstart",
+        "epochs=1",
+        "accelerator=cpu",
+        "logger=tensorboard",
+        "trainer.limit_train_batches=3",
+        "test_after_fit=false",
+        "predict_samples=0",
+        cwd=tmp_path,
+    )
     folder = tmp_path / "runs" / "quickstart" / "version_0"
     assert list(folder.glob("events.out.tfevents.*")) and (folder / "checkpoints" / "last.ckpt").is_file()
     events = EventAccumulator(str(folder))
@@ -109,8 +142,9 @@ def test_evaluations_go_beside_the_run_or_under_runs_dir(tmp_path, monkeypatch):
     assert run_folders.eval_parent(str(mine), "cifar10", None) == mine / "cifar10"
     # a run this user cannot write (emulated: tests may run as root, which may write anywhere)
     real_access = run_folders.os.access
-    monkeypatch.setattr(run_folders.os, "access", lambda p, mode: False if Path(p) == run.resolve() else
-                        real_access(p, mode))
+    monkeypatch.setattr(
+        run_folders.os, "access", lambda p, mode: False if Path(p) == run.resolve() else real_access(p, mode)
+    )
     assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == mine / "cifar10"
 
 

@@ -8,6 +8,7 @@ writes, and the channel between host processes. GPU nodes are emulated by
 torchrun's environment variables and a faked CUDA device count; the Trainer
 is built, not run.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,11 +48,24 @@ def _host_share_probe() -> None:
         for host in range(hosts):
             pretend(host, hosts)
             if cli is None:
-                cli = built_cli({"recipe": "quickstart", "accelerator": "xla", "devices": "auto",
-                                 "data.class_path": "probes.RowsDataModule", "batch_size": str(BATCH)})
+                cli = built_cli(
+                    {
+                        "recipe": "quickstart",
+                        "accelerator": "xla",
+                        "devices": "auto",
+                        "data.class_path": "probes.RowsDataModule",
+                        "batch_size": str(BATCH),
+                    }
+                )
             t, dm = rebuilt_trainer(cli), cli.datamodule
-            rec = {"num_devices": t.num_devices, "num_nodes": t.num_nodes, "world_size": t.world_size,
-                   "global_rank": t.global_rank, "is_global_zero": t.is_global_zero, "share": dm.process_share()}
+            rec = {
+                "num_devices": t.num_devices,
+                "num_nodes": t.num_nodes,
+                "world_size": t.world_size,
+                "global_rank": t.global_rank,
+                "is_global_zero": t.is_global_zero,
+                "share": dm.process_share(),
+            }
             for split in ROWS:
                 loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
                 rec[split] = [[int(r) if int(lab) >= 0 else -1 for r, lab in zip(x[:, 0], y)] for x, y in loader]
@@ -66,8 +80,10 @@ def _host_share_probe() -> None:
         if hosts == 1:  # through the command line, which must hand num_nodes to the plan
             err = io.StringIO()
             with contextlib.redirect_stderr(err):
-                errors[f"{hosts}/{arg}"] = [main(["recipe=quickstart", "accelerator=xla", "devices=auto", arg]),
-                                            err.getvalue()]
+                errors[f"{hosts}/{arg}"] = [
+                    main(["recipe=quickstart", "accelerator=xla", "devices=auto", arg]),
+                    err.getvalue(),
+                ]
             continue
         key, value = arg.split("=")
         try:
@@ -80,9 +96,14 @@ def _host_share_probe() -> None:
 @pytest.fixture(scope="module")
 def host_shares(tmp_path_factory) -> dict:
     code = "import test_scaling; test_scaling._host_share_probe()"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path_factory.mktemp("shares"),
-                          env=cli_env(GLOBAL_DEVICES, PYTHONPATH=str(TESTS)), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path_factory.mktemp("shares"),
+        env=cli_env(GLOBAL_DEVICES, PYTHONPATH=str(TESTS)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -138,13 +159,26 @@ def test_only_the_first_pod_host_writes_and_every_host_resumes(tmp_path):
     def host(h: int, *extra: str):
         work = runs[h].parent
         work.mkdir(exist_ok=True)
-        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=port)
-        args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0",
-                f"runs_dir={runs[h]}", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-                "--trainer.limit_test_batches=1", "--trainer.num_sanity_val_steps=0", *extra]
-        return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=120)
+        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        args = [
+            "recipe=quickstart",
+            "model.net.class_path=probes.TinyNet",
+            "predict_samples=0",
+            f"runs_dir={runs[h]}",
+            "--trainer.limit_train_batches=2",
+            "--trainer.limit_val_batches=1",
+            "--trainer.limit_test_batches=1",
+            "--trainer.num_sanity_val_steps=0",
+            *extra,
+        ]
+        return subprocess.run(
+            [sys.executable, str(TESTS / "pod_host.py"), *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def both(*extra: str):
         with ThreadPoolExecutor(2) as pool:
@@ -187,14 +221,29 @@ def test_pod_hosts_run_steps_per_execution_as_one_step_at_a_time(tmp_path):
         def host(h: int):
             work = tmp_path / f"k{k}" / f"host{h}"
             work.mkdir(parents=True)
-            env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=port)
-            args = ["recipe=quickstart", "model.net.class_path=probes.TinyNet", "predict_samples=0", "epochs=1",
-                    "test_after_fit=false", f"steps_per_execution={k}", "on_device=true",
-                    "--trainer.limit_train_batches=4",
-                    "--trainer.limit_val_batches=1", "--trainer.num_sanity_val_steps=0"]
-            return subprocess.run([sys.executable, str(TESTS / "pod_host.py"), *args], cwd=work, env=env,
-                                  capture_output=True, text=True, timeout=180)
+            env = cli_env(
+                2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+            )
+            args = [
+                "recipe=quickstart",
+                "model.net.class_path=probes.TinyNet",
+                "predict_samples=0",
+                "epochs=1",
+                "test_after_fit=false",
+                f"steps_per_execution={k}",
+                "on_device=true",
+                "--trainer.limit_train_batches=4",
+                "--trainer.limit_val_batches=1",
+                "--trainer.num_sanity_val_steps=0",
+            ]
+            return subprocess.run(
+                [sys.executable, str(TESTS / "pod_host.py"), *args],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
 
         with ThreadPoolExecutor(2) as pool:
             procs = list(pool.map(host, (0, 1)))
@@ -230,9 +279,16 @@ def torchrun_rank(monkeypatch):
     monkeypatch.setenv("PL_GLOBAL_SEED", os.environ.get("PL_GLOBAL_SEED", "0"))
 
     def rank(r: int) -> None:
-        for k, v in {"TORCHELASTIC_RUN_ID": "test", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
-                     "WORLD_SIZE": "8", "RANK": str(r), "LOCAL_RANK": str(r % 4), "GROUP_RANK": str(r // 4),
-                     "LOCAL_WORLD_SIZE": "4"}.items():
+        for k, v in {
+            "TORCHELASTIC_RUN_ID": "test",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29500",
+            "WORLD_SIZE": "8",
+            "RANK": str(r),
+            "LOCAL_RANK": str(r % 4),
+            "GROUP_RANK": str(r // 4),
+            "LOCAL_WORLD_SIZE": "4",
+        }.items():
             monkeypatch.setenv(k, v)
 
     return rank
@@ -247,8 +303,16 @@ def test_two_gpu_nodes_run_lightnings_ddp_with_one_share_per_process(torchrun_ra
     monkeypatch.chdir(tmp_path)
     slices = {split: [] for split in ROWS}
     torchrun_rank(0)
-    cli = built_cli({"recipe": "quickstart", "accelerator": "gpu", "devices": "4", "num_nodes": "2",
-                     "data.class_path": "probes.RowsDataModule", "batch_size": str(BATCH)})
+    cli = built_cli(
+        {
+            "recipe": "quickstart",
+            "accelerator": "gpu",
+            "devices": "4",
+            "num_nodes": "2",
+            "data.class_path": "probes.RowsDataModule",
+            "batch_size": str(BATCH),
+        }
+    )
     for r in range(8):
         torchrun_rank(r)  # each process of the job builds its Trainer the same way, in its own environment
         t, dm = rebuilt_trainer(cli), cli.datamodule
@@ -268,13 +332,19 @@ def test_two_gpu_nodes_run_lightnings_ddp_with_one_share_per_process(torchrun_ra
             assert sum((s[step] for s in per_rank), []) == batch  # 8 disjoint slices of each global batch
 
 
-@pytest.mark.parametrize("case,message", [
-    ("1/num_nodes=2", "num_nodes=2 but the XLA runtime has 1 host(s); leave num_nodes unset on XLA"),
-    ("2/num_nodes=3", "num_nodes=3 but the XLA runtime has 2 host(s)"),
-    ("2/devices=2", "devices=2 but data parallelism (SPMD) spans every XLA device, and this host has 4 (of 8 on "
-                    "2 hosts); use devices=auto"),
-    ("2/strategy=xla_single", "strategy=xla_single drives one device, not the 8 of 2 hosts"),
-])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("1/num_nodes=2", "num_nodes=2 but the XLA runtime has 1 host(s); leave num_nodes unset on XLA"),
+        ("2/num_nodes=3", "num_nodes=3 but the XLA runtime has 2 host(s)"),
+        (
+            "2/devices=2",
+            "devices=2 but data parallelism (SPMD) spans every XLA device, and this host has 4 (of 8 on "
+            "2 hosts); use devices=auto",
+        ),
+        ("2/strategy=xla_single", "strategy=xla_single drives one device, not the 8 of 2 hosts"),
+    ],
+)
 def test_bad_pod_settings_are_one_line(host_shares, case, message):
     code, err = host_shares["errors"][case]
     last = err.strip().splitlines()[-1]
@@ -303,11 +373,28 @@ def test_torchrun_runs_the_module_as_two_nodes(tmp_path):
         work = tmp_path / f"node{n}"
         work.mkdir()
         env = {k: v for k, v in cli_env(1, PYTHONPATH=str(TESTS)).items() if not k.startswith("PJRT_")}
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
-               f"--node-rank={n}", f"--rdzv-endpoint=127.0.0.1:{port}", "-m", "xla_train", "recipe=quickstart",
-               "accelerator=cpu", "devices=1", "num_nodes=2", "epochs=1", "model.net.class_path=probes.TinyNet",
-               "predict_samples=0", f"runs_dir={work / 'runs'}", "--trainer.limit_train_batches=3",
-               "--trainer.limit_val_batches=2", "--trainer.limit_test_batches=2"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node-rank={n}",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            "-m",
+            "xla_train",
+            "recipe=quickstart",
+            "accelerator=cpu",
+            "devices=1",
+            "num_nodes=2",
+            "epochs=1",
+            "model.net.class_path=probes.TinyNet",
+            "predict_samples=0",
+            f"runs_dir={work / 'runs'}",
+            "--trainer.limit_train_batches=3",
+            "--trainer.limit_val_batches=2",
+            "--trainer.limit_test_batches=2",
+        ]
         return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300), work
 
     with ThreadPoolExecutor(2) as pool:

@@ -1,6 +1,7 @@
 """`predict ckpt=... split=...`: every sample once, in order, equal to CPU predict, on 1 and 8 XLA devices without
 recompiling; bad input in one line; and text checkpoints that keep their own tokenizer (validate, test, resume,
 predict) whatever vocabulary the data folder would give."""
+
 import csv
 import re
 import shutil
@@ -8,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import run_cli
 from test_imdb import write_aclimdb
@@ -38,12 +38,22 @@ def run_copy(cpu_run, tmp_path):
 
 
 @pytest.mark.parametrize("devices, batch_size", [(1, 24), (8, 8)])  # 80 test samples: 24 and 64 do not divide it
-def test_split_predict_on_xla_devices_keeps_every_sample_in_order(cpu_run, cifar_root, relaxed_cifar_checks,
-                                                                  tmp_path, devices, batch_size):
+def test_split_predict_on_xla_devices_keeps_every_sample_in_order(
+    cpu_run, cifar_root, relaxed_cifar_checks, tmp_path, devices, batch_size
+):
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
     out = tmp_path / "preds.csv"
-    proc = run_cli("predict", f"ckpt={ckpt}", "split=test", "accelerator=xla", f"batch_size={batch_size}",
-                   f"out={out}", "--probs", cwd=tmp_path, devices=devices)
+    proc = run_cli(
+        "predict",
+        f"ckpt={ckpt}",
+        "split=test",
+        "accelerator=xla",
+        f"batch_size={batch_size}",
+        f"out={out}",
+        "--probs",
+        cwd=tmp_path,
+        devices=devices,
+    )
     reference, labels = cpu_reference(ckpt, cifar_root)
     names = load_for_inference(ckpt).labels
     rows = read_csv(out)
@@ -55,16 +65,16 @@ def test_split_predict_on_xla_devices_keeps_every_sample_in_order(cpu_run, cifar
     assert [r["predicted"] for r in rows] == [names[i] for i in reference.argmax(1)]
     np.testing.assert_allclose([float(r["probability"]) for r in rows], reference.max(1), atol=1e-4)
     global_batch = batch_size * devices
-    assert f"80 samples of the test split on" in proc.stdout and f"batch(es) of {global_batch}" in proc.stdout
-    first, after = map(int, re.search(r"XLA graphs compiled: (\d+) for the first batch, (\d+) after it",
-                                      proc.stdout).groups())
+    assert "80 samples of the test split on" in proc.stdout and f"batch(es) of {global_batch}" in proc.stdout
+    first, after = map(
+        int, re.search(r"XLA graphs compiled: (\d+) for the first batch, (\d+) after it", proc.stdout).groups()
+    )
     assert first >= 1 and after == 0, proc.stdout
     acc = float(re.search(r"accuracy ([\d.]+)", proc.stdout).group(1))
     assert acc == pytest.approx((reference.argmax(1) == labels).mean(), abs=1e-4)
 
 
-def test_split_predict_writes_beside_the_run_and_never_overwrites(run_copy, cifar_root, relaxed_cifar_checks,
-                                                                  capsys):
+def test_split_predict_writes_beside_the_run_and_never_overwrites(run_copy, cifar_root, relaxed_cifar_checks, capsys):
     ckpt = run_copy / "checkpoints" / "last.ckpt"
     assert main(["predict", f"ckpt={ckpt}", "split=val", "accelerator=cpu", "batch_size=48"]) == 0
     assert main(["predict", f"ckpt={ckpt}", "split=val", "accelerator=cpu"]) == 0
@@ -81,15 +91,18 @@ def test_split_predict_writes_beside_the_run_and_never_overwrites(run_copy, cifa
     assert path == run_copy / "predictions-train-last.csv" and len(read_csv(path)) + len(rows) == 200
 
 
-@pytest.mark.parametrize("case, message", [
-    ("split", "split='bogus' is not a split; use split=test, split=val or split=train"),
-    ("no_config", "has no saved run config"),
-    ("no_data", "CIFAR-10 at"),
-    ("out_exists", "already exists; predict never overwrites a file"),
-    ("both", "give either inputs= or split=, not both"),
-    ("devices", "devices='abc' must be a whole number of at least 1, or auto"),
-    ("batch", "batch_size=12 is not a positive multiple of 8"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("split", "split='bogus' is not a split; use split=test, split=val or split=train"),
+        ("no_config", "has no saved run config"),
+        ("no_data", "CIFAR-10 at"),
+        ("out_exists", "already exists; predict never overwrites a file"),
+        ("both", "give either inputs= or split=, not both"),
+        ("devices", "devices='abc' must be a whole number of at least 1, or auto"),
+        ("batch", "batch_size=12 is not a positive multiple of 8"),
+    ],
+)
 def test_bad_split_predict_is_one_line_and_writes_nothing(run_copy, tmp_path, capsys, case, message):
     ckpt = run_copy / "checkpoints" / "last.ckpt"
     args = ["predict", f"ckpt={ckpt}", "split=test", "accelerator=cpu"]
@@ -122,8 +135,18 @@ def test_bad_split_predict_is_one_line_and_writes_nothing(run_copy, tmp_path, ca
 
 # --- text checkpoints keep their own tokenizer -----------------------------------------------------------------
 
-FIT = ["fit", "recipe=imdb", "maxlen=64", "model.net.embed_dim=16", "model.net.hidden_size=16", "lr=0.01",
-       "download=false", "accelerator=cpu", "batch_size=64", "test_after_fit=false"]
+FIT = [
+    "fit",
+    "recipe=imdb",
+    "maxlen=64",
+    "model.net.embed_dim=16",
+    "model.net.hidden_size=16",
+    "lr=0.01",
+    "download=false",
+    "accelerator=cpu",
+    "batch_size=64",
+    "test_after_fit=false",
+]
 
 
 def other_vocabulary(src: Path, dst: Path) -> Path:
@@ -155,10 +178,12 @@ def test_text_checkpoint_keeps_its_tokenizer_whatever_the_data_folder(text_run, 
     same = api.evaluate(str(ckpt), split="test", accelerator="cpu", data_dir=str(root))
     changed = api.evaluate(str(ckpt), split="test", accelerator="cpu", data_dir=str(other))
     assert same and changed == same
-    path = api.predict_split(str(ckpt), split="test", out=tmp_path / "p.csv", accelerator="cpu",
-                             data_dir=str(other), probs=True)
-    texts = [f.read_text() for label in ("neg", "pos")
-             for f in sorted((root / "aclImdb" / "test" / label).glob("*.txt"))]
+    path = api.predict_split(
+        str(ckpt), split="test", out=tmp_path / "p.csv", accelerator="cpu", data_dir=str(other), probs=True
+    )
+    texts = [
+        f.read_text() for label in ("neg", "pos") for f in sorted((root / "aclImdb" / "test" / label).glob("*.txt"))
+    ]
     reference = load_for_inference(ckpt).probabilities(texts).numpy()
     rows = read_csv(path)
     np.testing.assert_allclose([[float(r["p_neg"]), float(r["p_pos"])] for r in rows], reference, atol=1e-4)
@@ -179,10 +204,21 @@ def test_text_split_predict_on_two_xla_devices_uses_the_checkpoint_tokenizer(tex
     work, root, ckpt = text_run
     other = other_vocabulary(root, tmp_path / "other")
     out = tmp_path / "text.csv"
-    proc = run_cli("predict", f"ckpt={ckpt}", "split=test", "accelerator=xla", "batch_size=16", f"data_dir={other}",
-                   f"out={out}", "--probs", cwd=tmp_path, devices=2)
-    texts = [f.read_text() for label in ("neg", "pos")
-             for f in sorted((root / "aclImdb" / "test" / label).glob("*.txt"))]
+    proc = run_cli(
+        "predict",
+        f"ckpt={ckpt}",
+        "split=test",
+        "accelerator=xla",
+        "batch_size=16",
+        f"data_dir={other}",
+        f"out={out}",
+        "--probs",
+        cwd=tmp_path,
+        devices=2,
+    )
+    texts = [
+        f.read_text() for label in ("neg", "pos") for f in sorted((root / "aclImdb" / "test" / label).glob("*.txt"))
+    ]
     reference = load_for_inference(ckpt).probabilities(texts).numpy()
     rows = read_csv(out)
     assert [int(r["index"]) for r in rows] == list(range(len(texts)))

@@ -6,6 +6,7 @@ callback given on the command line) to record what only the live process can
 see: how the batch is sharded, how many host reads a step makes, and what the
 trained module predicts on its devices.
 """
+
 from __future__ import annotations
 
 import csv
@@ -70,12 +71,17 @@ class Probe(pl.Callback):
             sharded = getattr(trainer.strategy, "mesh", None) is not None
             shards = torch_xla._XLAC._get_local_shards([sent])[0] if sharded else []
             self.record.update(
-                num_devices=trainer.num_devices, world_size=trainer.world_size, global_batch=int(sent.shape[0]),
-                resident=resident, input_spec=spec(sent), label_spec=spec(batch[1]) if len(batch) > 1 else None,
+                num_devices=trainer.num_devices,
+                world_size=trainer.world_size,
+                global_batch=int(sent.shape[0]),
+                resident=resident,
+                input_spec=spec(sent),
+                label_spec=spec(batch[1]) if len(batch) > 1 else None,
                 step_shape=list(batch[0].shape) if resident else None,
                 param_spec=spec(next(pl_module.parameters())),
                 shards=[[str(dev), list(data.shape)] for data, dev in shards],
-                batch_norm_error=self._batch_norm_error(x, pl_module.net.features[0]))
+                batch_norm_error=self._batch_norm_error(x, pl_module.net.features[0]),
+            )
         if trainer.current_epoch == 0 and batch_idx == 1:  # the optimizer has state after one step
             state = next(iter(trainer.optimizers[0].state.values()))
             self.record["optimizer_state_spec"] = spec(next(v for v in state.values() if v.dim() > 0))
@@ -92,8 +98,10 @@ class Probe(pl.Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if trainer.current_epoch == 0:  # weights and optimizer state after the first few steps
             moments = [s["momentum_buffer"].cpu() for s in trainer.optimizers[0].state.values()]
-            torch.save({"net": {k: v.cpu() for k, v in pl_module.net.state_dict().items()}, "moments": moments},
-                       Path(trainer.log_dir, "after_epoch_1.pt"))
+            torch.save(
+                {"net": {k: v.cpu() for k, v in pl_module.net.state_dict().items()}, "moments": moments},
+                Path(trainer.log_dir, "after_epoch_1.pt"),
+            )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.current_epoch == 1 and batch_idx + 1 == trainer.num_training_batches:
@@ -121,9 +129,18 @@ class Probe(pl.Callback):
         Path(trainer.log_dir, "probe.json").write_text(json.dumps(self.record))
 
 
-AS_TRAINED = ("fit", "recipe=cifar10", "accelerator=xla", "epochs=2", "download=false", "test_after_fit=false",
-              # SGD: Adam would hide a wrongly scaled gradient
-              "model.optimizer=sgd", "lr=0.01", "model.schedule=cosine")
+AS_TRAINED = (
+    "fit",
+    "recipe=cifar10",
+    "accelerator=xla",
+    "epochs=2",
+    "download=false",
+    "test_after_fit=false",
+    # SGD: Adam would hide a wrongly scaled gradient
+    "model.optimizer=sgd",
+    "lr=0.01",
+    "model.schedule=cosine",
+)
 # no dropout, and BatchNorm frozen: the exact comparison measures the sharding and the all-reduce alone
 COMMON = (*AS_TRAINED, "model.dropout=0", "model.dense_dropout=0", "--trainer.callbacks+=test_spmd.Probe")
 
@@ -135,8 +152,15 @@ def runs(cifar_root, tmp_path_factory):
     work = {d: tmp_path_factory.mktemp(f"spmd_{d}dev") for d in (1, 8)}
 
     def fit(devices: int):
-        proc = run_cli(*COMMON, f"devices={devices}", f"batch_size={64 // devices}", f"data_dir={cifar_root}",
-                       *(["on_device=false"] if devices == 1 else []), cwd=work[devices], devices=devices)
+        proc = run_cli(
+            *COMMON,
+            f"devices={devices}",
+            f"batch_size={64 // devices}",
+            f"data_dir={cifar_root}",
+            *(["on_device=false"] if devices == 1 else []),
+            cwd=work[devices],
+            devices=devices,
+        )
         return work[devices] / "runs" / "cifar10" / "version_0", proc
 
     with ThreadPoolExecutor(2) as pool:
@@ -150,9 +174,16 @@ def live_runs(cifar_root, tmp_path_factory):
     work = {d: tmp_path_factory.mktemp(f"spmd_live_{d}dev") for d in (1, 8)}
 
     def fit(devices: int):
-        run_cli(*AS_TRAINED, "--trainer.callbacks+=test_spmd.Probe",
-                "--trainer.callbacks.init_args.frozen_batch_norm=false", f"devices={devices}",
-                f"batch_size={64 // devices}", f"data_dir={cifar_root}", cwd=work[devices], devices=devices)
+        run_cli(
+            *AS_TRAINED,
+            "--trainer.callbacks+=test_spmd.Probe",
+            "--trainer.callbacks.init_args.frozen_batch_norm=false",
+            f"devices={devices}",
+            f"batch_size={64 // devices}",
+            f"data_dir={cifar_root}",
+            cwd=work[devices],
+            devices=devices,
+        )
         return work[devices] / "runs" / "cifar10" / "version_0"
 
     with ThreadPoolExecutor(2) as pool:
@@ -165,8 +196,12 @@ def probe(run: Path) -> dict:
 
 def epoch_metrics(run: Path) -> dict[tuple[int, str], float]:
     with open(run / "metrics.csv") as f:
-        return {(int(r["epoch"]), k): float(v) for r in csv.DictReader(f) for k, v in r.items()
-                if v and k not in ("epoch", "step")}
+        return {
+            (int(r["epoch"]), k): float(v)
+            for r in csv.DictReader(f)
+            for k, v in r.items()
+            if v and k not in ("epoch", "step")
+        }
 
 
 def checkpoint(run: Path) -> dict:
@@ -231,8 +266,13 @@ def test_dropout_masks_on_eight_devices_are_the_one_device_masks(tmp_path):
     masks = {}
     for devices in (1, 8):
         out = tmp_path / f"mask{devices}.npy"
-        proc = subprocess.run([sys.executable, "-c", DROPOUT_MASK, str(devices), str(out)], env=cli_env(devices),
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", DROPOUT_MASK, str(devices), str(out)],
+            env=cli_env(devices),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         masks[devices] = np.load(out)
     assert 0.45 < masks[1].mean() < 0.55 and not (masks[1][0] == masks[1][1]).all()  # a real mask, redrawn
@@ -259,11 +299,13 @@ def test_eight_devices_train_like_one_with_batch_norm_and_dropout_on(live_runs):
         keys = [k for k, w in a.items() if w.is_floating_point()]
         whole = rel_diff(torch.cat([a[k].flatten() for k in keys]), torch.cat([b[k].flatten() for k in keys]))
         per_tensor = {k: rel_diff(a[k], b[k]) for k in keys}
-        print(f"8 devices vs 1: whole model {whole:.1e}; per tensor {max(per_tensor.values()):.1e} at most "
-              f"({max(per_tensor, key=per_tensor.get)})")
+        print(
+            f"8 devices vs 1: whole model {whole:.1e}; per tensor {max(per_tensor.values()):.1e} at most "
+            f"({max(per_tensor, key=per_tensor.get)})"
+        )
         assert whole < 1e-3, whole
         for k, d in per_tensor.items():
-            in_batch_norm = k[len(prefix):].rsplit(".", 1)[0] in batch_norms
+            in_batch_norm = k[len(prefix) :].rsplit(".", 1)[0] in batch_norms
             assert d < (0.3 if in_batch_norm else 1e-2), (k, d)
     assert final1["global_step"] == final8["global_step"] == 4
     m1, m8 = epoch_metrics(live_runs[1]), epoch_metrics(live_runs[8])
@@ -284,16 +326,34 @@ def test_bf16_batch_norm_statistics_on_eight_devices_are_no_worse_than_on_one(tm
     from conftest import write_cifar10
 
     data = write_cifar10(tmp_path / "data", per_batch=205)  # 1,025 images: 16 steps of 64 an epoch
-    args = ("fit", "recipe=cifar10_resnet", "depth=8", "accelerator=xla", "epochs=1", "trainer.max_steps=8",
-            "trainer.limit_val_batches=1", "download=false", "test_after_fit=false", "val_fraction=0",
-            "model.optimizer=sgd", "lr=0.01", f"data_dir={data}")
+    args = (
+        "fit",
+        "recipe=cifar10_resnet",
+        "depth=8",
+        "accelerator=xla",
+        "epochs=1",
+        "trainer.max_steps=8",
+        "trainer.limit_val_batches=1",
+        "download=false",
+        "test_after_fit=false",
+        "val_fraction=0",
+        "model.optimizer=sgd",
+        "lr=0.01",
+        f"data_dir={data}",
+    )
     found = {}
     for devices in (1, 8):
         for precision in ("32", "bf16"):
             work = tmp_path / f"{devices}-{precision}"
             work.mkdir()
-            run_cli(*args, f"devices={devices}", f"batch_size={64 // devices}", f"precision={precision}", cwd=work,
-                    devices=devices)
+            run_cli(
+                *args,
+                f"devices={devices}",
+                f"batch_size={64 // devices}",
+                f"precision={precision}",
+                cwd=work,
+                devices=devices,
+            )
             last = next(work.glob("runs/*/version_0/checkpoints/last.ckpt"))
             found[devices, precision] = torch.load(last, weights_only=True)["state_dict"]
     stats = [k for k in found[1, "32"] if k.endswith(("running_mean", "running_var"))]
@@ -322,8 +382,7 @@ def test_eight_devices_compile_in_epoch_one_and_never_sync_per_step(runs):
     assert probe(runs[8][0])["host_reads_in_epoch_2_steps"] == 0
 
 
-def test_the_eight_device_checkpoint_predicts_like_the_live_module_on_the_cpu(runs, cifar_root,
-                                                                             relaxed_cifar_checks):
+def test_the_eight_device_checkpoint_predicts_like_the_live_module_on_the_cpu(runs, cifar_root, relaxed_cifar_checks):
     from xla_train import load_for_inference
     from xla_train.data.cifar10 import load_cifar10
 
@@ -338,11 +397,16 @@ def test_the_eight_device_checkpoint_predicts_like_the_live_module_on_the_cpu(ru
     assert torch.equal(cpu.argmax(1), live.argmax(1))
 
 
-@pytest.mark.parametrize("args,message", [
-    (["devices=0"], "devices=0 must be at least 1"),
-    (["devices=8", "strategy=ddp"], "strategy='ddp' cannot run on accelerator=xla; use one of auto, xla_single, "
-                                    "spmd, xla_mp"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["devices=0"], "devices=0 must be at least 1"),
+        (
+            ["devices=8", "strategy=ddp"],
+            "strategy='ddp' cannot run on accelerator=xla; use one of auto, xla_single, spmd, xla_mp",
+        ),
+    ],
+)
 def test_bad_device_settings_fail_before_the_runtime_starts(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
@@ -357,7 +421,7 @@ def test_bad_device_settings_on_eight_devices_are_one_line_each(tmp_path):
     cases = {
         "devices=16": "devices=16 but this machine has 8 XLA device(s); use 1 to 8, or auto",
         "devices=4": "devices=4 but data parallelism (SPMD) spans every XLA device and this runtime has 8; "
-                     "use devices=auto (all 8) or devices=1, or set CPU_NUM_DEVICES=4",
+        "use devices=auto (all 8) or devices=1, or set CPU_NUM_DEVICES=4",
         "strategy=xla_mp": "strategy=xla_mp runs one process per TPU core and needs a TPU",
         "strategy=xla_single": "strategy=xla_single drives one device, not 8",
     }
@@ -372,8 +436,9 @@ for arg in {list(cases)!r}:
     out[arg] = [code, err.getvalue()]
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=cli_env(8), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=cli_env(8), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for arg, message in cases.items():
@@ -386,9 +451,11 @@ print(json.dumps(out))
 
 # --- in-process pieces (no XLA runtime) ------------------------------------------------------------------
 
-@pytest.mark.parametrize("cls,shape,momentum", [(nn.BatchNorm2d, (16, 3, 5, 5), 0.1),
-                                                (nn.BatchNorm1d, (16, 4), None),
-                                                (nn.BatchNorm1d, (16, 4, 6), 0.3)])
+
+@pytest.mark.parametrize(
+    "cls,shape,momentum",
+    [(nn.BatchNorm2d, (16, 3, 5, 5), 0.1), (nn.BatchNorm1d, (16, 4), None), (nn.BatchNorm1d, (16, 4, 6), 0.3)],
+)
 def test_reduction_batch_norm_matches_torch_and_is_undone(cls, shape, momentum):
     from xla_train.runtime.spmd import restore_batch_norm, use_reduction_batch_norm
 
@@ -446,9 +513,15 @@ def test_reduction_batch_norm_keeps_float32_statistics_under_bf16_autocast():
 
 
 def _attach(module, devices: int, batches_per_epoch: int):
-    module._trainer = SimpleNamespace(num_devices=devices, num_nodes=1, is_global_zero=True, logger=None,
-                                      train_dataloader=object(), num_training_batches=batches_per_epoch,
-                                      accumulate_grad_batches=1)
+    module._trainer = SimpleNamespace(
+        num_devices=devices,
+        num_nodes=1,
+        is_global_zero=True,
+        logger=None,
+        train_dataloader=object(),
+        num_training_batches=batches_per_epoch,
+        accumulate_grad_batches=1,
+    )
     return module
 
 
@@ -466,12 +539,13 @@ def test_linear_lr_scaling_warms_up_to_devices_times_lr(capsys):
         sched.step()
     expected = [0.01 * (1 + 7 * min(s, 10) / 10) for s in range(13)]  # from lr to 8 x lr over 2 epochs of 5 steps
     assert lrs == pytest.approx(expected)
-    assert "learning rate 0.08 = 0.01 x 8 device(s) (lr_scaling=linear), warm-up from 0.01 over 10 steps" \
+    assert (
+        "learning rate 0.08 = 0.01 x 8 device(s) (lr_scaling=linear), warm-up from 0.01 over 10 steps"
         in capsys.readouterr().out
+    )
 
 
-@pytest.mark.parametrize("settings,nesterov", [({}, True), ({"nesterov": False}, False),
-                                               ({"momentum": 0.0}, False)])
+@pytest.mark.parametrize("settings,nesterov", [({}, True), ({"nesterov": False}, False), ({"momentum": 0.0}, False)])
 def test_sgd_uses_nesterov_momentum_unless_told_not_to(settings, nesterov):
     from xla_train.models import CifarCNN
     from xla_train.training.module import Classifier

@@ -9,6 +9,7 @@ here are not the smallest possible (README, "Keep a TPU fed"). A skipped,
 repeated or reordered batch, a wrong learning rate or a wrong dropout seed moves
 the weights by about 1e-3.
 """
+
 import csv
 
 import pytest
@@ -21,8 +22,17 @@ from xla_train.training.resume import PREEMPTED_EXIT_CODE
 # 200 fixture images at batch 16: 12 steps an epoch (a group of 8, then 4); max_steps=16 stops 4 steps into epoch 2.
 # val_fraction=0 (validation on the test split) keeps every training image, and these step counts, in training.
 NO_HOLDOUT = "val_fraction=0"
-CNN = ("recipe=cifar10", "accelerator=xla", "epochs=2", "batch_size=16", "trainer.max_steps=16",
-       "trainer.limit_val_batches=2", "download=false", "test_after_fit=false", NO_HOLDOUT)
+CNN = (
+    "recipe=cifar10",
+    "accelerator=xla",
+    "epochs=2",
+    "batch_size=16",
+    "trainer.max_steps=16",
+    "trainer.limit_val_batches=2",
+    "download=false",
+    "test_after_fit=false",
+    NO_HOLDOUT,
+)
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc")
 
 
@@ -40,8 +50,9 @@ def epochs(work) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
     with open(path) as f:
         for row in csv.DictReader(f):
-            out.setdefault(int(row["epoch"]), {}).update({k: float(v) for k, v in row.items()
-                                                         if v and k not in ("epoch", "step")})
+            out.setdefault(int(row["epoch"]), {}).update(
+                {k: float(v) for k, v in row.items() if v and k not in ("epoch", "step")}
+            )
     return out
 
 
@@ -70,8 +81,11 @@ def assert_same_training(a, b, tol=1e-5, first_epoch=0, steps=16):
 def cnn_runs(cifar_root, tmp_path_factory):
     """K=1 and K=8 (unrolled) on device-resident data (on_device=auto on XLA), and K=1 streamed from the host."""
     work = tmp_path_factory.mktemp("spe")
-    settings = {1: ["steps_per_execution=1"], 8: ["steps_per_execution=8"],
-                "streamed": ["on_device=false"]}  # steps_per_execution=auto: 1 on XLA:CPU, which unrolls
+    settings = {
+        1: ["steps_per_execution=1"],
+        8: ["steps_per_execution=8"],
+        "streamed": ["on_device=false"],
+    }  # steps_per_execution=auto: 1 on XLA:CPU, which unrolls
     procs = {k: fit(work / f"k{k}", *CNN, f"data_dir={cifar_root}", *args) for k, args in settings.items()}
     return {k: work / f"k{k}" for k in procs}, procs
 
@@ -97,10 +111,22 @@ def test_eight_steps_per_execution_train_as_one_at_a_time_cnn(cnn_runs):
 # SGD with Nesterov momentum 0.9 and weight decay, on a cosine schedule whose rate changes every step. 12 steps an
 # epoch (one device at batch 16 on 200 images, or 8 devices at batch 8 on 800) and max_steps=18: at K=4, epoch 1 runs three full groups and the
 # first remainder (2 steps) comes only in epoch 2, so a remainder that needed its own program would compile there.
-TINY = ("recipe=cifar10_resnet", "model.net.class_path=probes.TinyNet", "accelerator=xla", "epochs=2",
-        "trainer.max_steps=18", "trainer.limit_val_batches=1", "download=false", "test_after_fit=false", NO_HOLDOUT)
-TINY_RUNS = {"k1": ["steps_per_execution=1"], "unroll": ["steps_per_execution=4", "execution_loop=unroll"],
-             "while": ["steps_per_execution=4", "execution_loop=while"]}
+TINY = (
+    "recipe=cifar10_resnet",
+    "model.net.class_path=probes.TinyNet",
+    "accelerator=xla",
+    "epochs=2",
+    "trainer.max_steps=18",
+    "trainer.limit_val_batches=1",
+    "download=false",
+    "test_after_fit=false",
+    NO_HOLDOUT,
+)
+TINY_RUNS = {
+    "k1": ["steps_per_execution=1"],
+    "unroll": ["steps_per_execution=4", "execution_loop=unroll"],
+    "while": ["steps_per_execution=4", "execution_loop=while"],
+}
 
 
 @pytest.fixture(scope="module", params=[1, 8], ids=["one_device", "spmd_8"])
@@ -112,10 +138,17 @@ def tiny_runs(request, cifar_root, tmp_path_factory):
     if devices > 1:  # every state tensor's sharding after the K program (issue: a partitioner may shard outputs)
         runs = {name: [*args, "--trainer.callbacks+=probes.ShardingProbe"] for name, args in runs.items()}
     if devices == 1:  # Adam (the CNN recipes' optimizer) and dropout (its seeds per step) in the While loop too
-        runs.update({f"adam_{name}": [*args, "model.optimizer=adam", "lr=0.01", "model.net.init_args.dropout=0.25"]
-                     for name, args in TINY_RUNS.items() if name != "unroll"})
-    procs = {name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *args, devices=devices)
-             for name, args in runs.items()}
+        runs.update(
+            {
+                f"adam_{name}": [*args, "model.optimizer=adam", "lr=0.01", "model.net.init_args.dropout=0.25"]
+                for name, args in TINY_RUNS.items()
+                if name != "unroll"
+            }
+        )
+    procs = {
+        name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *args, devices=devices)
+        for name, args in runs.items()
+    }
     return {name: work / name for name in procs}, procs
 
 
@@ -125,8 +158,10 @@ def test_sgd_nesterov_on_a_cosine_schedule_trains_as_one_step_at_a_time(tiny_run
     momentum buffers, BatchNorm statistics and epoch metrics after 18 steps; XLA ran about steps/K programs an
     epoch (a run that ignored steps_per_execution would run 12), and the remainder compiled nothing."""
     runs, procs = tiny_runs
-    assert f"steps per execution: 4, as an XLA {'While loop' if loop == 'while' else 'unrolled program'}" \
-           in procs[loop].stdout
+    assert (
+        f"steps per execution: 4, as an XLA {'While loop' if loop == 'while' else 'unrolled program'}"
+        in procs[loop].stdout
+    )
     assert_same_training(runs["k1"], runs[loop], steps=18)
     one, grouped = epochs(runs["k1"]), epochs(runs[loop])
     assert one[0]["xla_executions"] >= 12, one  # one program a step, at least (the counter counts)
@@ -161,9 +196,22 @@ def test_adam_and_dropout_in_the_while_loop_train_as_one_step_at_a_time(tiny_run
 def test_the_lstm_scan_inside_the_while_loop_trains_as_one_step_at_a_time(tmp_path):
     """The scan LSTM is itself an XLA While loop: here it runs inside the K-step one, with a remainder."""
     data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
-    args = ("recipe=imdb", "accelerator=xla", "maxlen=16", "model.net.embed_dim=8", "model.net.hidden_size=8",
-            "lr=0.01", "download=false", "batch_size=8", "epochs=2", "trainer.max_steps=16", "test_after_fit=false",
-            "trainer.limit_val_batches=1", f"data_dir={data}", NO_HOLDOUT)
+    args = (
+        "recipe=imdb",
+        "accelerator=xla",
+        "maxlen=16",
+        "model.net.embed_dim=8",
+        "model.net.hidden_size=8",
+        "lr=0.01",
+        "download=false",
+        "batch_size=8",
+        "epochs=2",
+        "trainer.max_steps=16",
+        "test_after_fit=false",
+        "trainer.limit_val_batches=1",
+        f"data_dir={data}",
+        NO_HOLDOUT,
+    )
     fit(tmp_path / "k1", *args, "steps_per_execution=1")
     fit(tmp_path / "while", *args, "steps_per_execution=4", "execution_loop=while")
     assert_same_training(tmp_path / "k1", tmp_path / "while")
@@ -173,23 +221,48 @@ def test_the_lstm_scan_inside_the_while_loop_trains_as_one_step_at_a_time(tmp_pa
 def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_root, tmp_path):
     """steps_per_execution=auto (the default) with the While loop takes 32 steps, cut to an epoch's 12 here; where
     steps cannot be grouped (accumulate_grad_batches) it runs one step at a time instead of refusing, and says why."""
-    grouped = fit(tmp_path / "while", *TINY, "batch_size=16", f"data_dir={cifar_root}", "execution_loop=while",
-                  "matmul_precision=highest")
+    grouped = fit(
+        tmp_path / "while",
+        *TINY,
+        "batch_size=16",
+        f"data_dir={cifar_root}",
+        "execution_loop=while",
+        "matmul_precision=highest",
+    )
     assert "steps per execution: 12 (auto: the steps of an epoch), as an XLA While loop" in grouped.stdout
-    assert "matmul precision: highest (six bf16 passes on a TPU, about float32; XLA:CPU computes float32)" \
-           in grouped.stdout.splitlines()[:4]  # among the report's first lines
+    assert (
+        "matmul precision: highest (six bf16 passes on a TPU, about float32; XLA:CPU computes float32)"
+        in grouped.stdout.splitlines()[:4]
+    )  # among the report's first lines
     assert [e["xla_executions"] for e in epochs(tmp_path / "while").values()] == [1, 1]  # 12, then 6
     # unrolled, auto's one step at a time: test_device_resident_data_trains_exactly_as_streamed_batches
-    accumulating = fit(tmp_path / "accumulate", *TINY, "batch_size=16", f"data_dir={cifar_root}",
-                       "execution_loop=while", "trainer.accumulate_grad_batches=2")  # K>1 would refuse this
-    assert "steps per execution: 1 (auto: steps_per_execution>1 cannot be combined with accumulate_grad_batches" \
-           in accumulating.stdout
+    accumulating = fit(
+        tmp_path / "accumulate",
+        *TINY,
+        "batch_size=16",
+        f"data_dir={cifar_root}",
+        "execution_loop=while",
+        "trainer.accumulate_grad_batches=2",
+    )  # K>1 would refuse this
+    assert (
+        "steps per execution: 1 (auto: steps_per_execution>1 cannot be combined with accumulate_grad_batches"
+        in accumulating.stdout
+    )
 
 
-@pytest.mark.parametrize("setting, kind, strategy, loop, expected", [
-    ("auto", "tpu", "auto", "while", 32), ("auto", "xla", "spmd", "while", 32), ("auto", "xla", "auto", "unroll", 1),
-    ("auto", "tpu", "xla_mp", "while", 1), ("auto", "cpu", "auto", "while", 1), ("auto", "gpu", "auto", "while", 1),
-    (8, "tpu", "auto", "unroll", 8), (1, "tpu", "auto", "while", 1)])
+@pytest.mark.parametrize(
+    "setting, kind, strategy, loop, expected",
+    [
+        ("auto", "tpu", "auto", "while", 32),
+        ("auto", "xla", "spmd", "while", 32),
+        ("auto", "xla", "auto", "unroll", 1),
+        ("auto", "tpu", "xla_mp", "while", 1),
+        ("auto", "cpu", "auto", "while", 1),
+        ("auto", "gpu", "auto", "while", 1),
+        (8, "tpu", "auto", "unroll", 8),
+        (1, "tpu", "auto", "while", 1),
+    ],
+)
 def test_auto_steps_per_execution_is_chosen_by_the_loop_and_the_hardware(setting, kind, strategy, loop, expected):
     from xla_train.runtime.plan import resolve_steps_per_execution
 
@@ -203,8 +276,9 @@ def test_resume_mid_group_ends_at_the_uninterrupted_weights(cnn_runs, cifar_root
     exactly; killed at step 11, the run resumes there and ends where the uninterrupted K=8 run ended."""
     runs, _ = cnn_runs
     args = (*CNN, f"data_dir={cifar_root}", "steps_per_execution=8", "checkpoint_every=5")
-    killed = fit(tmp_path, *args, "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=11",
-                 check=False)
+    killed = fit(
+        tmp_path, *args, "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=11", check=False
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert last_checkpoint(tmp_path)["global_step"] == 10
     fit(tmp_path, *args, "ckpt=last")
@@ -216,9 +290,16 @@ def test_a_sigterm_inside_a_group_saves_every_counted_step(cifar_root, tmp_path)
     the same way. With the flushes before the checkpoint removed, the weights here are step 0's (checked). The
     flush in lightning_module_state_dict alone is covered by the optimizer-state flush that follows it: the state
     dict holds the parameters themselves, which that flush updates in place before the file is written."""
-    args = (*TINY, "batch_size=16", f"data_dir={cifar_root}", "model.optimizer=adam", "lr=0.01",
-            "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=3",
-            "--trainer.callbacks.init_args.sig=SIGTERM")
+    args = (
+        *TINY,
+        "batch_size=16",
+        f"data_dir={cifar_root}",
+        "model.optimizer=adam",
+        "lr=0.01",
+        "--trainer.callbacks+=killer.KillAt",
+        "--trainer.callbacks.init_args.step=3",
+        "--trainer.callbacks.init_args.sig=SIGTERM",
+    )
     for k in (8, 1):
         stopped = fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}", check=False)
         assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
@@ -236,8 +317,20 @@ def test_a_sigterm_inside_a_group_saves_every_counted_step(cifar_root, tmp_path)
 @pytest.mark.slow  # default-suite time; the CNN's K=8 comparison stays in the default suite
 def test_eight_steps_per_execution_train_as_one_at_a_time_lstm(tmp_path):
     data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
-    args = ("recipe=imdb", "accelerator=xla", "maxlen=64", "model.net.embed_dim=32", "lr=0.01", "download=false",
-            "batch_size=8", "epochs=2", "trainer.max_steps=16", "test_after_fit=false", f"data_dir={data}", NO_HOLDOUT)
+    args = (
+        "recipe=imdb",
+        "accelerator=xla",
+        "maxlen=64",
+        "model.net.embed_dim=32",
+        "lr=0.01",
+        "download=false",
+        "batch_size=8",
+        "epochs=2",
+        "trainer.max_steps=16",
+        "test_after_fit=false",
+        f"data_dir={data}",
+        NO_HOLDOUT,
+    )
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}")
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
@@ -265,11 +358,26 @@ def test_eight_steps_per_execution_under_spmd_lstm_and_resnet(net, cifar_root, t
     else:
         data = write_cifar10(tmp_path / "data", per_batch=205)
         args = ("recipe=cifar10_resnet", "depth=8", "epochs=2", "batch_size=16")
-    args = (*args, "accelerator=xla", "devices=8", "model.optimizer=sgd", "lr=0.01", "trainer.limit_val_batches=1",
-            "download=false", "test_after_fit=false", f"data_dir={data}", NO_HOLDOUT)
+    args = (
+        *args,
+        "accelerator=xla",
+        "devices=8",
+        "model.optimizer=sgd",
+        "lr=0.01",
+        "trainer.limit_val_batches=1",
+        "download=false",
+        "test_after_fit=false",
+        f"data_dir={data}",
+        NO_HOLDOUT,
+    )
     for k in (1, 8):
-        fit(tmp_path / f"k{k}", *args, *(("batch_size=8",) if net == "lstm" else ()), f"steps_per_execution={k}",
-            devices=8)
+        fit(
+            tmp_path / f"k{k}",
+            *args,
+            *(("batch_size=8",) if net == "lstm" else ()),
+            f"steps_per_execution={k}",
+            devices=8,
+        )
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
 
 
@@ -281,18 +389,32 @@ def test_eight_steps_per_execution_under_spmd_on_eight_devices(tmp_path):
     gradient's last bits with up to a whole learning-rate step (measured 1.3e-4 here after 16 steps, against
     1.2e-7 with SGD; README, "Keep a TPU fed"), which would hide what this test is for."""
     data = write_cifar10(tmp_path / "data", per_batch=205)
-    args = ("recipe=cifar10", "accelerator=xla", "devices=8", "epochs=2", "batch_size=16", "model.optimizer=sgd",
-            "lr=0.01", "trainer.limit_val_batches=1", "download=false", "test_after_fit=false", f"data_dir={data}",
-            NO_HOLDOUT)
+    args = (
+        "recipe=cifar10",
+        "accelerator=xla",
+        "devices=8",
+        "epochs=2",
+        "batch_size=16",
+        "model.optimizer=sgd",
+        "lr=0.01",
+        "trainer.limit_val_batches=1",
+        "download=false",
+        "test_after_fit=false",
+        f"data_dir={data}",
+        NO_HOLDOUT,
+    )
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}", devices=8)
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
     assert epochs(tmp_path / "k8")[1]["xla_compiles"] == 0
 
 
-@pytest.mark.parametrize("value, message", [
-    ("13", "steps_per_execution=13 is more than the 12 training steps of an epoch; use at most 12"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("13", "steps_per_execution=13 is more than the 12 training steps of an epoch; use at most 12"),
+    ],
+)
 def test_a_bad_steps_per_execution_is_one_line(cifar_root, tmp_path, value, message):
     proc = fit(tmp_path, *CNN, f"data_dir={cifar_root}", f"steps_per_execution={value}", check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
@@ -367,8 +489,9 @@ def test_the_while_loop_runs_the_same_steps_as_the_unrolled_program(tmp_path):
 
     from conftest import cli_env
 
-    proc = subprocess.run([sys.executable, "-c", WHILE_AGAINST_UNROLLED], env=cli_env(), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", WHILE_AGAINST_UNROLLED], env=cli_env(), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "unroll steps counted 8" in proc.stdout and "while steps counted 8" in proc.stdout
     for loop in ("unroll", "while"):

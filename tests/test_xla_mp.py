@@ -5,6 +5,7 @@ through Lightning's XLA launcher and torch_xla's multi-process spawn, as on a TP
 (one process needs no collective). The parent then prints the held-out line, and
 fit()/evaluate() answer, only from what the launcher returned.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,16 @@ import pytest
 
 from conftest import TESTS, cli_env
 
-SETTINGS = {"strategy": "xla_mp", "model.net.class_path": "probes.TinyNet", "predict_samples": 0,
-            "epochs": 1, "trainer.limit_train_batches": 2, "trainer.limit_val_batches": 1,
-            "trainer.limit_test_batches": 1, "trainer.num_sanity_val_steps": 0}
+SETTINGS = {
+    "strategy": "xla_mp",
+    "model.net.class_path": "probes.TinyNet",
+    "predict_samples": 0,
+    "epochs": 1,
+    "trainer.limit_train_batches": 2,
+    "trainer.limit_val_batches": 1,
+    "trainer.limit_test_batches": 1,
+    "trainer.num_sanity_val_steps": 0,
+}
 
 API = f"""
 import json, os
@@ -36,16 +44,23 @@ print(json.dumps({{"folder": str(run.folder), "last": run.last_checkpoint, "best
 def test_xla_mp_returns_the_workers_metrics_run_folder_and_checkpoints_to_the_parent(tmp_path):
     env = cli_env(1, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     args = [f"--{k}={v}" if k.startswith("trainer.") else f"{k}={v}" for k, v in SETTINGS.items()]
-    cli = subprocess.run([sys.executable, str(TESTS / "mp_host.py"), "recipe=quickstart", *args], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+    cli = subprocess.run(
+        [sys.executable, str(TESTS / "mp_host.py"), "recipe=quickstart", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cli.returncode == 0, cli.stderr[-4000:]
     run = tmp_path / "runs" / "quickstart" / "version_0"
     assert "held-out test accuracy: " in cli.stdout, cli.stdout  # the parent's line, from the worker's metrics
     assert f"(best checkpoint {run.relative_to(tmp_path)}/checkpoints/best-epoch=0.ckpt)" in cli.stdout
     assert sorted(p.name for p in (tmp_path / "runs" / "quickstart").iterdir()) == ["version_0"]
 
-    api = subprocess.run([sys.executable, "-c", API], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=300)
+    api = subprocess.run(
+        [sys.executable, "-c", API], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert api.returncode == 0, api.stderr[-4000:]
     out = json.loads(api.stdout.strip().splitlines()[-1])
     folder = tmp_path / "runs" / "quickstart" / "version_1"

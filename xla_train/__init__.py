@@ -4,6 +4,7 @@ From Python (a notebook): fit, evaluate, devices, benchmark and load_for_inferen
 mirror the commands of `python -m xla_train`. Importing the package imports
 neither Lightning nor torch_xla; each function imports what it needs.
 """
+
 from xla_train.api import Run, benchmark, devices, evaluate, fit
 
 __version__ = "0.1.0"

@@ -7,6 +7,7 @@ epochs=3` resolve the same config and write the same run folder. A wrong keyword
 raises the error whose one-line message the CLI would print. Keys with dots go
 through a dict: `fit(recipe="cifar10_resnet", **{"model.net.depth": 56})`.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,12 +33,17 @@ class Run:
         folder = Path(folder).resolve()
         config = folder / "config.yaml"
         if not config.is_file():
-            raise ConfigError(f"{folder} is not a run folder: it has no config.yaml; give a folder like "
-                              f"runs/cifar10/version_0")
+            raise ConfigError(
+                f"{folder} is not a run folder: it has no config.yaml; give a folder like runs/cifar10/version_0"
+            )
         best = sorted((folder / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
         last = folder / "checkpoints" / "last.ckpt"
-        return cls(folder, str(_read_yaml(config).get("recipe_name") or folder.parent.name),
-                   str(best[-1]) if best else None, str(last) if last.is_file() else None)
+        return cls(
+            folder,
+            str(_read_yaml(config).get("recipe_name") or folder.parent.name),
+            str(best[-1]) if best else None,
+            str(last) if last.is_file() else None,
+        )
 
     @property
     def checkpoint(self) -> str:
@@ -75,8 +81,9 @@ class Run:
         try:
             import pandas as pd
         except ImportError:
-            raise UserError("history_frame() needs pandas (pip install pandas); run.history is the same "
-                            "data as a list of dicts") from None
+            raise UserError(
+                "history_frame() needs pandas (pip install pandas); run.history is the same data as a list of dicts"
+            ) from None
         return pd.DataFrame(self.history).set_index("epoch")
 
     def plot(self):
@@ -109,8 +116,12 @@ def fit(recipe: str, **settings) -> Run:
     trainer = cli.trainer
     best, last = trainer.checkpoint_callback.best_model_path, cli.last_checkpoint.path
     # absolute, so that the run is still found after the notebook changes its working directory
-    return Run(Path(trainer.log_dir).resolve(), cli.setting("recipe_name"),
-               str(Path(best).resolve()) if best else None, str(Path(last).resolve()) if last else None)
+    return Run(
+        Path(trainer.log_dir).resolve(),
+        cli.setting("recipe_name"),
+        str(Path(best).resolve()) if best else None,
+        str(Path(last).resolve()) if last else None,
+    )
 
 
 def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, float]:
@@ -131,8 +142,10 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
     recipe = settings.pop("recipe", None)
     if recipe is None:
         if not (folder / "config.yaml").is_file():
-            raise ConfigError(f"{ckpt} is not inside a run folder with a config.yaml; give recipe=NAME and the "
-                              f"settings it was trained with")
+            raise ConfigError(
+                f"{ckpt} is not inside a run folder with a config.yaml; give recipe=NAME and the "
+                f"settings it was trained with"
+            )
         recipe = str(folder / "config.yaml")
     cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings})
     return {k: v for k, v in cli.model.epoch_metrics.items() if k.startswith(split + "_")}
@@ -148,7 +161,9 @@ def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool 
     ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
     unknown = sorted(set(settings) - {"accelerator", "devices", "batch_size", "data_dir"})
     if unknown:
-        raise ConfigError(f"predict_split takes accelerator, devices, batch_size and data_dir; not {', '.join(unknown)}")
+        raise ConfigError(
+            f"predict_split takes accelerator, devices, batch_size and data_dir; not {', '.join(unknown)}"
+        )
     return _raising(lambda: run(ckpt, split, out=out, probs=probs, **settings)[0])
 
 

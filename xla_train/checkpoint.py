@@ -8,6 +8,7 @@ architecture key (never an import path), its constructor arguments, and the
 preprocessing and labels that raw inputs need. Only torch is imported here, so
 serving a checkpoint needs neither Lightning nor torch_xla.
 """
+
 from __future__ import annotations
 
 import errno
@@ -89,11 +90,14 @@ def atomic_save(obj, path: str | os.PathLike) -> None:
     try:
         atomic_write(path, lambda f: f.write(buf.getbuffer()))
     except FolderSyncError as e:
-        raise CheckpointError(f"wrote checkpoint {path}, but could not flush its folder to disk: {e.strerror}; "
-                              f"a crash before the storage flushes may lose it: check the storage") from None
+        raise CheckpointError(
+            f"wrote checkpoint {path}, but could not flush its folder to disk: {e.strerror}; "
+            f"a crash before the storage flushes may lose it: check the storage"
+        ) from None
     except OSError as e:
-        raise CheckpointError(f"could not write checkpoint {path}: {e.strerror or e}; "
-                              f"the previous checkpoint, if any, is intact") from None
+        raise CheckpointError(
+            f"could not write checkpoint {path}: {e.strerror or e}; the previous checkpoint, if any, is intact"
+        ) from None
 
 
 def safe_load(path: str | os.PathLike) -> dict:
@@ -112,11 +116,15 @@ def safe_load(path: str | os.PathLike) -> dict:
         unsafe = next((ln.strip() for ln in text.splitlines() if "Unsupported global" in ln), None)
         if isinstance(e, pickle.UnpicklingError) and unsafe:
             why = unsafe.replace("WeightsUnpickler error: ", "").split(" was not an allowed global")[0]
-            raise CheckpointError(f"checkpoint {path} was refused: it holds objects outside torch's weights-only "
-                                  f"allow-list ({why.rstrip('.')}), and loading them would run code from the "
-                                  f"file; only weight files are accepted") from None
+            raise CheckpointError(
+                f"checkpoint {path} was refused: it holds objects outside torch's weights-only "
+                f"allow-list ({why.rstrip('.')}), and loading them would run code from the "
+                f"file; only weight files are accepted"
+            ) from None
         first = text.splitlines()[0] if text else type(e).__name__
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated, or not a torch file: {first})") from None
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint (truncated, or not a torch file: {first})"
+        ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is a torch file but not an xla_train checkpoint (no state_dict)")
     return ckpt
@@ -127,10 +135,12 @@ def read_inference_block(ckpt: dict, path) -> dict:
     if not isinstance(block, dict) or "arch" not in block:
         raise CheckpointError(f"{path} is a Lightning checkpoint but not from xla_train (no 'xla_train' block)")
     if block.get("format") != FORMAT:
-        raise CheckpointError(f"{path} has checkpoint format {block.get('format')!r}; this xla_train reads format {FORMAT}")
+        raise CheckpointError(
+            f"{path} has checkpoint format {block.get('format')!r}; this xla_train reads format {FORMAT}"
+        )
     return block
 
 
 def net_state_dict(ckpt: dict) -> dict[str, torch.Tensor]:
     """The net's own weights: the LightningModule's `net.` prefix removed."""
-    return {k[len("net."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+    return {k[len("net.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}

@@ -6,6 +6,7 @@ lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0, torchvision 0.24.0, jsonargparse 
 audit: check each entry against the new source; nothing else in xla_train
 reaches behind a public API. tests/test_layout.py keeps it that way.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from lightning.pytorch.strategies.launchers.xla import _XLALauncher
 
 
 # --- Lightning ------------------------------------------------------------------------------------------------
+
 
 class CheckpointReadingCLI(LightningCLI):
     """LightningCLI with a public hook before it reads a checkpoint's hyperparameters.
@@ -76,7 +78,6 @@ def setup_train_data(trainer) -> None:
         trainer.fit_loop.setup_data()
 
 
-
 class _ResultsLauncher(_XLALauncher):
     """Lightning's _XLALauncher (lightning/pytorch/strategies/launchers/xla.py) sends only the weights, the best
     checkpoint's path, the trainer state and callback_metrics from worker 0 to the parent. This one also sends
@@ -98,8 +99,9 @@ class _ResultsLauncher(_XLALauncher):
 
         path = worker_output.weights_path
         if path is not None:
-            trainer.lightning_module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True),
-                                                     strict=False)  # as Lightning does: the worker may differ
+            trainer.lightning_module.load_state_dict(
+                torch.load(path, map_location="cpu", weights_only=True), strict=False
+            )  # as Lightning does: the worker may differ
             os.remove(path)
             worker_output = worker_output._replace(weights_path=None)
         super()._recover_results_in_main_process(worker_output, trainer)
@@ -135,7 +137,9 @@ def set_logger_state(logger, state: dict) -> None:
     if state["experiment"] is not None:
         logger._experiment = state["experiment"]
 
+
 # --- jsonargparse ---------------------------------------------------------------------------------------------
+
 
 def set_type(parser, dest_prefix: str, typehint) -> None:
     """Give the parser's actions whose dest starts with `dest_prefix` another type.
@@ -149,6 +153,7 @@ def set_type(parser, dest_prefix: str, typehint) -> None:
 
 
 # --- torch_xla ------------------------------------------------------------------------------------------------
+
 
 def tpu_chips_on_pci_bus() -> int:
     """TPU chips attached to this host: torch_xla._internal.tpu reads /sys only, never the network."""
@@ -187,6 +192,7 @@ def xla_mark_sharding(tensor, op_sharding) -> None:
 
 # The lazy-tensor internals behind runtime/step_program.py, as torch_xla's own
 # experimental/gradient_accumulation.py uses them (2.9.0).
+
 
 def xla_pending(tensors) -> bool:
     """Whether any of these tensors holds pending (traced, not yet run) work instead of device data."""

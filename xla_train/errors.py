@@ -3,6 +3,7 @@
 Raise these where the wrong input is detected; the CLI prints the message and
 exits non-zero. Anything else is a bug and keeps its traceback.
 """
+
 from __future__ import annotations
 
 

@@ -9,6 +9,7 @@ Lightning module, CPU inference and the benchmarks' hand-written loop all call
 these functions, "the same work on both sides" holds by construction.
 Only torch: serving imports this.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,14 @@ def make_optimizer(hp, params, lr: float | None = None) -> torch.optim.Optimizer
     """
     lr = hp.lr if lr is None else lr
     if hp.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=hp.momentum, weight_decay=hp.weight_decay,
-                               nesterov=hp.nesterov and hp.momentum > 0, foreach=True)
+        return torch.optim.SGD(
+            params,
+            lr=lr,
+            momentum=hp.momentum,
+            weight_decay=hp.weight_decay,
+            nesterov=hp.nesterov and hp.momentum > 0,
+            foreach=True,
+        )
     return torch.optim.Adam(params, lr=lr, weight_decay=hp.weight_decay, foreach=True)
 
 

@@ -4,6 +4,7 @@ Matplotlib with the Agg backend (files only, no display). Every chart carries
 the hardware, versions and date in its footer (report.save_figure), and a cell
 that failed is left out rather than drawn as zero.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,11 +65,13 @@ def sweep_charts(run_dir: Path, rows: list[dict], prov: dict, recipe: str, chart
 
     fig, ax = report.figure(f"{recipe}: projected epoch time by batch size")
     for accelerator in dict.fromkeys(r["accelerator"] for r in rows):
-        pts = sorted((r["global_batch"], r["epoch_s"], _label(r)) for r in rows
-                     if r["accelerator"] == accelerator and r.get("epoch_s") is not None)
+        pts = sorted(
+            (r["global_batch"], r["epoch_s"], _label(r))
+            for r in rows
+            if r["accelerator"] == accelerator and r.get("epoch_s") is not None
+        )
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pts[0][2],
-                    color=COLORS[accelerator])
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pts[0][2], color=COLORS[accelerator])
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(sorted({r["global_batch"] for r in rows if r.get("epoch_s") is not None}))
@@ -90,8 +93,9 @@ def curves_chart(run_dir: Path, rows: list[dict], prov: dict, title: str) -> lis
         return []
     fig, ax = report.figure(title)
     for batch in sorted({r["batch"] for r in rows}):
-        pts = sorted((r["epoch"] + 1, r["val_acc"]) for r in rows
-                     if r["batch"] == batch and r.get("val_acc") is not None)
+        pts = sorted(
+            (r["epoch"] + 1, r["val_acc"]) for r in rows if r["batch"] == batch and r.get("val_acc") is not None
+        )
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"batch {batch}")
     ax.set_xlabel("epoch")

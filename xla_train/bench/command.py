@@ -14,6 +14,7 @@ has a recipe, are the recipe's model./data. settings (maxlen=200,
 model.net.depth=56). Every error is one line and exit code 2, before any
 cell starts.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,9 +29,16 @@ from xla_train.config.build import own_argv
 from xla_train.config.recipes import load_recipe, recipe_path, resolve_key, valid_keys
 from xla_train.errors import ConfigError
 
-SUBCOMMANDS = {"sweep": "sweep:sweep", "replicas": "sweep:replicas", "lstm": "sweep:lstm",
-               "pipeline": "sweep:pipeline", "overhead": "overhead:overhead", "curves": "curves:curves",
-               "predict": "predict:predict", "text": "text:text"}
+SUBCOMMANDS = {
+    "sweep": "sweep:sweep",
+    "replicas": "sweep:replicas",
+    "lstm": "sweep:lstm",
+    "pipeline": "sweep:pipeline",
+    "overhead": "overhead:overhead",
+    "curves": "curves:curves",
+    "predict": "predict:predict",
+    "text": "text:text",
+}
 INTERNAL = {"overrides", "grid", "command"}  # filled in here, not by the user
 
 

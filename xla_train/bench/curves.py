@@ -10,6 +10,7 @@ seed for each), so each curve is exactly what a user's run would log; the fit
 runs' folders are kept under fits/. Needs the data on this machine:
 recipe=quickstart always has it.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,15 @@ def fit_hardware(log_text: str) -> str | None:
 
 def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str | None, str | None]:
     """One real `fit` at this batch size; (its per-epoch metrics, an error line or None, what it ran on)."""
-    args = [f"recipe={opts['recipe']}", f"batch_size={batch}", f"runs_dir={folder}", "test_after_fit=false",
-            "predict_samples=0", "logger=csv", *(f"{k}={v}" for k, v in opts["overrides"].items())]
+    args = [
+        f"recipe={opts['recipe']}",
+        f"batch_size={batch}",
+        f"runs_dir={folder}",
+        "test_after_fit=false",
+        "predict_samples=0",
+        "logger=csv",
+        *(f"{k}={v}" for k, v in opts["overrides"].items()),
+    ]
     args += [f"{k}={opts[k]}" for k in ("epochs", "accelerator", "devices") if opts[k]]
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.with_suffix(".log")
@@ -57,8 +65,12 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
         return _fit_here(args, folder, log)
     with open(log, "w") as f:
         try:
-            proc = subprocess.run([sys.executable, "-m", "xla_train", "fit", *args], stdout=f,
-                                  stderr=subprocess.STDOUT, timeout=opts["timeout"])
+            proc = subprocess.run(
+                [sys.executable, "-m", "xla_train", "fit", *args],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=opts["timeout"],
+            )
         except subprocess.TimeoutExpired:
             return {}, f"did not finish in {opts['timeout']:g} s (timeout=)", None
     found = sorted(folder.glob("*/version_*/metrics.csv"))
@@ -68,10 +80,17 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
     return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())
 
 
-def curves(recipe: str, batch_sizes: list[PositiveInt] = [32, 128, 512], epochs: Optional[PositiveInt] = None,
-           accelerator: Optional[Accelerator] = None, devices: Optional[DeviceCount] = None,
-           timeout: PositiveFloat = 7200.0, runs_dir: str = "runs", overrides: Optional[dict] = None,
-           command: str = "") -> tuple[int, Path]:
+def curves(
+    recipe: str,
+    batch_sizes: list[PositiveInt] = [32, 128, 512],
+    epochs: Optional[PositiveInt] = None,
+    accelerator: Optional[Accelerator] = None,
+    devices: Optional[DeviceCount] = None,
+    timeout: PositiveFloat = 7200.0,
+    runs_dir: str = "runs",
+    overrides: Optional[dict] = None,
+    command: str = "",
+) -> tuple[int, Path]:
     from tqdm import tqdm
 
     opts = dict(locals())
@@ -105,14 +124,28 @@ def curves(recipe: str, batch_sizes: list[PositiveInt] = [32, 128, 512], epochs:
     table = [[e + 1, *("-" if acc.get((b, e)) is None else f"{acc[(b, e)]:.4f}" for b in batches)] for e in epochs]
     train_s = {b: sum(r.get("train_seconds", 0.0) for r in rows if r["batch"] == b) for b in batches}
     table.append(["train s", *(report.fmt(train_s[b], 1) for b in batches)])
-    notes = [f"recipe {opts['recipe']}" + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
-             + "; the recipe's learning rate at every batch size; the recipe's real data",
-             "each cell: validation accuracy at the end of the epoch, from the fit's own metrics.csv (fits/); "
-             "train s: the fit's training time over all epochs (the first includes compilation on XLA)"]
+    notes = [
+        f"recipe {opts['recipe']}"
+        + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
+        + "; the recipe's learning rate at every batch size; the recipe's real data",
+        "each cell: validation accuracy at the end of the epoch, from the fit's own metrics.csv (fits/); "
+        "train s: the fit's training time over all epochs (the first includes compilation on XLA)",
+    ]
     notes += [f"batch {b} failed: {e}" for b, e in failed]
     made = charts.curves_chart(run_dir, rows, prov, f"{opts['recipe']}: validation accuracy by epoch and batch size")
-    report.publish(run_dir, "curves", f"xla_train bench curves: {opts['recipe']}", prov, rows,
-                   ["batch", "epoch", *METRICS], headers, table, notes, made, caption="validation accuracy by epoch:")
+    report.publish(
+        run_dir,
+        "curves",
+        f"xla_train bench curves: {opts['recipe']}",
+        prov,
+        rows,
+        ["batch", "epoch", *METRICS],
+        headers,
+        table,
+        notes,
+        made,
+        caption="validation accuracy by epoch:",
+    )
     return (0 if not failed else 1), run_dir
 
 

@@ -7,6 +7,7 @@ dtypes: uint8 NHWC images at the module's size, or front-padded token ids with
 aclImdb-like review lengths (length matters to the CPU LSTM). Batching, the
 host-side transform, the loader and the device transfer are the recipe's own.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,7 @@ def synthetic_reviews(n: int, seed: int = 0, words: int = 60_000) -> list[str]:
     toks = np.where(marks < 0.06, np.char.add(toks, rng.choice(PUNCT, len(toks))), toks)
     toks = np.where(marks > 0.995, np.char.add(toks, ".<br /><br />"), toks)
     ends = np.cumsum(counts)
-    return [" ".join(toks[e - c:e]).capitalize() + "." for c, e in zip(counts, ends)]
+    return [" ".join(toks[e - c : e]).capitalize() + "." for c, e in zip(counts, ends)]
 
 
 def train_size(dm) -> tuple[int, str]:
@@ -52,8 +53,10 @@ def train_size(dm) -> tuple[int, str]:
         pass
     name = type(dm).__name__
     if name not in TRAIN_SIZES:
-        raise DataError(f"the {name} data is not on this machine and its training-set size is not in "
-                        f"xla_train.bench.data.TRAIN_SIZES; point data_dir= at the data")
+        raise DataError(
+            f"the {name} data is not on this machine and its training-set size is not in "
+            f"xla_train.bench.data.TRAIN_SIZES; point data_dir= at the data"
+        )
     n = TRAIN_SIZES[name]
     return n - validation_size(n, getattr(dm, "val_fraction", 0.0) or 0.0), "published size"
 
@@ -74,8 +77,7 @@ def synthetic_arrays(dm, net, n: int, seed: int = 0) -> dict:
         x[np.arange(dm.maxlen)[None, :] < (dm.maxlen - lengths)[:, None]] = PAD_ID
         classes = 2
     else:
-        raise ConfigError(f"data=synthetic knows image and text data modules, not {type(dm).__name__}; "
-                          f"use data=real")
+        raise ConfigError(f"data=synthetic knows image and text data modules, not {type(dm).__name__}; use data=real")
     y = rng.integers(0, classes, n).astype(np.int64)
     small = (x[: max(1, n // 10)], y[: max(1, n // 10)])
     return {"train": (x, y), "val": small, "test": small}
@@ -92,6 +94,8 @@ def use_data(dm, net, mode: str, samples: int) -> str:
         dm.download = False
     have = len(dm.arrays("train")[0])
     if have < samples:
-        raise ConfigError(f"data=real: the training split has {have} samples, fewer than the {samples} that "
-                          f"steps x batch need; lower steps= or the batch sizes, or use data=synthetic")
+        raise ConfigError(
+            f"data=real: the training split has {have} samples, fewer than the {samples} that "
+            f"steps x batch need; lower steps= or the batch sizes, or use data=synthetic"
+        )
     return "real"

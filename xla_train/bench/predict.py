@@ -20,6 +20,7 @@ percentile of `repeats` calls at batch 1 (in blocks of 10 per form, so that one
 runtime's spinning threads slow only the first call of the next block), and
 throughput the median of repeats/10 (at least 5) batches.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,21 @@ from xla_train.models.lstm import MaskedLSTM
 from xla_train.serve.predictor import load_for_inference
 
 Form = Literal["eager", "compile", "onnx", "int8"]
-COLUMNS = ["what", "fp32", "latency_ms_median", "latency_ms_p95", "speedup_batch1", "batch", "batch_ms_median",
-           "samples_per_s", "max_abs_diff", "test_acc", "acc_change", "repeats", "note"]
+COLUMNS = [
+    "what",
+    "fp32",
+    "latency_ms_median",
+    "latency_ms_p95",
+    "speedup_batch1",
+    "batch",
+    "batch_ms_median",
+    "samples_per_s",
+    "max_abs_diff",
+    "test_acc",
+    "acc_change",
+    "repeats",
+    "note",
+]
 
 
 def raw_inputs(predictor, n: int):
@@ -99,11 +113,17 @@ def serving_forms(net, ckpt):
     def on(module):
         return lambda t: probabilities(module(t))
 
-    return {"eager": ("eager", True, False, lambda: on(net)),
-            "compile": ("torch.compile", True, False, lambda: on(torch.compile(copy.deepcopy(net), dynamic=False,
-                                                                               options={"freezing": True}))),
-            "onnx": ("onnxruntime", True, True, lambda: onnx_runtime(ckpt)),
-            "int8": ("int8 dynamic", False, False, lambda: on(int8_dynamic(net)))}
+    return {
+        "eager": ("eager", True, False, lambda: on(net)),
+        "compile": (
+            "torch.compile",
+            True,
+            False,
+            lambda: on(torch.compile(copy.deepcopy(net), dynamic=False, options={"freezing": True})),
+        ),
+        "onnx": ("onnxruntime", True, True, lambda: onnx_runtime(ckpt)),
+        "int8": ("int8 dynamic", False, False, lambda: on(int8_dynamic(net))),
+    }
 
 
 def onnx_runtime(ckpt):
@@ -130,15 +150,22 @@ def split_accuracy(fn, raw: bool, split, batch: int = 256) -> float:
     transform, inputs, labels = split
     hits = 0
     for i in range(0, len(inputs), batch):
-        chunk = inputs[i:i + batch]
+        chunk = inputs[i : i + batch]
         top = fn(chunk if raw else transform(chunk)).argmax(1).numpy()
-        hits += int((top == labels[i:i + batch]).sum())
+        hits += int((top == labels[i : i + batch]).sum())
     return hits / len(inputs)
 
 
-def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100,
-            threads: Optional[PositiveInt] = None, forms: list[Form] = ["eager", "compile", "onnx", "int8"],
-            score: bool = True, runs_dir: str = "runs", command: str = "") -> tuple[int, Path]:
+def predict(
+    ckpt: str,
+    batch_size: PositiveInt = 256,
+    repeats: PositiveInt = 100,
+    threads: Optional[PositiveInt] = None,
+    forms: list[Form] = ["eager", "compile", "onnx", "int8"],
+    score: bool = True,
+    runs_dir: str = "runs",
+    command: str = "",
+) -> tuple[int, Path]:
     """forms: which to compare (eager always comes first, as the baseline); score: also measure each form's
     accuracy on the checkpoint's test split."""
     import torch
@@ -183,21 +210,33 @@ def predict(ckpt: str, batch_size: PositiveInt = 256, repeats: PositiveInt = 100
         def run():
             with torch.no_grad():
                 return fn(inp[:k])
+
         return run
 
     def end_to_end(k):
         one = raw[:k]
         return lambda: predictor.probabilities(one, batch_size=k)
 
-    e2e = {"what": "eager end to end", "fp32": True, "batch": batch, "repeats": repeats,
-           "note": "preprocessing + net + softmax, as `python -m xla_train predict` runs it"}
+    e2e = {
+        "what": "eager end to end",
+        "fp32": True,
+        "batch": batch,
+        "repeats": repeats,
+        "note": "preprocessing + net + softmax, as `python -m xla_train predict` runs it",
+    }
     timed = [(r, call(fn, inp, 1), call(fn, inp, batch)) for r, fn, inp in built]
     timed.append((e2e, end_to_end(1), end_to_end(batch)))
     latencies = time_calls([small for _, small, _ in timed], repeats, warmup=10, block=10)
     batches = time_calls([big for _, _, big in timed], max(5, repeats // 10), warmup=2)
     for (row, _, _), lat, big in zip(timed, latencies, batches):
-        row.update({"latency_ms_median": statistics.median(lat) * 1e3, "latency_ms_p95": percentile(lat, 0.95) * 1e3,
-                    "batch_ms_median": statistics.median(big) * 1e3, "samples_per_s": batch / statistics.median(big)})
+        row.update(
+            {
+                "latency_ms_median": statistics.median(lat) * 1e3,
+                "latency_ms_p95": percentile(lat, 0.95) * 1e3,
+                "batch_ms_median": statistics.median(big) * 1e3,
+                "samples_per_s": batch / statistics.median(big),
+            }
+        )
     rows.append(e2e)
     eager = rows[0]
     for r in rows:
@@ -214,25 +253,51 @@ def write_report(rows, predictor, ckpt, batch, repeats, command, runs_dir, notes
     arch = f"{predictor.info['arch']} {predictor.info.get('config', {})}"
     prov = report.provenance(command, [f"CPU, PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)"])
     run_dir = report.new_run_dir(runs_dir)
-    headers = ["", "fp32", "batch 1 median ms", "batch 1 p95 ms", "x eager (batch 1)", f"batch {batch} samples/s",
-               "max abs diff vs eager", "test acc", "acc change"]
+    headers = [
+        "",
+        "fp32",
+        "batch 1 median ms",
+        "batch 1 p95 ms",
+        "x eager (batch 1)",
+        f"batch {batch} samples/s",
+        "max abs diff vs eager",
+        "test acc",
+        "acc change",
+    ]
 
     def f(r, key, digits):
-        return report.fmt(r[key], digits) if r.get(key) is not None else r.get("note", "")[:40] if key == \
-            "latency_ms_median" else ""
+        return (
+            report.fmt(r[key], digits)
+            if r.get(key) is not None
+            else r.get("note", "")[:40]
+            if key == "latency_ms_median"
+            else ""
+        )
 
-    table = [[r["what"], "yes" if r["fp32"] else "no", f(r, "latency_ms_median", 3), f(r, "latency_ms_p95", 3),
-              f(r, "speedup_batch1", 2), f(r, "samples_per_s", 0),
-              f"{r['max_abs_diff']:.1e}" if r.get("max_abs_diff") is not None else "",
-              f(r, "test_acc", 4), f"{r['acc_change']:+.4f}" if r.get("acc_change") is not None else ""]
-             for r in rows]
+    table = [
+        [
+            r["what"],
+            "yes" if r["fp32"] else "no",
+            f(r, "latency_ms_median", 3),
+            f(r, "latency_ms_p95", 3),
+            f(r, "speedup_batch1", 2),
+            f(r, "samples_per_s", 0),
+            f"{r['max_abs_diff']:.1e}" if r.get("max_abs_diff") is not None else "",
+            f(r, "test_acc", 4),
+            f"{r['acc_change']:+.4f}" if r.get("acc_change") is not None else "",
+        ]
+        for r in rows
+    ]
     inputs = "synthetic reviews" if predictor.kind == "text" else f"random {predictor.info['image_size']}px images"
-    notes = [f"checkpoint {ckpt}: {arch}", f"inputs: {inputs}; {repeats} timed calls at batch 1 after 10 "
-             f"warm-up calls, in blocks of 10 calls per form taken in turn; median of {max(5, repeats // 10)} "
-             f"batches of {batch}, forms taken in turn",
-             "max abs diff: each form's probabilities minus eager end to end's, on the same inputs",
-             "onnxruntime runs the exported graph, which takes uint8 images or token ids: preprocessing is in it",
-             "test acc: the checkpoint's own test split, as its run reads it"] + notes_extra
+    notes = [
+        f"checkpoint {ckpt}: {arch}",
+        f"inputs: {inputs}; {repeats} timed calls at batch 1 after 10 "
+        f"warm-up calls, in blocks of 10 calls per form taken in turn; median of {max(5, repeats // 10)} "
+        f"batches of {batch}, forms taken in turn",
+        "max abs diff: each form's probabilities minus eager end to end's, on the same inputs",
+        "onnxruntime runs the exported graph, which takes uint8 images or token ids: preprocessing is in it",
+        "test acc: the checkpoint's own test split, as its run reads it",
+    ] + notes_extra
     notes += [f"{r['what']}: {r['note']}" for r in rows if r.get("note", "").startswith("skipped")]
     report.publish(run_dir, "predict", "xla_train CPU inference", prov, rows, COLUMNS, headers, table, notes)
     return 0, run_dir

@@ -6,6 +6,7 @@ CSV as leading `#` lines (pandas: `read_csv(path, comment="#")`), the Markdown
 as a header list, each PNG as a footer. Results land in a fresh run folder
 (runs/bench/version_N), never over an earlier one.
 """
+
 from __future__ import annotations
 
 import csv
@@ -111,9 +112,19 @@ def text_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(out)
 
 
-def publish(run_dir: Path, name: str, title: str, prov: dict[str, str], rows: list[dict], columns: list[str],
-            headers: list[str], table: list[list], notes: list[str], charts: list[Path] = (),
-            caption: str = "") -> None:
+def publish(
+    run_dir: Path,
+    name: str,
+    title: str,
+    prov: dict[str, str],
+    rows: list[dict],
+    columns: list[str],
+    headers: list[str],
+    table: list[list],
+    notes: list[str],
+    charts: list[Path] = (),
+    caption: str = "",
+) -> None:
     """The end of every bench: NAME.csv (every figure, headed by its evidence), NAME.md (the table, its notes and
     charts) and, on the terminal, the evidence, the notes, the table and where the files are."""
     write_csv(run_dir / f"{name}.csv", rows, columns, prov)
@@ -146,7 +157,14 @@ def save_figure(fig, path: Path, prov: dict[str, str]) -> None:
     fig.text(0.01, 0.01, footer, fontsize=6.5, color="0.35", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.09, 1, 1))
     # The same evidence as PNG text chunks, for tools that read them.
-    fig.savefig(path, dpi=120, metadata={"Title": fig.axes[0].get_title(), "Software": "xla_train bench",
-                                         "Description": f"{prov['hardware']}; {prov['versions']}; {prov['date']}",
-                                         "Comment": prov["command"]})
+    fig.savefig(
+        path,
+        dpi=120,
+        metadata={
+            "Title": fig.axes[0].get_title(),
+            "Software": "xla_train bench",
+            "Description": f"{prov['hardware']}; {prov['versions']}; {prov['date']}",
+            "Comment": prov["command"],
+        },
+    )
     plt.close(fig)

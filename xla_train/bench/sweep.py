@@ -21,6 +21,7 @@ runtime/fast_path.py's knobs, and each cell records what it ran with (its
 default when a key is left unset). This process never starts an XLA runtime: on a TPU only one process at a
 time may hold the chips, and each cell needs them.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -44,14 +45,62 @@ Data = Literal["synthetic", "real"]
 Setting = Union[bool, Literal["auto"]]
 Loop = Literal["auto", "unroll", "while"]
 FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
-COLUMNS = ["recipe", "accelerator", "device", "devices", "batch", "global_batch", "steps_per_execution",
-           "execution_loop", "on_device", "matmul_precision", "progress_every", "data",
-           "precision", "compile", "channels_last", "warmup", "steps", "rounds", "first_step_s", "compile_s", "compiles", "timed_compiles",
-           "timed_host_syncs", "step_ms", "step_ms_mean", "host_ms_per_step", "device_ms_per_step", "host_bound",
-           "split_steps", "samples_per_s", "train_size", "train_size_source",
-           "steps_per_epoch", "epoch_s", "host_peak_mb", "device_peak_mb", "threads", "error"]
-HEADERS = ["accelerator", "device", "batch", "first step s", "compile s", "compiles", "step ms", "host ms",
-           "device ms", "samples/s", "epoch s", "host MB", "device MB", "note"]
+COLUMNS = [
+    "recipe",
+    "accelerator",
+    "device",
+    "devices",
+    "batch",
+    "global_batch",
+    "steps_per_execution",
+    "execution_loop",
+    "on_device",
+    "matmul_precision",
+    "progress_every",
+    "data",
+    "precision",
+    "compile",
+    "channels_last",
+    "warmup",
+    "steps",
+    "rounds",
+    "first_step_s",
+    "compile_s",
+    "compiles",
+    "timed_compiles",
+    "timed_host_syncs",
+    "step_ms",
+    "step_ms_mean",
+    "host_ms_per_step",
+    "device_ms_per_step",
+    "host_bound",
+    "split_steps",
+    "samples_per_s",
+    "train_size",
+    "train_size_source",
+    "steps_per_epoch",
+    "epoch_s",
+    "host_peak_mb",
+    "device_peak_mb",
+    "threads",
+    "error",
+]
+HEADERS = [
+    "accelerator",
+    "device",
+    "batch",
+    "first step s",
+    "compile s",
+    "compiles",
+    "step ms",
+    "host ms",
+    "device ms",
+    "samples/s",
+    "epoch s",
+    "host MB",
+    "device MB",
+    "note",
+]
 
 
 def check_accelerators(accelerators: list[str] | None) -> list[str]:
@@ -72,7 +121,7 @@ def run_rounds(cells: dict[str, dict], run_dir: Path, rounds: int, timeout: floa
     """{name: result} for each cell spec, run `rounds` times in alternating order, steps of all rounds pooled."""
     runs: dict[str, list[dict]] = {name: [] for name in cells}
     for r in range(rounds):
-        for name in (list(cells) if r % 2 == 0 else list(cells)[::-1]):
+        for name in list(cells) if r % 2 == 0 else list(cells)[::-1]:
             res = run_cell(cells[name], run_dir / "cells" / (name + (f"-round{r}" if rounds > 1 else "")), timeout)
             runs[name].append(res)
             note(f"{name}: " + (f"{res['step_ms']:.1f} ms/step" if "step_ms" in res else f"failed: {res['error']}"))
@@ -83,11 +132,16 @@ def run_rounds(cells: dict[str, dict], run_dir: Path, rounds: int, timeout: floa
             out[name] = results[0]
             continue
         pooled = [t for r in ok for t in r["step_times_ms"]]
-        out[name] = {**ok[0], "step_ms": statistics.median(pooled), "step_ms_mean": statistics.fmean(pooled),
-                     "step_times_ms": pooled, "rounds": len(ok),
-                     "first_step_s": statistics.median(r["first_step_s"] for r in ok),
-                     "samples_per_s": ok[0]["global_batch"] / (statistics.median(pooled) / 1e3),
-                     **split_medians(ok)}
+        out[name] = {
+            **ok[0],
+            "step_ms": statistics.median(pooled),
+            "step_ms_mean": statistics.fmean(pooled),
+            "step_times_ms": pooled,
+            "rounds": len(ok),
+            "first_step_s": statistics.median(r["first_step_s"] for r in ok),
+            "samples_per_s": ok[0]["global_batch"] / (statistics.median(pooled) / 1e3),
+            **split_medians(ok),
+        }
     return out
 
 
@@ -99,19 +153,37 @@ def split_medians(results: list[dict]) -> dict:
         return {}
     h, d = statistics.median(host), statistics.median(device)
     cpu = [t for r in results for t in r.get("host_cpu_times_ms") or []]
-    return {"host_ms_per_step": h, "device_ms_per_step": d, "host_bound": h >= d,
-            **({"host_cpu_ms_per_step": statistics.median(cpu)} if cpu else {})}
+    return {
+        "host_ms_per_step": h,
+        "device_ms_per_step": d,
+        "host_bound": h >= d,
+        **({"host_cpu_ms_per_step": statistics.median(cpu)} if cpu else {}),
+    }
 
 
-def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
-          batch_sizes: list[PositiveInt] = [32, 128, 512, 1024], devices: list[DeviceCount] = [1],
-          progress_every: list[NonNegativeInt] = [0], steps_per_execution: list[PositiveInt] = [1],
-          execution_loop: list[Loop] = ["auto"], on_device: Optional[list[Setting]] = None,
-          steps: PositiveInt = 20, warmup: PositiveInt = 3,
-          rounds: PositiveInt = 1, precision: Optional[list[Union[int, str]]] = None,
-          compile: list[Setting] = ["auto"], channels_last: list[Setting] = ["auto"], data: Data = "synthetic",
-          chart_batch: Optional[PositiveInt] = None, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
-          overrides: Optional[dict] = None, grid: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
+def sweep(
+    recipe: str,
+    accelerators: Optional[list[Accelerator]] = None,
+    batch_sizes: list[PositiveInt] = [32, 128, 512, 1024],
+    devices: list[DeviceCount] = [1],
+    progress_every: list[NonNegativeInt] = [0],
+    steps_per_execution: list[PositiveInt] = [1],
+    execution_loop: list[Loop] = ["auto"],
+    on_device: Optional[list[Setting]] = None,
+    steps: PositiveInt = 20,
+    warmup: PositiveInt = 3,
+    rounds: PositiveInt = 1,
+    precision: Optional[list[Union[int, str]]] = None,
+    compile: list[Setting] = ["auto"],
+    channels_last: list[Setting] = ["auto"],
+    data: Data = "synthetic",
+    chart_batch: Optional[PositiveInt] = None,
+    timeout: PositiveFloat = 1800.0,
+    runs_dir: str = "runs",
+    overrides: Optional[dict] = None,
+    grid: Optional[dict] = None,
+    command: str = "",
+) -> tuple[int, Path]:
     """Every accelerator x devices x batch size (x live-bar refresh, x steps per execution on XLA, x precision,
     x compile and channels_last on cpu/gpu, x any recipe key in `grid`) of a recipe. on_device= (data.on_device)
     and execution_loop= (for steps_per_execution > 1) are lists like the rest."""
@@ -128,22 +200,49 @@ def sweep(recipe: str, accelerators: Optional[list[Accelerator]] = None,
     run_dir = report.new_run_dir(runs_dir)
     cells = {}
     for a, d, b, p, k, loop, prec, comp, cl, *values in itertools.product(
-            accelerators, devices, batch_sizes, progress_every, steps_per_execution, execution_loop,
-            precision or [None], compile, channels_last, *grid.values()):
+        accelerators,
+        devices,
+        batch_sizes,
+        progress_every,
+        steps_per_execution,
+        execution_loop,
+        precision or [None],
+        compile,
+        channels_last,
+        *grid.values(),
+    ):
         d = 1 if a == "cpu" else d
         k = 1 if a in ("cpu", "gpu") else k  # K steps as one program is for XLA
         loop = "auto" if k == 1 else loop
         comp, cl = ("auto", "auto") if a in ("tpu", "xla") else (comp, cl)  # XLA compiles the step itself
         keys = dict(zip(grid, map(str, values)))
-        name = (f"{a}-d{d}-b{b}" + (f"-k{k}" if k > 1 else "") + (f"-{loop}" if loop != "auto" else "")
-                + (f"-p{p}" if p else "")
-                + (f"-{prec}" if prec else "") + _flag("compile", comp) + _flag("cl", cl)
-                + "".join(f"-{n}{v}" for n, v in keys.items()))
-        cells[name] = {"recipe": recipe, "overrides": {**overrides, **keys}, "accelerator": a, "devices": d,
-                       "batch": b, "progress_every": p, "steps_per_execution": k, "execution_loop": loop,
-                       "precision": prec,
-                       "compile": comp, "channels_last": cl, "warmup": warmup, "steps": steps, "data": data,
-                       **keys}
+        name = (
+            f"{a}-d{d}-b{b}"
+            + (f"-k{k}" if k > 1 else "")
+            + (f"-{loop}" if loop != "auto" else "")
+            + (f"-p{p}" if p else "")
+            + (f"-{prec}" if prec else "")
+            + _flag("compile", comp)
+            + _flag("cl", cl)
+            + "".join(f"-{n}{v}" for n, v in keys.items())
+        )
+        cells[name] = {
+            "recipe": recipe,
+            "overrides": {**overrides, **keys},
+            "accelerator": a,
+            "devices": d,
+            "batch": b,
+            "progress_every": p,
+            "steps_per_execution": k,
+            "execution_loop": loop,
+            "precision": prec,
+            "compile": comp,
+            "channels_last": cl,
+            "warmup": warmup,
+            "steps": steps,
+            "data": data,
+            **keys,
+        }
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
     results = run_rounds(cells, run_dir, rounds, timeout, note=lambda line: (bar.update(), bar.write(line)))
     bar.close()
@@ -169,18 +268,35 @@ def _flag(name: str, value) -> str:
 
 def table_row(r: dict, grid: list[str]) -> list:
     fmt = report.fmt
-    note = r.get("error") or "; ".join(filter(None, [
-        "recompiled while timed: more warmup=?" if r.get("timed_compiles") else "",
-        "host-bound" if r.get("host_bound") else ""]))
+    note = r.get("error") or "; ".join(
+        filter(
+            None,
+            [
+                "recompiled while timed: more warmup=?" if r.get("timed_compiles") else "",
+                "host-bound" if r.get("host_bound") else "",
+            ],
+        )
+    )
     own = ("steps_per_execution", "execution_loop", "progress_every")
     extra = [r.get(k) or "-" for k in own if k in grid]
-    return [r["accelerator"], r.get("device", "-"), r.get("global_batch", "-"), *extra,
-            *(r.get(k) for k in grid if k not in own),
-            fmt(r.get("first_step_s"), 2),
-            fmt(r.get("compile_s"), 1), fmt(r.get("compiles")), fmt(r.get("step_ms"), 1),
-            fmt(r.get("host_ms_per_step"), 1), fmt(r.get("device_ms_per_step"), 1), fmt(r.get("samples_per_s")),
-            fmt(r.get("epoch_s")), fmt(r.get("host_peak_mb"), 0),
-            device_mb(r), note]
+    return [
+        r["accelerator"],
+        r.get("device", "-"),
+        r.get("global_batch", "-"),
+        *extra,
+        *(r.get(k) for k in grid if k not in own),
+        fmt(r.get("first_step_s"), 2),
+        fmt(r.get("compile_s"), 1),
+        fmt(r.get("compiles")),
+        fmt(r.get("step_ms"), 1),
+        fmt(r.get("host_ms_per_step"), 1),
+        fmt(r.get("device_ms_per_step"), 1),
+        fmt(r.get("samples_per_s")),
+        fmt(r.get("epoch_s")),
+        fmt(r.get("host_peak_mb"), 0),
+        device_mb(r),
+        note,
+    ]
 
 
 def device_mb(r: dict) -> str:
@@ -205,55 +321,131 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
     table = [table_row(r, grid) for r in rows]
     data = sorted({r["data"] for r in rows if r.get("data")})
-    notes = [f"recipe {opts['recipe']}" + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
-             + (f", precision {opts['precision'][0]}" if len(opts["precision"] or []) == 1 else ""),
-             f"step ms: median of {opts['steps']} timed steps after {opts['warmup']} warm-up steps"
-             + (f", x {opts['rounds']} rounds in alternating order" if opts["rounds"] > 1 else "")
-             + f", pipelined as in training; samples/s = batch / step; epoch s = {n_train:,} training samples "
-               f"({source}) // batch x step",
-             "first step: the first training step to the end of its execution (on XLA: trace + compile + run; "
-             "with compile: torch.compile's forward, and its backward, which compiles at the first backward); "
-             "compiles: XLA graphs compiled in the cell, or with compile on cpu/gpu torch.compile's (inductor) "
-             "compilations and their seconds (- for eager)",
-             "host ms / device ms: medians of split steps run after the timed ones, each started on an idle device: "
-             "host = fetch, hooks, trace and sync up to dispatch; device = the wait for the execution after it "
-             "(- for eager CPU, where the host does everything); host-bound: host ms >= device ms, so the "
-             "accelerator idles for part of every step",
-             "data: " + (" and ".join(data) or "-") + (" (random inputs of the recipe's exact shapes and dtypes "
-                                                       "through its own loader and transform)"
-                                                       if "synthetic" in data else "")]
+    notes = [
+        f"recipe {opts['recipe']}"
+        + "".join(f", {k}={v}" for k, v in opts["overrides"].items())
+        + (f", precision {opts['precision'][0]}" if len(opts["precision"] or []) == 1 else ""),
+        f"step ms: median of {opts['steps']} timed steps after {opts['warmup']} warm-up steps"
+        + (f", x {opts['rounds']} rounds in alternating order" if opts["rounds"] > 1 else "")
+        + f", pipelined as in training; samples/s = batch / step; epoch s = {n_train:,} training samples "
+        f"({source}) // batch x step",
+        "first step: the first training step to the end of its execution (on XLA: trace + compile + run; "
+        "with compile: torch.compile's forward, and its backward, which compiles at the first backward); "
+        "compiles: XLA graphs compiled in the cell, or with compile on cpu/gpu torch.compile's (inductor) "
+        "compilations and their seconds (- for eager)",
+        "host ms / device ms: medians of split steps run after the timed ones, each started on an idle device: "
+        "host = fetch, hooks, trace and sync up to dispatch; device = the wait for the execution after it "
+        "(- for eager CPU, where the host does everything); host-bound: host ms >= device ms, so the "
+        "accelerator idles for part of every step",
+        "data: "
+        + (" and ".join(data) or "-")
+        + (
+            " (random inputs of the recipe's exact shapes and dtypes through its own loader and transform)"
+            if "synthetic" in data
+            else ""
+        ),
+    ]
     if any((r.get("steps_per_execution") or 1) > 1 for r in rows):
-        notes.append("steps/execution k > 1: k training steps traced once and run as one XLA program; its cells "
-                     "time whole executions and divide by k, and their first step is the first execution of k")
+        notes.append(
+            "steps/execution k > 1: k training steps traced once and run as one XLA program; its cells "
+            "time whole executions and divide by k, and their first step is the first execution of k"
+        )
     if any("XLA:CPU" in (r.get("device") or "") for r in rows):
         notes.append("XLA:CPU is XLA compiling for this machine's CPU (PJRT_DEVICE=CPU): not a TPU figure")
     made = charts.sweep_charts(run_dir, rows, prov, opts["recipe"], opts.get("chart_batch"))
-    report.publish(run_dir, "bench", f"xla_train bench: {opts['recipe']}", prov, rows,
-                   COLUMNS + [k for k in grid if k not in COLUMNS], headers, table, notes, made)
+    report.publish(
+        run_dir,
+        "bench",
+        f"xla_train bench: {opts['recipe']}",
+        prov,
+        rows,
+        COLUMNS + [k for k in grid if k not in COLUMNS],
+        headers,
+        table,
+        notes,
+        made,
+    )
 
 
-def replicas(recipe: str = "quickstart", devices: list[DeviceCount] = [1, 8], batch_sizes: list[PositiveInt] = [16],
-             steps: PositiveInt = 10, warmup: PositiveInt = 3, data: Data = "synthetic",
-             timeout: PositiveFloat = 1800.0, runs_dir: str = "runs", overrides: Optional[dict] = None,
-             command: str = "") -> tuple[int, Path]:
+def replicas(
+    recipe: str = "quickstart",
+    devices: list[DeviceCount] = [1, 8],
+    batch_sizes: list[PositiveInt] = [16],
+    steps: PositiveInt = 10,
+    warmup: PositiveInt = 3,
+    data: Data = "synthetic",
+    timeout: PositiveFloat = 1800.0,
+    runs_dir: str = "runs",
+    overrides: Optional[dict] = None,
+    command: str = "",
+) -> tuple[int, Path]:
     """One against n XLA devices (SPMD), at one per-device batch: the cost of the partitioned program."""
-    return sweep(recipe, ["xla"], batch_sizes, devices, steps=steps, warmup=warmup, data=data, timeout=timeout,
-                 runs_dir=runs_dir, overrides=overrides, command=command)
+    return sweep(
+        recipe,
+        ["xla"],
+        batch_sizes,
+        devices,
+        steps=steps,
+        warmup=warmup,
+        data=data,
+        timeout=timeout,
+        runs_dir=runs_dir,
+        overrides=overrides,
+        command=command,
+    )
 
 
-def lstm(recipe: str = "imdb", maxlens: list[PositiveInt] = [100, 200, 500],
-         accelerators: list[Accelerator] = ["xla"], batch_sizes: list[PositiveInt] = [128], steps: PositiveInt = 10,
-         warmup: PositiveInt = 3, timeout: PositiveFloat = 1800.0, runs_dir: str = "runs",
-         overrides: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
+def lstm(
+    recipe: str = "imdb",
+    maxlens: list[PositiveInt] = [100, 200, 500],
+    accelerators: list[Accelerator] = ["xla"],
+    batch_sizes: list[PositiveInt] = [128],
+    steps: PositiveInt = 10,
+    warmup: PositiveInt = 3,
+    timeout: PositiveFloat = 1800.0,
+    runs_dir: str = "runs",
+    overrides: Optional[dict] = None,
+    command: str = "",
+) -> tuple[int, Path]:
     """The LSTM at each sequence length: on XLA the scan's compile time stays flat as maxlen grows."""
-    return sweep(recipe, accelerators, batch_sizes, steps=steps, warmup=warmup, timeout=timeout, runs_dir=runs_dir,
-                 overrides=overrides, grid={"maxlen": maxlens}, command=command)
+    return sweep(
+        recipe,
+        accelerators,
+        batch_sizes,
+        steps=steps,
+        warmup=warmup,
+        timeout=timeout,
+        runs_dir=runs_dir,
+        overrides=overrides,
+        grid={"maxlen": maxlens},
+        command=command,
+    )
 
 
-def pipeline(recipe: str = "quickstart", progress_every: list[NonNegativeInt] = [0, 10],
-             accelerators: list[Accelerator] = ["xla"], batch_sizes: list[PositiveInt] = [32],
-             steps: PositiveInt = 30, warmup: PositiveInt = 3, rounds: PositiveInt = 2, timeout: PositiveFloat = 900.0,
-             runs_dir: str = "runs", overrides: Optional[dict] = None, command: str = "") -> tuple[int, Path]:
+def pipeline(
+    recipe: str = "quickstart",
+    progress_every: list[NonNegativeInt] = [0, 10],
+    accelerators: list[Accelerator] = ["xla"],
+    batch_sizes: list[PositiveInt] = [32],
+    steps: PositiveInt = 30,
+    warmup: PositiveInt = 3,
+    rounds: PositiveInt = 2,
+    timeout: PositiveFloat = 900.0,
+    runs_dir: str = "runs",
+    overrides: Optional[dict] = None,
+    command: str = "",
+) -> tuple[int, Path]:
     """Training with the live progress bar off and on: its host syncs and what they cost per step."""
-    return sweep(recipe, accelerators, batch_sizes, progress_every=progress_every, steps=steps, warmup=warmup,
-                 rounds=rounds, timeout=timeout, runs_dir=runs_dir, overrides=overrides, command=command)
+    return sweep(
+        recipe,
+        accelerators,
+        batch_sizes,
+        progress_every=progress_every,
+        steps=steps,
+        warmup=warmup,
+        rounds=rounds,
+        timeout=timeout,
+        runs_dir=runs_dir,
+        overrides=overrides,
+        command=command,
+    )

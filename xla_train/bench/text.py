@@ -8,6 +8,7 @@ timed. Each figure is the median of `repeats` runs of the product's own
 functions (preprocess/text.py), as wall time and as CPU time over all threads:
 `tokenizers` runs on every core, and TPU hosts have dozens.
 """
+
 from __future__ import annotations
 
 import io
@@ -29,8 +30,14 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def text(reviews: PositiveInt = 50_000, maxlen: PositiveInt = 500, vocab_size: PositiveInt = 10_000,
-         repeats: PositiveInt = 3, runs_dir: str = "runs", command: str = "") -> tuple[int, Path]:
+def text(
+    reviews: PositiveInt = 50_000,
+    maxlen: PositiveInt = 500,
+    vocab_size: PositiveInt = 10_000,
+    repeats: PositiveInt = 3,
+    runs_dir: str = "runs",
+    command: str = "",
+) -> tuple[int, Path]:
     texts = synthetic_reviews(reviews)
     train = texts[: max(1, len(texts) // 2)]
     state = {}
@@ -50,19 +57,24 @@ def text(reviews: PositiveInt = 50_000, maxlen: PositiveInt = 500, vocab_size: P
             z["x"].astype(np.int64)
 
     rows = []
-    for what, fn in ((f"vocabulary from {len(train):,} reviews", vocabulary),
-                     (f"encode {len(texts):,} reviews (and save the arrays)", encode),
-                     ("reload the cached arrays", reload)):
+    for what, fn in (
+        (f"vocabulary from {len(train):,} reviews", vocabulary),
+        (f"encode {len(texts):,} reviews (and save the arrays)", encode),
+        ("reload the cached arrays", reload),
+    ):
         c0 = cpu_seconds()
         walls = time_calls([fn], repeats, warmup=0)[0]
         rows.append({"what": what, "wall_s": statistics.median(walls), "cpu_s": (cpu_seconds() - c0) / repeats})
     prov = report.provenance(command, [f"CPU, tokenizers on {report.cpu_summary()}"])
     run_dir = report.new_run_dir(runs_dir)
     words = sum(len(t.split()) for t in texts)
-    notes = [f"{len(texts):,} synthetic reviews of aclImdb's lengths, {words / len(texts):.0f} words each on average;"
-             f" vocabulary {vocab_size:,}, maxlen {maxlen}; median of {repeats} (CPU: mean over all threads)"]
+    notes = [
+        f"{len(texts):,} synthetic reviews of aclImdb's lengths, {words / len(texts):.0f} words each on average;"
+        f" vocabulary {vocab_size:,}, maxlen {maxlen}; median of {repeats} (CPU: mean over all threads)"
+    ]
     headers = ["", "wall s", "CPU s"]
     table = [[r["what"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}"] for r in rows]
-    report.publish(run_dir, "text", "xla_train text pipeline", prov, rows, ["what", "wall_s", "cpu_s"], headers,
-                   table, notes)
+    report.publish(
+        run_dir, "text", "xla_train text pipeline", prov, rows, ["what", "wall_s", "cpu_s"], headers, table, notes
+    )
     return 0, run_dir

@@ -38,6 +38,7 @@ threads beside it do.
 With steps_per_execution=k the clock reads only where an execution of k steps
 begins and ends (the steps inside it only keep their batch) and divides by k.
 """
+
 from __future__ import annotations
 
 import json
@@ -151,16 +152,28 @@ class Stopwatch:
         split = {"host_ms_per_step": None, "device_ms_per_step": None, "host_bound": None, "host_cpu_ms_per_step": None}
         if self.split:
             host, dev = statistics.median(self.host_s) * 1e3, statistics.median(self.device_s) * 1e3
-            split = {"host_ms_per_step": host, "device_ms_per_step": dev, "host_bound": host >= dev,
-                     "host_cpu_ms_per_step": statistics.median(self.host_cpu_s) * 1e3,
-                     "host_times_ms": [t * 1e3 for t in self.host_s],
-                     "host_cpu_times_ms": [t * 1e3 for t in self.host_cpu_s],
-                     "device_times_ms": [t * 1e3 for t in self.device_s]}
-        return {"first_step_s": self.first_step_s, "step_ms": statistics.median(times) * 1e3,
-                "step_ms_mean": statistics.fmean(times) * 1e3, "step_times_ms": [t * 1e3 for t in times],
-                "compiles": xla(c2 - c0), "timed_compiles": xla(c2 - c1), "compile_s": xla(s1 - s0),
-                "timed_host_syncs": xla(h2 - h1), "split_steps": self.split * self.k, **split,
-                "first_loss": float(self.first_loss) if self.first_loss is not None else None}
+            split = {
+                "host_ms_per_step": host,
+                "device_ms_per_step": dev,
+                "host_bound": host >= dev,
+                "host_cpu_ms_per_step": statistics.median(self.host_cpu_s) * 1e3,
+                "host_times_ms": [t * 1e3 for t in self.host_s],
+                "host_cpu_times_ms": [t * 1e3 for t in self.host_cpu_s],
+                "device_times_ms": [t * 1e3 for t in self.device_s],
+            }
+        return {
+            "first_step_s": self.first_step_s,
+            "step_ms": statistics.median(times) * 1e3,
+            "step_ms_mean": statistics.fmean(times) * 1e3,
+            "step_times_ms": [t * 1e3 for t in times],
+            "compiles": xla(c2 - c0),
+            "timed_compiles": xla(c2 - c1),
+            "compile_s": xla(s1 - s0),
+            "timed_host_syncs": xla(h2 - h1),
+            "split_steps": self.split * self.k,
+            **split,
+            "first_loss": float(self.first_loss) if self.first_loss is not None else None,
+        }
 
 
 def time_calls(fns: list, repeats: int, warmup: int, block: int = 1) -> list[list[float]]:
@@ -207,10 +220,16 @@ class Loop:
 
         s = self.spec
         accelerator = s["accelerator"]
-        plan = plan_hardware(accelerator, 1 if accelerator == "cpu" else s.get("devices", 1), "auto",
-                             s.get("precision"), steps_per_execution=s.get("steps_per_execution", 1),
-                             execution_loop=s.get("execution_loop", "auto"),
-                             compile=s.get("compile", "auto"), channels_last=s.get("channels_last", "auto"))
+        plan = plan_hardware(
+            accelerator,
+            1 if accelerator == "cpu" else s.get("devices", 1),
+            "auto",
+            s.get("precision"),
+            steps_per_execution=s.get("steps_per_execution", 1),
+            execution_loop=s.get("execution_loop", "auto"),
+            compile=s.get("compile", "auto"),
+            channels_last=s.get("channels_last", "auto"),
+        )
         model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
@@ -227,11 +246,19 @@ class Loop:
             if fp.compile:
                 out["compiles"], out["compile_s"] = inductor()
         strategy = plan.trainer_kwargs.get("strategy")
-        out.update(on_device=dm.resident, execution_loop=getattr(strategy, "execution_loop", None) if self.k > 1
-                   else None, matmul_precision=plan.matmul_precision)  # XLA: the float32 matmul precision in effect
-        out.update(device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""), devices=n,
-                   global_batch=s["batch"] * n, data=data, samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
-                   device_peak_mb=device_peak_mb(watch.device))
+        out.update(
+            on_device=dm.resident,
+            execution_loop=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
+            matmul_precision=plan.matmul_precision,
+        )  # XLA: the float32 matmul precision in effect
+        out.update(
+            device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""),
+            devices=n,
+            global_batch=s["batch"] * n,
+            data=data,
+            samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
+            device_peak_mb=device_peak_mb(watch.device),
+        )
         return out
 
     def steps(self, plan, model, dm) -> Stopwatch:
@@ -271,11 +298,20 @@ class LightningLoop(Loop):
         if s.get("progress_every"):  # the live bar as a terminal would get it, drawn into nothing
             callbacks.append(KerasProgress(s["progress_every"], stream=_Terminal()))
         with tempfile.TemporaryDirectory(prefix="xla_train-bench-") as tmp:
-            pl.Trainer(**plan.trainer_kwargs, callbacks=[*callbacks, clock], max_epochs=1,
-                       limit_train_batches=self.total, limit_val_batches=0, num_sanity_val_steps=0,
-                       logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                       enable_model_summary=False, use_distributed_sampler=False,
-                       default_root_dir=tmp).fit(model, datamodule=dm)
+            pl.Trainer(
+                **plan.trainer_kwargs,
+                callbacks=[*callbacks, clock],
+                max_epochs=1,
+                limit_train_batches=self.total,
+                limit_val_batches=0,
+                num_sanity_val_steps=0,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                use_distributed_sampler=False,
+                default_root_dir=tmp,
+            ).fit(model, datamodule=dm)
         return clock.watch
 
 
@@ -344,9 +380,13 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
         env.pop("CPU_NUM_DEVICES", None)
     with open(stem.with_suffix(".log"), "w") as log:
         try:
-            proc = subprocess.run([sys.executable, "-m", "xla_train.bench.timing",
-                                   json.dumps({**spec, "result_path": str(result_path)})],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, "-m", "xla_train.bench.timing", json.dumps({**spec, "result_path": str(result_path)})],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"error": f"did not finish in {timeout:g} s (timeout=)"}
     if result_path.is_file():
@@ -368,8 +408,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    result.update(host_peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 10,
-                  threads=torch.get_num_threads())
+    result.update(
+        host_peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, threads=torch.get_num_threads()
+    )
     Path(spec["result_path"]).write_text(json.dumps(result))
     return code
 

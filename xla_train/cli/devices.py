@@ -7,6 +7,7 @@ process that does holds the chips until it exits, and the notebook's benchmark
 cells and fits in subprocesses could not have them. A short-lived process counts
 them instead (runtime/accelerators.py, list_xla_devices).
 """
+
 from __future__ import annotations
 
 import os
@@ -58,7 +59,9 @@ def describe_devices(accelerator: str = "auto") -> DeviceReport:
     if kind == "gpu":
         require_cuda()
         names = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count()))
-        return DeviceReport("gpu", torch.cuda.get_device_name(0), names,
-                            f"torch {torch.__version__}, CUDA {torch.version.cuda}")
-    return DeviceReport("cpu", "CPU", ("cpu",), f"{platform.machine()}, {os.cpu_count()} cores, "
-                                                f"{torch.get_num_threads()} torch threads")
+        return DeviceReport(
+            "gpu", torch.cuda.get_device_name(0), names, f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+        )
+    return DeviceReport(
+        "cpu", "CPU", ("cpu",), f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    )

@@ -7,6 +7,7 @@ dump. `predict` and `export` never import Lightning or torch_xla: they are plain
 on the CPU. The Python API (api.py) goes through the same path as fit/validate/test
 (config/build.py). Nothing imports this module but the entry points.
 """
+
 from __future__ import annotations
 
 import sys
@@ -15,8 +16,10 @@ from xla_train.errors import ConfigError, find_user_error
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 COMMANDS = LIGHTNING_COMMANDS + ("predict", "export", "devices", "bench")
-USAGE = ("usage: python -m xla_train [fit|validate|test|predict|export|devices|bench] recipe=NAME key=value ... "
-         "[--lightning.flag=value]")
+USAGE = (
+    "usage: python -m xla_train [fit|validate|test|predict|export|devices|bench] recipe=NAME key=value ... "
+    "[--lightning.flag=value]"
+)
 
 
 def split_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str]]:
@@ -48,9 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
-        print("commands: fit (default), validate, test, predict, export (ckpt=PATH format=onnx|pt2 [out=PATH]), "
-              "devices, bench (`bench --help`); "
-              "recipe=NAME picks recipes/NAME.yaml; `fit --help` lists every Lightning option")
+        print(
+            "commands: fit (default), validate, test, predict, export (ckpt=PATH format=onnx|pt2 [out=PATH]), "
+            "devices, bench (`bench --help`); "
+            "recipe=NAME picks recipes/NAME.yaml; `fit --help` lists every Lightning option"
+        )
         return 0
     try:
         if argv and argv[0] == "bench":  # its own subcommands and keys: xla_train/bench/command.py

@@ -5,6 +5,7 @@ they resolve the same config, check the same keys and raise the same one-line
 errors. `build_parts` stops before the Trainer: the benchmarks build their own
 from runtime.plan with the steps they need.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,7 +51,7 @@ def build_parts(recipe: str, overrides: dict[str, str]):
 def _type_name(name: str) -> str:
     """A type as a command line would write its values: 'auto' for Literal['auto'], null for NoneType."""
     if name.startswith("typing.Literal["):
-        return name[len("typing.Literal["):-1]
+        return name[len("typing.Literal[") : -1]
     name = name.rsplit(".", 1)[-1]
     return {"NoneType": "null", "SeedInt": "int"}.get(name, name)
 
@@ -68,7 +69,7 @@ def one_line(message: str) -> str:
     if key and expected:
         expected, _, got = expected.partition(". Got value: ")
         got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
-        subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), "")[len("Subtypes: ["):-1]
+        subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), "")[len("Subtypes: [") : -1]
         members = re.findall(r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes)
         if members and "[" not in re.sub(r"typing\.Literal\[[^\]]*\]", "", subtypes):
             # a union of plain types: name every member, not only the first (compile: bool or 'auto'); a union

@@ -4,6 +4,7 @@ Listing `version_*` and adding 1 lets two processes started together pick the
 same N. Here the folder is created without exist_ok: of two processes that try
 the same N, one gets FileExistsError and takes the next.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +19,7 @@ def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        taken = (p.name[len(prefix):] for p in root.glob(f"{prefix}*"))
+        taken = (p.name[len(prefix) :] for p in root.glob(f"{prefix}*"))
         n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
         while True:
             try:
@@ -27,5 +28,6 @@ def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
             except FileExistsError:
                 n += 1
     except PermissionError:
-        raise ConfigError(f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER "
-                          f"you can write") from None
+        raise ConfigError(
+            f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER you can write"
+        ) from None

@@ -5,6 +5,7 @@ one switch. Each run gets its own version folder (never overwritten) holding
 the resolved config, the checkpoints and the metrics log; validate and test
 write theirs beside the checkpoint's run (config/run_folders.py).
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,11 +56,17 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
     def __init__(self, args: list[str], run: bool = True, build_trainer: bool = True):
         self.build_trainer = build_trainer
         super().__init__(
-            Classifier, ArrayDataModule, subclass_mode_data=True, args=args, run=run,
-            auto_configure_optimizers=False, seed_everything_default=0,
+            Classifier,
+            ArrayDataModule,
+            subclass_mode_data=True,
+            args=args,
+            run=run,
+            auto_configure_optimizers=False,
+            seed_everything_default=0,
             trainer_defaults={"use_distributed_sampler": False, "enable_progress_bar": False},
             parser_kwargs={"exit_on_error": False, "parser_mode": "yaml"},
-            save_config_callback=PicklableSaveConfig, save_config_kwargs={"overwrite": False},
+            save_config_callback=PicklableSaveConfig,
+            save_config_kwargs={"overwrite": False},
         )
 
     @override
@@ -67,31 +74,75 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         parser.add_argument("--recipe_name", type=str, default="run", help="names the run folder")
         parser.add_argument("--runs_dir", type=str, default="runs", help="where run folders go")
         parser.add_argument("--logger_kind", type=Literal["csv", "tensorboard"], default="csv")
-        parser.add_argument("--test_after_fit", type=bool, default=False,
-                            help="after fit, test the best checkpoint on the held-out split")
-        parser.add_argument("--predict_samples", type=int, default=0,
-                            help="after fit, predict this many held-out inputs on the CPU from the checkpoint")
-        parser.add_argument("--xla_guard", type=Literal["warn", "strict", "off"], default="warn",
-                            help="after warm-up, a new XLA compilation warns, stops the run, or is ignored")
-        parser.add_argument("--progress_every", type=int, default=50,
-                            help="on a terminal, refresh the live bar every N steps (each refresh is a host sync)")
-        parser.add_argument("--compile_cache", type=Optional[str], default=None,
-                            help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)")
-        parser.add_argument("--checkpoint_every", type=int, default=0,
-                            help="also write last.ckpt every N training steps (0: at epoch ends only)")
-        parser.add_argument("--steps_per_execution", type=Union[PositiveInt, Literal["auto"]], default="auto",
-                            help="on XLA, run K training steps as one compiled program (one trace, one dispatch); "
-                                 "auto: 32 as an XLA While loop, else 1")
-        parser.add_argument("--execution_loop", type=Literal["auto", "unroll", "while"], default="auto",
-                            help="on XLA with steps_per_execution > 1: an XLA While loop over the step, or K "
-                                 "unrolled calls (auto: While, except on XLA:CPU)")
-        parser.add_argument("--matmul_precision", type=Literal["default", "high", "highest"], default="default",
-                            help="XLA: float32 matmuls and convolutions on a TPU as one bf16 pass (default, the "
-                                 "Keras tutorials' TPU setting), three, or six (about float32)")
-        parser.add_argument("--compile", type=Union[bool, Literal["auto"]], default="auto",
-                            help="cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)")
-        parser.add_argument("--channels_last", type=Union[bool, Literal["auto"]], default="auto",
-                            help="cpu/gpu: channels_last weights and image batches (auto: for conv nets)")
+        parser.add_argument(
+            "--test_after_fit",
+            type=bool,
+            default=False,
+            help="after fit, test the best checkpoint on the held-out split",
+        )
+        parser.add_argument(
+            "--predict_samples",
+            type=int,
+            default=0,
+            help="after fit, predict this many held-out inputs on the CPU from the checkpoint",
+        )
+        parser.add_argument(
+            "--xla_guard",
+            type=Literal["warn", "strict", "off"],
+            default="warn",
+            help="after warm-up, a new XLA compilation warns, stops the run, or is ignored",
+        )
+        parser.add_argument(
+            "--progress_every",
+            type=int,
+            default=50,
+            help="on a terminal, refresh the live bar every N steps (each refresh is a host sync)",
+        )
+        parser.add_argument(
+            "--compile_cache",
+            type=Optional[str],
+            default=None,
+            help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)",
+        )
+        parser.add_argument(
+            "--checkpoint_every",
+            type=int,
+            default=0,
+            help="also write last.ckpt every N training steps (0: at epoch ends only)",
+        )
+        parser.add_argument(
+            "--steps_per_execution",
+            type=Union[PositiveInt, Literal["auto"]],
+            default="auto",
+            help="on XLA, run K training steps as one compiled program (one trace, one dispatch); "
+            "auto: 32 as an XLA While loop, else 1",
+        )
+        parser.add_argument(
+            "--execution_loop",
+            type=Literal["auto", "unroll", "while"],
+            default="auto",
+            help="on XLA with steps_per_execution > 1: an XLA While loop over the step, or K "
+            "unrolled calls (auto: While, except on XLA:CPU)",
+        )
+        parser.add_argument(
+            "--matmul_precision",
+            type=Literal["default", "high", "highest"],
+            default="default",
+            help="XLA: float32 matmuls and convolutions on a TPU as one bf16 pass (default, the "
+            "Keras tutorials' TPU setting), three, or six (about float32)",
+        )
+        parser.add_argument(
+            "--compile",
+            type=Union[bool, Literal["auto"]],
+            default="auto",
+            help="cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)",
+        )
+        parser.add_argument(
+            "--channels_last",
+            type=Union[bool, Literal["auto"]],
+            default="auto",
+            help="cpu/gpu: channels_last weights and image batches (auto: for conv nets)",
+        )
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
         compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed
@@ -108,19 +159,26 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             return None
         init = self.config_init[self.subcommand] if self.subcommand else self.config_init
         t = init.get("trainer") or {}
-        plan = plan_hardware(t.get("accelerator", "auto"), t.get("devices", "auto"),
-                             t.get("strategy", "auto"), t.get("precision"), self.setting("compile_cache"),
-                             num_nodes=t.get("num_nodes", 1),
-                             steps_per_execution=self.setting("steps_per_execution") or "auto",
-                             execution_loop=self.setting("execution_loop") or "auto",
-                             matmul_precision=self.setting("matmul_precision") or "default",
-                             compile=self.setting("compile"), channels_last=self.setting("channels_last"))
+        plan = plan_hardware(
+            t.get("accelerator", "auto"),
+            t.get("devices", "auto"),
+            t.get("strategy", "auto"),
+            t.get("precision"),
+            self.setting("compile_cache"),
+            num_nodes=t.get("num_nodes", 1),
+            steps_per_execution=self.setting("steps_per_execution") or "auto",
+            execution_loop=self.setting("execution_loop") or "auto",
+            matmul_precision=self.setting("matmul_precision") or "default",
+            compile=self.setting("compile"),
+            channels_last=self.setting("channels_last"),
+        )
         kwargs.update(plan.trainer_kwargs)
         self.plan = plan
         name = self.setting("recipe_name")
         if t.get("logger") in (None, True):  # fit: a new version_N; validate/test: eval_K beside the checkpoint's run
-            kwargs["logger"] = run_logger(self.setting("logger_kind"), self.setting("runs_dir"), name,
-                                          self.subcommand, self.setting("ckpt_path"))
+            kwargs["logger"] = run_logger(
+                self.setting("logger_kind"), self.setting("runs_dir"), name, self.subcommand, self.setting("ckpt_path")
+            )
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename="best-{epoch}"))
@@ -132,8 +190,13 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         if plan.fast_path is not None:
             callbacks.append(FastPathCallback(plan.fast_path, publish))
-        callbacks += [RunReport(plan.kind, plan.fast_path, plan.matmul_precision), RngState(), self.last_checkpoint,
-                      self.preemption, KerasProgress(every)]
+        callbacks += [
+            RunReport(plan.kind, plan.fast_path, plan.matmul_precision),
+            RngState(),
+            self.last_checkpoint,
+            self.preemption,
+            KerasProgress(every),
+        ]
         kwargs["callbacks"] = callbacks
         try:
             return super().instantiate_trainer(**kwargs)
@@ -154,9 +217,11 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             return
         theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
         if theirs != ours:
-            raise CheckpointError(f"{self._ckpt_path} holds a {theirs[0]} net {theirs[1]}, but recipe "
-                                  f"{self.setting('recipe_name')} builds a {ours[0]} net {ours[1]}; "
-                                  f"use a checkpoint written by this recipe")
+            raise CheckpointError(
+                f"{self._ckpt_path} holds a {theirs[0]} net {theirs[1]}, but recipe "
+                f"{self.setting('recipe_name')} builds a {ours[0]} net {ours[1]}; "
+                f"use a checkpoint written by this recipe"
+            )
 
     def _before_run(self) -> None:
         self._check_ckpt_matches_recipe()
@@ -181,8 +246,9 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             t.strategy.steps_per_execution = max(steps, 1)
             t.strategy.grouping_note = f"{max(steps, 1)} (auto: the steps of an epoch)"
         elif k > steps:
-            raise ConfigError(f"steps_per_execution={k} is more than the {steps} training steps of an epoch; "
-                              f"use at most {steps}")
+            raise ConfigError(
+                f"steps_per_execution={k} is more than the {steps} training steps of an epoch; use at most {steps}"
+            )
 
     before_fit = before_validate = before_test = _before_run  # LightningCLI calls before_<subcommand>
 

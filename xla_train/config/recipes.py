@@ -6,6 +6,7 @@ Short aliases cover the settings people change most; a key that is the unique
 tail of a longer one (model.dropout -> model.net.dropout) is taken as that key.
 jsonargparse then parses and type-checks every value.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -34,10 +35,23 @@ ALIASES = {
     "ckpt": "ckpt_path",
     "logger": "logger_kind",
 }
-TOP_LEVEL = ("seed_everything", "ckpt_path", "runs_dir", "logger_kind", "test_after_fit", "predict_samples",
-             "checkpoint_every", "xla_guard", "progress_every", "compile_cache", "steps_per_execution",
-             "execution_loop", "matmul_precision",
-             "compile", "channels_last")
+TOP_LEVEL = (
+    "seed_everything",
+    "ckpt_path",
+    "runs_dir",
+    "logger_kind",
+    "test_after_fit",
+    "predict_samples",
+    "checkpoint_every",
+    "xla_guard",
+    "progress_every",
+    "compile_cache",
+    "steps_per_execution",
+    "execution_loop",
+    "matmul_precision",
+    "compile",
+    "channels_last",
+)
 
 
 def recipes_dir() -> Path:
@@ -54,8 +68,10 @@ def recipe_path(name: str) -> Path:
         return p
     p = recipes_dir() / f"{name}.yaml"
     if not p.is_file():
-        raise ConfigError(f"unknown recipe {name!r}; the recipes are: {', '.join(available_recipes()) or '(none)'} "
-                          f"(in {recipes_dir()})")
+        raise ConfigError(
+            f"unknown recipe {name!r}; the recipes are: {', '.join(available_recipes()) or '(none)'} "
+            f"(in {recipes_dir()})"
+        )
     return p
 
 
@@ -70,8 +86,11 @@ def load_recipe(path: Path) -> dict:
 
 
 def _params(fn) -> list[str]:
-    return [n for n, p in inspect.signature(fn).parameters.items()
-            if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [
+        n
+        for n, p in inspect.signature(fn).parameters.items()
+        if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def _import(class_path: str):
@@ -117,8 +136,7 @@ def resolve_key(key: str, keys: dict[str, str]) -> str:
 
 
 def latest_checkpoint(runs_dir: str, name: str) -> str:
-    found = sorted(Path(runs_dir, name).glob("version_*/checkpoints/last.ckpt"),
-                   key=lambda p: p.stat().st_mtime)
+    found = sorted(Path(runs_dir, name).glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise ConfigError(f"ckpt=last but no run of {name!r} under {runs_dir}/{name} has a last.ckpt")
     return str(found[-1])

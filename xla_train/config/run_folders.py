@@ -14,6 +14,7 @@ checkpoint outside a run folder (or none, or in a run this user cannot write)
 in `RUNS/NAME/eval_K`. So every `version_N` is a training run, and a run's
 evaluations stay with it.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,7 +44,7 @@ class _ClaimedVersion:
                 return super().version
             name = claim_folder(self.root_dir, self._folder_prefix).name
             # an int keeps Lightning's own "version_N" naming; a string is used as the folder's name
-            self._claimed = int(name[len(RUN_PREFIX):]) if self._folder_prefix == RUN_PREFIX else name
+            self._claimed = int(name[len(RUN_PREFIX) :]) if self._folder_prefix == RUN_PREFIX else name
         return self._claimed
 
     def adopt_version(self, version) -> None:
@@ -67,8 +68,10 @@ def require_tensorboard() -> None:
         try:
             import tensorboardX  # noqa: F401  (Lightning's fallback writer)
         except ImportError:
-            raise ConfigError("logger=tensorboard needs the tensorboard package: pip install 'xla_train[tensorboard]' "
-                              "(or pip install tensorboard), or use logger=csv") from None
+            raise ConfigError(
+                "logger=tensorboard needs the tensorboard package: pip install 'xla_train[tensorboard]' "
+                "(or pip install tensorboard), or use logger=csv"
+            ) from None
 
 
 def eval_parent(runs_dir: str, name: str, ckpt_path: str | None) -> Path:
@@ -76,8 +79,11 @@ def eval_parent(runs_dir: str, name: str, ckpt_path: str | None) -> Path:
     write there, else RUNS/NAME."""
     if ckpt_path:
         run = Path(ckpt_path).resolve().parent.parent
-        if (Path(ckpt_path).resolve().parent.name == "checkpoints" and (run / "config.yaml").is_file()
-                and os.access(run, os.W_OK | os.X_OK)):  # someone else's run, read-only: results go under runs_dir
+        if (
+            Path(ckpt_path).resolve().parent.name == "checkpoints"
+            and (run / "config.yaml").is_file()
+            and os.access(run, os.W_OK | os.X_OK)
+        ):  # someone else's run, read-only: results go under runs_dir
             return run
     return Path(runs_dir) / name
 

@@ -6,6 +6,7 @@ SaveConfigCallback holds the whole argument parser, which does not pickle (it
 reaches logging handlers' open streams). Pickled, this one carries the config
 already rendered as YAML instead, and the worker writes that text.
 """
+
 from __future__ import annotations
 
 import os

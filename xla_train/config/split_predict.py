@@ -8,6 +8,7 @@ text checkpoint encodes the reviews with its own tokenizer, never one rebuilt
 from the data folder. The hardware is runtime.plan's, and the predicting
 itself is training/split_prediction.py's; the table is serve/table.py's.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,12 +24,22 @@ def run_config(ckpt: Path) -> Path:
     for folder in (ckpt.resolve().parent.parent, ckpt.resolve().parent):
         if (folder / "config.yaml").is_file():
             return folder / "config.yaml"
-    raise ConfigError(f"{ckpt} has no saved run config: predicting a split reads the recipe and data settings "
-                      f"from the config.yaml of its run folder (runs/NAME/version_N/), which is not there")
+    raise ConfigError(
+        f"{ckpt} has no saved run config: predicting a split reads the recipe and data settings "
+        f"from the config.yaml of its run folder (runs/NAME/version_N/), which is not there"
+    )
 
 
-def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices="auto",
-                  batch_size: int | None = None, data_dir: str | None = None, out=None, probs: bool = False):
+def predict_split(
+    ckpt,
+    split: str = "test",
+    accelerator: str = "auto",
+    devices="auto",
+    batch_size: int | None = None,
+    data_dir: str | None = None,
+    out=None,
+    probs: bool = False,
+):
     """(the CSV written, the SplitPredictions): every sample of `split`, in order, one row each."""
     from xla_train.serve.table import check_out, default_out, table_text, write_new
 
@@ -43,8 +54,9 @@ def predict_split(ckpt, split: str = "test", accelerator: str = "auto", devices=
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as e:
-        raise CheckpointError(f"{ckpt}: its weights do not fit the net of {config} "
-                              f"({str(e).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{ckpt}: its weights do not fit the net of {config} ({str(e).splitlines()[0]})"
+        ) from None
     net.eval()
     inputs, labels = dm.arrays(split)  # a missing or corrupt data set fails here, before anything runs
 
@@ -84,8 +96,9 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
     net = model.net
     theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
     if theirs != ours:
-        raise CheckpointError(f"{ckpt} holds a {theirs[0]} net {theirs[1]}, but its run config {config} builds "
-                              f"a {ours[0]} net {ours[1]}")
+        raise CheckpointError(
+            f"{ckpt} holds a {theirs[0]} net {theirs[1]}, but its run config {config} builds a {ours[0]} net {ours[1]}"
+        )
     if block.get("kind") == "text":
         dm.use_tokenizer(block["tokenizer"])
     dm.check_net(net)
@@ -100,8 +113,9 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     unknown = sorted(set(pairs) - set(KEYS))
     if unknown:
         extra = "; give either inputs= or split=, not both" if {"inputs", "text"} & set(unknown) else ""
-        raise ConfigError(f"predict with split= takes {', '.join(k + '=' for k in KEYS)} and --probs; "
-                          f"not {', '.join(unknown)}{extra}")
+        raise ConfigError(
+            f"predict with split= takes {', '.join(k + '=' for k in KEYS)} and --probs; not {', '.join(unknown)}{extra}"
+        )
     bad_flags = [f for f in flags if f != "--probs"]
     if bad_flags:
         raise ConfigError(f"predict with split= does not know {' '.join(bad_flags)}; its flag is --probs")
@@ -118,12 +132,22 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
                 raise ValueError
         except ValueError:
             raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
-    path, r = predict_split(pairs["ckpt"], pairs["split"], pairs.get("accelerator", "auto"), devices, batch_size,
-                            pairs.get("data_dir"), pairs.get("out"), "--probs" in flags)
+    path, r = predict_split(
+        pairs["ckpt"],
+        pairs["split"],
+        pairs.get("accelerator", "auto"),
+        devices,
+        batch_size,
+        pairs.get("data_dir"),
+        pairs.get("out"),
+        "--probs" in flags,
+    )
     from xla_train.serve.table import accuracy
 
-    print(f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
-          f"batch(es) of {r.global_batch} (the last padded)")
+    print(
+        f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
+        f"batch(es) of {r.global_batch} (the last padded)"
+    )
     if "xla" in r.device:
         print(f"XLA graphs compiled: {r.graphs_first_batch} for the first batch, {r.graphs_after_first_batch} after it")
     print(f"accuracy {accuracy(r.probs, r.labels):.4f}")

@@ -5,6 +5,7 @@ tensors. Batch geometry lives here, in one place: the per-device batch, how
 many devices one process feeds, and which share of a global batch is this
 process's. Nothing here knows what kind of device runs the model.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,16 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.data.batching import (ArrayDataset, BatchInputs, BatchSampler, EpochOrder, IndexBatches, ResidentInputs,
-                                     StreamedInputs, nbytes)
+from xla_train.data.batching import (
+    ArrayDataset,
+    BatchInputs,
+    BatchSampler,
+    EpochOrder,
+    IndexBatches,
+    ResidentInputs,
+    StreamedInputs,
+    nbytes,
+)
 from xla_train.errors import ConfigError
 
 OnDevice = Union[bool, Literal["auto"]]
@@ -30,13 +39,16 @@ def check_batch_size(batch_size: int) -> None:
     if batch_size <= 0 or batch_size % 8:
         raise ConfigError(
             f"batch_size={batch_size} is not a positive multiple of 8; XLA tiles tensors in "
-            f"multiples of 8, so use e.g. {max(8, round(batch_size / 8) * 8)}")
+            f"multiples of 8, so use e.g. {max(8, round(batch_size / 8) * 8)}"
+        )
 
 
 def check_val_fraction(val_fraction: float) -> None:
     if not 0.0 <= val_fraction < 1.0:
-        raise ConfigError(f"val_fraction={val_fraction} must be in [0, 1): the share of the training split held "
-                          f"out for validation (default {DEFAULT_VAL_FRACTION}; 0 validates on the test split)")
+        raise ConfigError(
+            f"val_fraction={val_fraction} must be in [0, 1): the share of the training split held "
+            f"out for validation (default {DEFAULT_VAL_FRACTION}; 0 validates on the test split)"
+        )
 
 
 def validation_size(n: int, val_fraction: float) -> int:
@@ -55,12 +67,13 @@ def carve_validation(labels: np.ndarray, val_fraction: float, split_seed: int) -
     labels = np.asarray(labels)
     n_val = validation_size(len(labels), val_fraction)
     try:
-        fit, val = train_test_split(np.arange(len(labels)), test_size=n_val, stratify=labels,
-                                    random_state=split_seed)
+        fit, val = train_test_split(np.arange(len(labels)), test_size=n_val, stratify=labels, random_state=split_seed)
     except ValueError as e:  # a class with one sample, or fewer validation samples than classes
-        raise ConfigError(f"val_fraction={val_fraction} cannot hold out a stratified validation set from "
-                          f"{len(labels)} training samples ({e}); raise val_fraction, or set val_fraction=0 "
-                          f"to validate on the test split") from None
+        raise ConfigError(
+            f"val_fraction={val_fraction} cannot hold out a stratified validation set from "
+            f"{len(labels)} training samples ({e}); raise val_fraction, or set val_fraction=0 "
+            f"to validate on the test split"
+        ) from None
     return fit, val
 
 
@@ -78,8 +91,15 @@ class ArrayDataModule(pl.LightningDataModule):
     early stopping), so the test split is seen only by the final test. val_fraction=0 validates on the
     test split, as the Keras tutorials did; then the test accuracy is not a held-out figure."""
 
-    def __init__(self, batch_size: int = 128, num_workers: int = 0, seed: int | None = None,
-                 val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0, on_device: OnDevice = "auto"):
+    def __init__(
+        self,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int | None = None,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        split_seed: int = 0,
+        on_device: OnDevice = "auto",
+    ):
         super().__init__()
         check_batch_size(batch_size)
         check_val_fraction(val_fraction)
@@ -167,19 +187,25 @@ class ArrayDataModule(pl.LightningDataModule):
         size = nbytes({s: self.arrays(s) for s in SPLITS})
         mb, budget = megabytes(size), megabytes(budget_bytes)
         if self.on_device is True and size > budget_bytes:
-            raise ConfigError(f"data.on_device=true: the splits take {mb} on each device, over the {budget} "
-                              f"budget for device-resident data; use on_device=auto or false (streamed from the "
-                              f"host)")
+            raise ConfigError(
+                f"data.on_device=true: the splits take {mb} on each device, over the {budget} "
+                f"budget for device-resident data; use on_device=auto or false (streamed from the "
+                f"host)"
+            )
         if self.on_device is True:
             self.resident, self.placement = True, f"on the device ({mb} per device; on_device=true)"
         elif self.on_device is False:
             self.resident, self.placement = False, "streamed from the host as stored (on_device=false)"
         elif not auto_on:
-            self.resident, self.placement = False, ("streamed from the host as stored (on_device=auto streams on "
-                                                    "this accelerator)")
+            self.resident, self.placement = (
+                False,
+                ("streamed from the host as stored (on_device=auto streams on this accelerator)"),
+            )
         elif size > budget_bytes:
-            self.resident, self.placement = False, (f"streamed from the host as stored (on_device=auto: {mb} is "
-                                                    f"over the {budget} budget)")
+            self.resident, self.placement = (
+                False,
+                (f"streamed from the host as stored (on_device=auto: {mb} is over the {budget} budget)"),
+            )
         else:
             self.resident, self.placement = True, f"on the device ({mb} per device, within the {budget} budget)"
         return self.placement
@@ -195,19 +221,32 @@ class ArrayDataModule(pl.LightningDataModule):
         inputs, labels = self.arrays(split)
         batch, rank, world = self.process_share()
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        sampler = BatchSampler(len(inputs), batch, train=train, seed=seed, rank=rank, world_size=world,
-                               step_numbers=self.resident and train)
+        sampler = BatchSampler(
+            len(inputs),
+            batch,
+            train=train,
+            seed=seed,
+            rank=rank,
+            world_size=world,
+            step_numbers=self.resident and train,
+        )
         if train and len(sampler) == 0:
             raise ConfigError(
                 f"the {split} split has {len(inputs)} samples, fewer than one global batch of "
-                f"{sampler.global_batch}; lower batch_size or use fewer devices")
+                f"{sampler.global_batch}; lower batch_size or use fewer devices"
+            )
         if train and self._resume is not None:
             sampler.resume_at(self._resume["epoch"], self._resume["batches_done"])
         if train:
             self._train_order.sampler = sampler
         dataset = IndexBatches(len(inputs)) if self.resident else ArrayDataset(inputs, labels, self.transform(train))
-        return DataLoader(dataset, batch_size=None, sampler=sampler, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            sampler=sampler,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     @override
     def state_dict(self) -> dict:

@@ -16,6 +16,7 @@ from the host but K step numbers and seeds. A resident evaluation batch carries
 its indices (-1 for padding). Both forms come from the same sampler, so they
 hold the same samples in the same order.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,17 @@ PAD_LABEL = -1
 class BatchSampler(Sampler[np.ndarray]):
     """Yields index arrays of one process's share of each global batch; -1 marks padding."""
 
-    def __init__(self, n: int, batch_size: int, *, train: bool, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, step_numbers: bool = False):
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        *,
+        train: bool,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        step_numbers: bool = False,
+    ):
         if n <= 0:
             raise ValueError("cannot batch an empty data set")
         self.n, self.batch_size, self.train = n, batch_size, train
@@ -153,8 +163,13 @@ class ResidentInputs(BatchInputs):
     over the devices), so that each device holds only its rows of the order; the trainer's strategy sets it.
     """
 
-    def __init__(self, arrays: dict[str, tuple[np.ndarray, np.ndarray]], prepare, augment: bool = False,
-                 order: EpochOrder | None = None):
+    def __init__(
+        self,
+        arrays: dict[str, tuple[np.ndarray, np.ndarray]],
+        prepare,
+        augment: bool = False,
+        order: EpochOrder | None = None,
+    ):
         super().__init__(prepare, augment)
         self.arrays, self.order = arrays, order
         self._tables: dict = {}
@@ -167,8 +182,10 @@ class ResidentInputs(BatchInputs):
         x, y = self.arrays[split]
         key = (id(x), str(device))  # val_fraction=0: "val" is the test split, held once
         if key not in self._tables:
-            self._tables[key] = (torch.from_numpy(np.ascontiguousarray(x)).to(device),
-                                 torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device))
+            self._tables[key] = (
+                torch.from_numpy(np.ascontiguousarray(x)).to(device),
+                torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device),
+            )
         return self._tables[key]
 
     def epoch_order(self, device) -> torch.Tensor:

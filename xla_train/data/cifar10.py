@@ -5,6 +5,7 @@ leaves a folder that a later run would take for a good one. Validation holds out
 0.1: 5,000) of the 50,000 training images, stratified; val_fraction=0 validates on the test split, as
 the Keras tutorial does.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,9 @@ def files_intact(cls, root: str) -> bool:
 def download_cifar10(root: str) -> None:
     """Fetch and verify cifar-10-python.tar.gz, then move the extracted folder into `root` atomically."""
     cls = _cifar_class()
-    staged_download("CIFAR-10", cls.url, cls.filename, cls.tgz_md5, root, cls.base_folder,
-                    present=lambda: files_intact(cls, root))
+    staged_download(
+        "CIFAR-10", cls.url, cls.filename, cls.tgz_md5, root, cls.base_folder, present=lambda: files_intact(cls, root)
+    )
 
 
 def load_cifar10(root: str, download: bool) -> dict:
@@ -47,8 +49,10 @@ def load_cifar10(root: str, download: bool) -> dict:
             download_cifar10(root)
         if not files_intact(cls, root):
             what = "is incomplete or fails its checksums" if os.path.isdir(folder) else "is missing"
-            raise DataError(f"CIFAR-10 at {folder} {what}; download {cls.url} ({cls.filename}) and extract it "
-                            f"into {root}, or run with download=true on a machine with network")
+            raise DataError(
+                f"CIFAR-10 at {folder} {what}; download {cls.url} ({cls.filename}) and extract it "
+                f"into {root}, or run with download=true on a machine with network"
+            )
     try:
         train = cls(root, train=True, download=False)
         test = cls(root, train=False, download=False)
@@ -61,11 +65,27 @@ class CIFAR10DataModule(ImageDataModule):
     mean = CIFAR10_MEAN
     std = CIFAR10_STD
 
-    def __init__(self, data_dir: str | None = None, download: bool = True, batch_size: int = 128,
-                 augment: bool = False, num_workers: int = 0, seed: int | None = None,
-                 val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0, on_device: OnDevice = "auto"):
-        super().__init__(batch_size=batch_size, augment=augment, num_workers=num_workers, seed=seed,
-                         val_fraction=val_fraction, split_seed=split_seed, on_device=on_device)
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        download: bool = True,
+        batch_size: int = 128,
+        augment: bool = False,
+        num_workers: int = 0,
+        seed: int | None = None,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        split_seed: int = 0,
+        on_device: OnDevice = "auto",
+    ):
+        super().__init__(
+            batch_size=batch_size,
+            augment=augment,
+            num_workers=num_workers,
+            seed=seed,
+            val_fraction=val_fraction,
+            split_seed=split_seed,
+            on_device=on_device,
+        )
         self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
         self.download = download
         self._classes: list[str] | None = None

@@ -11,6 +11,7 @@ an exclusive lock on a file in that folder, while the others wait; each checks,
 once it holds the lock, whether the data set is already there, so it is fetched
 once and never replaced while another process reads it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,9 @@ def download_lock(root: str, name: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def staged_download(name: str, url: str, filename: str, md5: str, root: str, folder: str,
-                    present: Callable[[], bool] | None = None) -> None:
+def staged_download(
+    name: str, url: str, filename: str, md5: str, root: str, folder: str, present: Callable[[], bool] | None = None
+) -> None:
     """Fetch `url` (MD5 `md5`), extract it, and move its `folder` to `root/folder`, unless `present()` says
     that another process has done so while this one waited for the lock."""
     with download_lock(root, name):
@@ -67,21 +69,28 @@ def _staged_download(name: str, url: str, filename: str, md5: str, root: str, fo
         try:  # no md5 here: torchvision would raise "File not found or corrupted" for a bad checksum too
             download_url(url, stage, filename)
         except Exception as e:  # network errors come in many types; all mean the same to the user
-            raise DataError(f"could not download {name} from {url} into {root} ({type(e).__name__}: {e}); "
-                            f"fetch {filename} by hand and extract it there") from None
+            raise DataError(
+                f"could not download {name} from {url} into {root} ({type(e).__name__}: {e}); "
+                f"fetch {filename} by hand and extract it there"
+            ) from None
         archive = os.path.join(stage, filename)
         if not os.path.isfile(archive):
-            raise DataError(f"could not download {name} from {url}: no {filename} arrived; try again, or fetch "
-                            f"it by hand and extract it in {root}")
+            raise DataError(
+                f"could not download {name} from {url}: no {filename} arrived; try again, or fetch "
+                f"it by hand and extract it in {root}"
+            )
         actual = calculate_md5(archive)
         if actual != md5:
-            raise DataError(f"downloaded {filename} from {url}: checksum mismatch (expected MD5 {md5}, got "
-                            f"{actual}); the download is corrupt or incomplete, try again")
+            raise DataError(
+                f"downloaded {filename} from {url}: checksum mismatch (expected MD5 {md5}, got "
+                f"{actual}); the download is corrupt or incomplete, try again"
+            )
         try:
             extract_archive(archive, stage)
         except Exception as e:
-            raise DataError(f"{filename} is corrupt or truncated ({type(e).__name__}: {e}); "
-                            f"delete it and retry") from None
+            raise DataError(
+                f"{filename} is corrupt or truncated ({type(e).__name__}: {e}); delete it and retry"
+            ) from None
         target = os.path.join(root, folder)
         if os.path.exists(target):
             shutil.rmtree(target)

@@ -3,6 +3,7 @@
 Streamed batches are augmented on the host; resident ones (data.on_device) on
 the device, from its own random numbers. Both use preprocess/images.py's crop_flip.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,11 +55,24 @@ class ImageDataModule(ArrayDataModule):
     mean: tuple = (0.5, 0.5, 0.5)
     std: tuple = (0.25, 0.25, 0.25)
 
-    def __init__(self, batch_size: int = 128, augment: bool = False, num_workers: int = 0,
-                 seed: int | None = None, val_fraction: float = DEFAULT_VAL_FRACTION, split_seed: int = 0,
-                 on_device: OnDevice = "auto"):
-        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
-                         val_fraction=val_fraction, split_seed=split_seed, on_device=on_device)
+    def __init__(
+        self,
+        batch_size: int = 128,
+        augment: bool = False,
+        num_workers: int = 0,
+        seed: int | None = None,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        split_seed: int = 0,
+        on_device: OnDevice = "auto",
+    ):
+        super().__init__(
+            batch_size=batch_size,
+            num_workers=num_workers,
+            seed=seed,
+            val_fraction=val_fraction,
+            split_seed=split_seed,
+            on_device=on_device,
+        )
         self.augment = augment
 
     @property
@@ -68,8 +82,10 @@ class ImageDataModule(ArrayDataModule):
     def check_net(self, net) -> None:
         outputs, classes = (getattr(net, "config", None) or {}).get("num_classes"), len(self.labels)
         if outputs is not None and outputs < classes and not (outputs == 1 and classes == 2):
-            raise ConfigError(f"the net has {outputs} output class(es) but the data {classes} labels; "
-                              f"set model.net.num_classes={classes}")
+            raise ConfigError(
+                f"the net has {outputs} output class(es) but the data {classes} labels; "
+                f"set model.net.num_classes={classes}"
+            )
 
     def transform(self, train: bool) -> ImageTransform:
         return ImageTransform(augment=self.augment and train)
@@ -78,5 +94,10 @@ class ImageDataModule(ArrayDataModule):
         return ImagePrepare(self.mean, self.std)
 
     def inference_info(self) -> dict:
-        return {"kind": self.kind, "labels": list(self.labels), "image_size": self.image_size,
-                "mean": list(self.mean), "std": list(self.std)}
+        return {
+            "kind": self.kind,
+            "labels": list(self.labels),
+            "image_size": self.image_size,
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }

@@ -12,6 +12,7 @@ once. The vocabulary comes from the training split only (its 25,000 reviews' wor
 share included; never the test split). Validation holds out val_fraction (default 0.1: 2,500) of the
 training reviews, stratified; val_fraction=0 validates on the test split, as the Keras tutorial does.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,8 +58,10 @@ def list_split(folder: Path, split: str) -> tuple[list[Path], np.ndarray, tuple]
     for label, name in enumerate(LABELS):
         d = folder / split / name
         if not d.is_dir():
-            raise DataError(f"IMDB at {folder} has no {split}/{name} folder; the layout is "
-                            f"aclImdb/{{train,test}}/{{pos,neg}}/*.txt (re-extract {FILENAME})")
+            raise DataError(
+                f"IMDB at {folder} has no {split}/{name} folder; the layout is "
+                f"aclImdb/{{train,test}}/{{pos,neg}}/*.txt (re-extract {FILENAME})"
+            )
         entries = sorted((e.name, e.stat().st_size) for e in os.scandir(d) if e.name.endswith(".txt") and e.is_file())
         if not entries:
             raise DataError(f"IMDB folder {d} holds no reviews (*.txt); re-extract {FILENAME} there")
@@ -84,11 +87,17 @@ def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, token
         if download:
             download_imdb(str(folder.parent))
         if not folder.is_dir():
-            raise DataError(f"IMDB is missing at {folder}; download {URL} ({FILENAME}) and extract it into "
-                            f"{folder.parent}, or run with download=true on a machine with network")
+            raise DataError(
+                f"IMDB is missing at {folder}; download {URL} ({FILENAME}) and extract it into "
+                f"{folder.parent}, or run with download=true on a machine with network"
+            )
     listing = {split: list_split(folder, split) for split in ("train", "test")}
-    key = {"maxlen": maxlen, "vocab_size": vocab_size, "tokenizer": text.tokenizer_version(),
-           "files": [listing[s][2] for s in listing]}
+    key = {
+        "maxlen": maxlen,
+        "vocab_size": vocab_size,
+        "tokenizer": text.tokenizer_version(),
+        "files": [listing[s][2] for s in listing],
+    }
     if tokenizer_json is not None:
         key["given_tokenizer"] = hashlib.sha1(tokenizer_json.encode()).hexdigest()
     cache = folder / CACHE_DIR / f"tokens-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.npz"
@@ -104,8 +113,11 @@ def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, token
     out = {"tokenizer": tokenizer_json or text.tokenizer_to_json(tokenizer)}
     for split, (_, labels, _) in listing.items():
         out[split] = (text.encode(tokenizer, reviews[split], maxlen), labels)
-    print(f"tokenised {sum(map(len, reviews.values())):,} IMDB reviews in {time.perf_counter() - t0:.1f} s "
-          f"(vocabulary {vocab_size:,}, maxlen {maxlen}); caching them in {cache.parent}", flush=True)
+    print(
+        f"tokenised {sum(map(len, reviews.values())):,} IMDB reviews in {time.perf_counter() - t0:.1f} s "
+        f"(vocabulary {vocab_size:,}, maxlen {maxlen}); caching them in {cache.parent}",
+        flush=True,
+    )
     _write_cache(cache, out, key)
     return out
 
@@ -117,8 +129,10 @@ def _read_cache(path: Path, key: dict) -> dict | None:
         with np.load(path, allow_pickle=False) as z:
             if str(z["key"]) != json.dumps(key):
                 return None
-            return {"tokenizer": str(z["tokenizer"]),
-                    **{s: (z[f"{s}_x"].astype(np.int64), z[f"{s}_y"].astype(np.int64)) for s in ("train", "test")}}
+            return {
+                "tokenizer": str(z["tokenizer"]),
+                **{s: (z[f"{s}_x"].astype(np.int64), z[f"{s}_y"].astype(np.int64)) for s in ("train", "test")},
+            }
     except Exception:  # a damaged cache is rebuilt, never trusted
         return None
 
@@ -132,8 +146,10 @@ def _write_cache(path: Path, data: dict, key: dict) -> None:
     try:
         atomic_write(path, lambda f: np.savez(f, **arrays))
     except OSError as e:
-        warnings.warn(f"could not cache the tokenised reviews in {path.parent} ({e.strerror or e}); "
-                      f"the next run tokenises again", stacklevel=2)
+        warnings.warn(
+            f"could not cache the tokenised reviews in {path.parent} ({e.strerror or e}); the next run tokenises again",
+            stacklevel=2,
+        )
 
 
 def ids_to_tensor(ids: np.ndarray) -> torch.Tensor:
@@ -143,12 +159,27 @@ def ids_to_tensor(ids: np.ndarray) -> torch.Tensor:
 class IMDBDataModule(ArrayDataModule):
     kind = "text"
 
-    def __init__(self, data_dir: str | None = None, download: bool = True, maxlen: int = 500,
-                 vocab_size: int = 10000, val_fraction: float = DEFAULT_VAL_FRACTION, batch_size: int = 128,
-                 num_workers: int = 0, seed: int | None = None, split_seed: int = 0,
-                 on_device: OnDevice = "auto"):
-        super().__init__(batch_size=batch_size, num_workers=num_workers, seed=seed,
-                         val_fraction=val_fraction, split_seed=split_seed, on_device=on_device)
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        download: bool = True,
+        maxlen: int = 500,
+        vocab_size: int = 10000,
+        val_fraction: float = DEFAULT_VAL_FRACTION,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int | None = None,
+        split_seed: int = 0,
+        on_device: OnDevice = "auto",
+    ):
+        super().__init__(
+            batch_size=batch_size,
+            num_workers=num_workers,
+            seed=seed,
+            val_fraction=val_fraction,
+            split_seed=split_seed,
+            on_device=on_device,
+        )
         if maxlen < 1:
             raise ConfigError(f"maxlen={maxlen} must be at least 1 (the Keras tutorial uses 500)")
         if vocab_size < 3:
@@ -171,8 +202,10 @@ class IMDBDataModule(ArrayDataModule):
     def check_net(self, net) -> None:
         rows = (getattr(net, "config", None) or {}).get("vocab_size")
         if rows is not None and rows < self.vocab_size:  # XLA would clamp the larger ids silently
-            raise ConfigError(f"the vocabulary has {self.vocab_size} ids but the net's embedding only {rows} rows; "
-                              f"set model.net.vocab_size={self.vocab_size} (or data.vocab_size={rows})")
+            raise ConfigError(
+                f"the vocabulary has {self.vocab_size} ids but the net's embedding only {rows} rows; "
+                f"set model.net.vocab_size={self.vocab_size} (or data.vocab_size={rows})"
+            )
 
     def use_tokenizer(self, tokenizer_json: str) -> None:
         """Encode with this tokenizer (a checkpoint's), not one rebuilt from the data folder: the token ids under
@@ -191,5 +224,10 @@ class IMDBDataModule(ArrayDataModule):
 
     def inference_info(self) -> dict:
         self.setup()
-        return {"kind": self.kind, "labels": self.labels, "maxlen": self.maxlen,
-                "tokenizer": self._tokenizer_json, "tokenizer_version": text.tokenizer_version()}
+        return {
+            "kind": self.kind,
+            "labels": self.labels,
+            "maxlen": self.maxlen,
+            "tokenizer": self._tokenizer_json,
+            "tokenizer_version": text.tokenizer_version(),
+        }

@@ -3,6 +3,7 @@
 A checkpoint names its net by this key, never by an import path, so loading a
 file can only ever build one of these classes.
 """
+
 from xla_train.models.cnn import CifarCNN
 from xla_train.models.lstm import SentimentLSTM
 from xla_train.models.resnet import CifarResNet

@@ -9,6 +9,7 @@ stalls no GPU and torch.export / ONNX can trace it. The parameter names and
 layout are nn.LSTM's, so whatever else runs this recurrence (the XLA runtime
 swaps in a scan) saves and loads the same state dict.
 """
+
 from __future__ import annotations
 
 
@@ -76,10 +77,10 @@ class MaskedLSTM(nn.LSTM):
         """c after each row's last real step, from the inputs and outputs (N, T, *) with the real steps first."""
         hidden = self.hidden_size
         h_prev = torch.cat([h0[:, None], out[:, :-1]], 1)
-        a = x @ self.weight_ih_l0[:3 * hidden].t() + h_prev @ self.weight_hh_l0[:3 * hidden].t()
+        a = x @ self.weight_ih_l0[: 3 * hidden].t() + h_prev @ self.weight_hh_l0[: 3 * hidden].t()
         if self.bias:
-            a = a + (self.bias_ih_l0[:3 * hidden] + self.bias_hh_l0[:3 * hidden])
-        i, f, g = a[..., :hidden], a[..., hidden:2 * hidden], a[..., 2 * hidden:]
+            a = a + (self.bias_ih_l0[: 3 * hidden] + self.bias_hh_l0[: 3 * hidden])
+        i, f, g = a[..., :hidden], a[..., hidden : 2 * hidden], a[..., 2 * hidden :]
         log_f = torch.cumsum(F.logsigmoid(f.double()), 1)  # log of f_0 * ... * f_k
         log_f_last = log_f.gather(1, last[:, None, None].expand(-1, 1, hidden))
         # c_L = sum_{k<=L} (f_{k+1} ... f_L) i_k g_k + (f_0 ... f_L) c_0
@@ -115,7 +116,7 @@ class SentimentLSTM(nn.Module):
         nn.init.orthogonal_(self.lstm.weight_hh_l0)  # (4H, H) = Keras' (H, 4H) recurrent kernel, transposed
         self.lstm.bias_ih_l0.zero_()
         self.lstm.bias_hh_l0.zero_()
-        self.lstm.bias_ih_l0[hidden:2 * hidden] = 1.0  # gate order i, f, g, o
+        self.lstm.bias_ih_l0[hidden : 2 * hidden] = 1.0  # gate order i, f, g, o
         nn.init.xavier_uniform_(self.head.weight)
         self.head.bias.zero_()
 

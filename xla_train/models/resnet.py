@@ -8,6 +8,7 @@ with zero channels, so shortcuts add no parameters (ResNet-20: 0.27 M).
 Option B (a 1x1 convolution and BatchNorm on those shortcuts only) is there
 for comparison. Every shape is static. Like the CNN, no Lightning or torch_xla.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -23,8 +24,10 @@ SHORTCUTS = ("A", "B")
 def blocks_per_stage(depth) -> int:
     """n in depth = 6n+2; anything else is a ConfigError."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
-        raise ConfigError(f"depth={depth!r} is not a CIFAR ResNet depth; it must be 6n+2 with n >= 1 "
-                          f"(3 stages of n two-conv blocks, plus stem and classifier), e.g. 20, 32, 44, 56 or 110")
+        raise ConfigError(
+            f"depth={depth!r} is not a CIFAR ResNet depth; it must be 6n+2 with n >= 1 "
+            f"(3 stages of n two-conv blocks, plus stem and classifier), e.g. 20, 32, 44, 56 or 110"
+        )
     return (depth - 2) // 6
 
 
@@ -40,7 +43,7 @@ class PadShortcut(nn.Module):
         self.extra, self.stride = c_out - c_in, stride
 
     def forward(self, x):
-        x = x[:, :, ::self.stride, ::self.stride]
+        x = x[:, :, :: self.stride, :: self.stride]
         return F.pad(x, (0, 0, 0, 0, 0, self.extra))
 
 
@@ -54,8 +57,7 @@ class BasicBlock(nn.Module):
         elif shortcut == "A":
             self.shortcut = PadShortcut(c_in, c_out, stride)
         else:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False),
-                                          nn.BatchNorm2d(c_out))
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -71,8 +73,10 @@ class CifarResNet(nn.Module):
         require_positive("model.net.", num_classes=num_classes)
         n = blocks_per_stage(depth)
         if shortcut not in SHORTCUTS:
-            raise ConfigError(f"shortcut={shortcut!r} is not known; use A (zero-padded identity, "
-                              f"the paper's CIFAR choice) or B (1x1 convolution)")
+            raise ConfigError(
+                f"shortcut={shortcut!r} is not known; use A (zero-padded identity, "
+                f"the paper's CIFAR choice) or B (1x1 convolution)"
+            )
         self.config = {"depth": depth, "num_classes": num_classes, "shortcut": shortcut}
         self.stem = nn.Sequential(conv3x3(3, 16), nn.BatchNorm2d(16), nn.ReLU())
         blocks, c_in = [], 16

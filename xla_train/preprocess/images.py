@@ -6,6 +6,7 @@ device holds the batch: images travel as uint8 (a quarter of float32's bytes)
 and are normalised, and augmented, where the step runs. Only torch and numpy:
 inference imports this.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -13,6 +13,7 @@ every batch has one shape and XLA compiles once.
 
 Only numpy and tokenizers: inference imports this.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -29,8 +30,9 @@ CHUNK = 4096  # texts per encode_batch call: bounds memory, keeps every core bus
 def _configure(tokenizer):
     from tokenizers import Regex, normalizers, pre_tokenizers
 
-    tokenizer.normalizer = normalizers.Sequence([normalizers.Replace(Regex(r"<br\s*/?>"), " "),
-                                                 normalizers.Lowercase()])
+    tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.Replace(Regex(r"<br\s*/?>"), " "), normalizers.Lowercase()]
+    )
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # \w+|[^\w\s]+, in Rust
     return tokenizer
 
@@ -48,8 +50,9 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int):
     if vocab_size < 3:
         raise ValueError(f"vocab_size={vocab_size} leaves no room for words beside {PAD} and {UNK}")
     counter = _configure(Tokenizer(WordLevel(unk_token=UNK)))
-    counter.train_from_iterator(texts, WordLevelTrainer(vocab_size=vocab_size, special_tokens=[PAD, UNK],
-                                                        show_progress=False))
+    counter.train_from_iterator(
+        texts, WordLevelTrainer(vocab_size=vocab_size, special_tokens=[PAD, UNK], show_progress=False)
+    )
     # Rebuilt without "added tokens": otherwise the literal text "[PAD]" in a review would become id 0.
     return _configure(Tokenizer(WordLevel(counter.get_vocab(), unk_token=UNK)))
 
@@ -76,7 +79,7 @@ def fit_to_length(rows: Sequence[Sequence[int]], maxlen: int) -> np.ndarray:
     for i, ids in enumerate(rows):
         ids = ids[-maxlen:]
         if len(ids):
-            out[i, maxlen - len(ids):] = ids
+            out[i, maxlen - len(ids) :] = ids
     return out
 
 
@@ -84,8 +87,10 @@ def encode(tokenizer, texts: Sequence[str], maxlen: int) -> np.ndarray:
     """Texts -> int64 (N, maxlen) ids, padded and truncated at the front."""
     if maxlen < 1:
         raise ValueError(f"maxlen={maxlen} must be at least 1")
-    parts = [fit_to_length([e.ids for e in tokenizer.encode_batch_fast(list(texts[i:i + CHUNK]))], maxlen)
-             for i in range(0, len(texts), CHUNK)]
+    parts = [
+        fit_to_length([e.ids for e in tokenizer.encode_batch_fast(list(texts[i : i + CHUNK]))], maxlen)
+        for i in range(0, len(texts), CHUNK)
+    ]
     return np.concatenate(parts) if parts else np.zeros((0, maxlen), dtype=np.int64)
 
 

@@ -5,6 +5,7 @@ nothing under PJRT_DEVICE=CPU. Here `tpu` checks the PCI bus only to fail fast
 on a machine without TPUs (no metadata server is contacted), then, like `xla`,
 takes the device count from the runtime, which is right on every PJRT backend.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,9 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
     """Set PJRT_DEVICE (and CPU_NUM_DEVICES) before the runtime starts. Safe to call twice."""
     if kind == "tpu":
         if os.environ.get("PJRT_DEVICE", "TPU").upper() != "TPU":
-            raise HardwareError(f"accelerator=tpu but PJRT_DEVICE={os.environ['PJRT_DEVICE']}; "
-                                f"unset PJRT_DEVICE or use accelerator=xla")
+            raise HardwareError(
+                f"accelerator=tpu but PJRT_DEVICE={os.environ['PJRT_DEVICE']}; unset PJRT_DEVICE or use accelerator=xla"
+            )
         require_tpu()
         os.environ["PJRT_DEVICE"] = "TPU"
         return
@@ -184,9 +186,11 @@ def parse_device_count(devices, available: int) -> int:
     try:
         n = int(devices)
     except (TypeError, ValueError):
-        raise HardwareError(f"devices={devices!r} is not a device count; use a whole number from 1 to "
-                            f"{available}, or auto") from None
+        raise HardwareError(
+            f"devices={devices!r} is not a device count; use a whole number from 1 to {available}, or auto"
+        ) from None
     if not 1 <= n <= available:
-        raise HardwareError(f"devices={n} but this machine has {available} XLA device(s); use 1 to "
-                            f"{available}, or auto")
+        raise HardwareError(
+            f"devices={n} but this machine has {available} XLA device(s); use 1 to {available}, or auto"
+        )
     return n

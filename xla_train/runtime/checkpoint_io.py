@@ -2,6 +2,7 @@
 
 Used by every strategy, so CPU, GPU and XLA runs write the same file format.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -3,6 +3,7 @@
 Training callbacks and the benchmarks call these instead of torch_xla or
 torch.cuda, so that the device kinds stay in runtime/.
 """
+
 from __future__ import annotations
 
 from xla_train.errors import ConfigError
@@ -74,6 +75,7 @@ def sync_clock(device, cpu: bool = False):
                 if not depth[0]:  # mark_step calls sync: count the outer call once
                     spent[0] += time.perf_counter() - t0
                     spent[1] += time.thread_time() - c0
+
         return wrapper
 
     torch_xla.sync, xm.mark_step = timed(torch_xla.sync), timed(xm.mark_step)
@@ -114,13 +116,19 @@ def xla_counters() -> tuple[int, float, int]:
 
     compile_time = met.metric_data("CompileTime")
     transfers = met.metric_data("TransferFromDeviceTime")
-    return (int(met.counter_value("UncachedCompile") or 0), compile_time[1] / 1e9 if compile_time else 0.0,
-            int(transfers[0]) if transfers else 0)
+    return (
+        int(met.counter_value("UncachedCompile") or 0),
+        compile_time[1] / 1e9 if compile_time else 0.0,
+        int(transfers[0]) if transfers else 0,
+    )
 
 
 MATMUL_PRECISIONS = ("default", "high", "highest")
-MATMUL_MEANING = {"default": "one bf16 pass for float32 on a TPU", "high": "three bf16 passes on a TPU, about 14 bits",
-                  "highest": "six bf16 passes on a TPU, about float32"}
+MATMUL_MEANING = {
+    "default": "one bf16 pass for float32 on a TPU",
+    "high": "three bf16 passes on a TPU, about 14 bits",
+    "highest": "six bf16 passes on a TPU, about float32",
+}
 
 
 def set_matmul_precision(precision: str) -> None:
@@ -138,8 +146,10 @@ def set_matmul_precision(precision: str) -> None:
     if precision == current:
         return
     if xla_executions():
-        raise ConfigError(f"matmul_precision={precision}: this process has already run XLA graphs at {current}; "
-                          f"the precision is set once per process, before the first step (start a new process)")
+        raise ConfigError(
+            f"matmul_precision={precision}: this process has already run XLA graphs at {current}; "
+            f"the precision is set once per process, before the first step (start a new process)"
+        )
     log = logging.getLogger(backends.__name__)
     level = log.level
     log.setLevel(logging.ERROR)  # its warning about setting it twice: this is the first time here
@@ -186,11 +196,11 @@ def device_peak_mb(device) -> float | None:
         if device.type == "cuda":
             import torch
 
-            return torch.cuda.max_memory_allocated(device) / 2 ** 20
+            return torch.cuda.max_memory_allocated(device) / 2**20
         if device.type == "xla":
             import torch_xla.core.xla_model as xm
 
-            return xm.get_memory_info(device)["peak_bytes_used"] / 2 ** 20
+            return xm.get_memory_info(device)["peak_bytes_used"] / 2**20
     except (RuntimeError, KeyError):  # XLA:CPU: "GetAllocatorStats is not supported"
         pass
     return None

@@ -15,6 +15,7 @@ With XLA_TRAIN_EMULATE_TPU_LOCK=PATH, XLA:CPU plays that TPU: `auto` picks it
 held for the life of the process; a second process meets the TPU's own error,
 which `starting_runtime` turns into one line, on a TPU as here.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,18 +47,22 @@ def claim_device() -> None:
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        raise RuntimeError(f"Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel0): Operation "
-                           f"not permitted: Operation not permitted; Couldn't open device: /dev/accel0; Unable to "
-                           f"create Node RegisterInterface for node 0 ({EMULATE_ENV}: process {holder} holds the "
-                           f"emulated TPU)") from None
+        raise RuntimeError(
+            f"Bad StatusOr access: UNKNOWN: TPU initialization failed: open(/dev/accel0): Operation "
+            f"not permitted: Operation not permitted; Couldn't open device: /dev/accel0; Unable to "
+            f"create Node RegisterInterface for node 0 ({EMULATE_ENV}: process {holder} holds the "
+            f"emulated TPU)"
+        ) from None
     f.truncate(0)
     f.write(str(os.getpid()))
     f.flush()
     _held = f
 
 
-_IN_USE = re.compile(r"TPU initialization failed: (open\((/dev/[\w/]+)\): (Operation not permitted|Device or "
-                     r"resource busy))")
+_IN_USE = re.compile(
+    r"TPU initialization failed: (open\((/dev/[\w/]+)\): (Operation not permitted|Device or "
+    r"resource busy))"
+)
 
 
 @contextmanager
@@ -71,9 +76,11 @@ def starting_runtime():
         found = _IN_USE.search(str(e))
         if found is None:
             raise
-        raise HardwareError(f"another process holds this TPU VM's chips ({found.group(1)}); one process at a time "
-                            f"can: end the other one (a notebook kernel that has trained: restart it; `sudo lsof "
-                            f"{found.group(2)}` names it) and run again") from None
+        raise HardwareError(
+            f"another process holds this TPU VM's chips ({found.group(1)}); one process at a time "
+            f"can: end the other one (a notebook kernel that has trained: restart it; `sudo lsof "
+            f"{found.group(2)}` names it) and run again"
+        ) from None
 
 
 def runtime_started() -> bool:

@@ -24,6 +24,7 @@ the sample rule, not yet measured. Runs under it (the quickstart, every
 test) stay eager. Weights stay float32 and the compiled wrapper lives outside the state
 dict (`nn.Module.compile` compiles in place), so checkpoints load as before.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ def parse_setting(key: str, value) -> CompileSetting:
 @dataclass
 class FastPath:
     """What a cpu/gpu run uses, and why; `compile` stays "auto" until the run's length is known."""
+
     precision: str
     channels_last: CompileSetting
     compile: CompileSetting
@@ -87,13 +89,17 @@ class FastPath:
     def summary(self) -> str:
         cl = {True: "channels_last", False: "contiguous (NCHW)", "auto": "channels_last for conv nets"}
         comp = {True: "compiled (inductor)", False: "eager", "auto": "eager unless compile pays back"}
-        parts = [(self.precision, "precision"), (cl[self.channels_last], "channels_last"),
-                 (comp[self.compile], "compile")]
+        parts = [
+            (self.precision, "precision"),
+            (cl[self.channels_last], "channels_last"),
+            (comp[self.compile], "compile"),
+        ]
         return "; ".join(f"{what} ({self.why[key]})" for what, key in parts)
 
 
-def choose(kind: str, precision=None, compile: CompileSetting = "auto",
-           channels_last: CompileSetting = "auto") -> FastPath:
+def choose(
+    kind: str, precision=None, compile: CompileSetting = "auto", channels_last: CompileSetting = "auto"
+) -> FastPath:
     """The precision, memory format and compile setting of a cpu or gpu run; an explicit key always wins."""
     compile, channels_last = parse_setting("compile", compile), parse_setting("channels_last", channels_last)
     why = {}
@@ -110,8 +116,11 @@ def choose(kind: str, precision=None, compile: CompileSetting = "auto",
         precision = "bf16-mixed" if native else "32-true"
         why["precision"] = f"default: {native}" if native else f"default: {lacks}, where bf16 would be emulated"
     why["channels_last"] = "default: conv nets only" if channels_last == "auto" else "channels_last= as given"
-    why["compile"] = (f"default: compiles when the run trains >= {COMPILE_PAYBACK_SAMPLES:,} samples"
-                      if compile == "auto" else "compile= as given")
+    why["compile"] = (
+        f"default: compiles when the run trains >= {COMPILE_PAYBACK_SAMPLES:,} samples"
+        if compile == "auto"
+        else "compile= as given"
+    )
     if compile == "auto" and kind == "cpu" and cpu_bf16_flag() != "amx_bf16":
         compile = False
         why["compile"] = "default: compiled steps were not faster on a CPU without AMX"
@@ -123,8 +132,10 @@ def refuse_on_xla(kind: str, compile, channels_last) -> None:
     for key, value in (("compile", compile), ("channels_last", channels_last)):
         if parse_setting(key, value) is True:
             what = "torch.compile (inductor)" if key == "compile" else "a memory format for eager convolutions"
-            raise ConfigError(f"{key}=true is {what} for accelerator=cpu or gpu; accelerator={kind} already "
-                              f"compiles each step with XLA, so leave {key} unset")
+            raise ConfigError(
+                f"{key}=true is {what} for accelerator=cpu or gpu; accelerator={kind} already "
+                f"compiles each step with XLA, so leave {key} unset"
+            )
 
 
 def is_conv_net(net: torch.nn.Module) -> bool:
@@ -163,8 +174,10 @@ class FastPathCallback(pl.Callback):
         if fp.compile == "auto":
             samples = self._training_samples(trainer) if stage == "fit" else 0
             pays = samples >= COMPILE_PAYBACK_SAMPLES
-            fp.why["compile"] = (f"default: {samples:,} training samples {'>=' if pays else '<'} "
-                                 f"{COMPILE_PAYBACK_SAMPLES:,} to pay back its first compile")
+            fp.why["compile"] = (
+                f"default: {samples:,} training samples {'>=' if pays else '<'} "
+                f"{COMPILE_PAYBACK_SAMPLES:,} to pay back its first compile"
+            )
             fp.compile = pays
         if fp.compile and not self.compiled:
             net.compile()  # in place: the state dict keeps its keys, no _orig_mod.
@@ -190,4 +203,3 @@ class FastPathCallback(pl.Callback):
             return
         (n0, s0), (n1, s1) = self._epoch_start, self._clock()
         self.publish(trainer, {"inductor_compiles": n1 - n0, "inductor_compile_s": s1 - s0})
-

@@ -18,6 +18,7 @@ device of every host (torch_xla/_internal/rendezvous.py, tpu.py, 2.9.0). So
 `coordinator()` sets MASTER_ADDR first, from the slice's worker list, which the
 metadata server or GKE's TPU_WORKER_HOSTNAMES gives without touching a device.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -50,12 +51,18 @@ def host_topology() -> HostTopology:
     from xla_train.runtime.exclusive import starting_runtime
 
     with starting_runtime():  # a TPU that another process holds fails here, as one line
-        topo = HostTopology(xr.process_index(), xr.process_count(), xr.addressable_runtime_device_count(),
-                            xr.global_runtime_device_count())
+        topo = HostTopology(
+            xr.process_index(),
+            xr.process_count(),
+            xr.addressable_runtime_device_count(),
+            xr.global_runtime_device_count(),
+        )
     if topo.local_devices * topo.process_count != topo.global_devices:
-        raise HardwareError(f"this host has {topo.local_devices} XLA device(s) but the {topo.process_count} hosts "
-                            f"have {topo.global_devices} in all; data parallelism needs the same number on every "
-                            f"host")
+        raise HardwareError(
+            f"this host has {topo.local_devices} XLA device(s) but the {topo.process_count} hosts "
+            f"have {topo.global_devices} in all; data parallelism needs the same number on every "
+            f"host"
+        )
     return topo
 
 
@@ -104,8 +111,9 @@ class HostChannel:
             self.store.set(key, pickle.dumps((site, obj)))
         their_site, value = pickle.loads(self.store.get(key))
         if their_site != site:
-            raise RuntimeError(f"hosts out of step: host {src} broadcast from {their_site}, host {self.rank} "
-                               f"expected one from {site}")
+            raise RuntimeError(
+                f"hosts out of step: host {src} broadcast from {their_site}, host {self.rank} expected one from {site}"
+            )
         return value
 
     def all_gather(self, obj) -> list:

@@ -9,6 +9,7 @@ the parent only the weights and callback_metrics. What xla_train reads after a
 run (the module's epoch_metrics: the held-out line and evaluate(); the run
 folder's version and its metrics log; the last and preemption checkpoints' paths) comes back too.
 """
+
 from __future__ import annotations
 
 from lightning.pytorch.strategies import XLAStrategy
@@ -48,10 +49,13 @@ CALLBACK_RESULTS = ("path", "saved_to", "already_saved")
 def worker_results(trainer) -> dict:
     """In worker 0: what the parent's module, logger and callbacks need to say what this run did."""
     module = trainer.lightning_module
-    return {"epoch_metrics": dict(getattr(module, "epoch_metrics", {})),
-            "logger": compat.logger_state(trainer.logger) if trainer.logger is not None else None,
-            "callbacks": {i: {a: getattr(c, a) for a in CALLBACK_RESULTS if hasattr(c, a)}
-                          for i, c in enumerate(trainer.callbacks)}}
+    return {
+        "epoch_metrics": dict(getattr(module, "epoch_metrics", {})),
+        "logger": compat.logger_state(trainer.logger) if trainer.logger is not None else None,
+        "callbacks": {
+            i: {a: getattr(c, a) for a in CALLBACK_RESULTS if hasattr(c, a)} for i, c in enumerate(trainer.callbacks)
+        },
+    }
 
 
 def restore_worker_results(trainer, results: dict) -> None:

@@ -17,6 +17,7 @@ checkpoint is taken, before validation. The program takes its number of real
 steps as an input, so that costs no new graph. Between the steps of a group
 the host syncs nothing: it only advances the device seed as a sync would.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,13 +33,17 @@ class FunctionalOptimizer:
     """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars)."""
 
     # What update() computes, per optimizer: the options it reads, and the settings it cannot compute.
-    REFUSED = {torch.optim.Adam: {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False},
-               torch.optim.SGD: {"dampening": 0, "maximize": False}}
+    REFUSED = {
+        torch.optim.Adam: {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False},
+        torch.optim.SGD: {"dampening": 0, "maximize": False},
+    }
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         name = type(optimizer).__name__
-        accepted = ("steps_per_execution>1 runs Adam (without amsgrad, maximize or decoupled_weight_decay) or SGD "
-                    "(without dampening or maximize), with one parameter group, inside the XLA program")
+        accepted = (
+            "steps_per_execution>1 runs Adam (without amsgrad, maximize or decoupled_weight_decay) or SGD "
+            "(without dampening or maximize), with one parameter group, inside the XLA program"
+        )
         if type(optimizer) not in self.REFUSED:
             raise ConfigError(f"{accepted}; this run's optimizer is {name}")
         if len(optimizer.param_groups) != 1:
@@ -69,7 +74,7 @@ class FunctionalOptimizer:
         if self.kind == "sgd":
             return [-g["lr"]]
         b1, b2 = g["betas"]
-        return [-g["lr"] / (1 - b1 ** t), (1 - b2 ** t) ** 0.5]
+        return [-g["lr"] / (1 - b1**t), (1 - b2**t) ** 0.5]
 
     def update(self, params, grads, state, scalars) -> tuple[list, list]:
         g, n = self.group, len(self.keys)
@@ -77,7 +82,7 @@ class FunctionalOptimizer:
         for i, (p, grad) in enumerate(zip(params, grads)):
             if g["weight_decay"]:
                 grad = grad.add(p, alpha=g["weight_decay"])
-            s = state[i * n:(i + 1) * n]
+            s = state[i * n : (i + 1) * n]
             if self.kind == "adam":
                 (b1, b2), (m, v) = g["betas"], s
                 m = m.lerp(grad, 1 - b1)
@@ -98,7 +103,7 @@ class FunctionalOptimizer:
         n = len(self.keys)
         for i, p in enumerate(self.group["params"]):
             s = self.optimizer.state[p]
-            s.update(zip(self.keys, new_state[i * n:(i + 1) * n]))
+            s.update(zip(self.keys, new_state[i * n : (i + 1) * n]))
             if self.kind == "adam":
                 s["step"] = torch.tensor(float(self.steps_done))
         compat.mark_optimizer_stepped(self.optimizer)
@@ -128,8 +133,10 @@ class StepsPerExecution:
             return
         try:
             if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
-                raise ConfigError("steps_per_execution>1 cannot be combined with accumulate_grad_batches or "
-                                  "gradient_clip_val (the optimizer update runs inside the XLA program)")
+                raise ConfigError(
+                    "steps_per_execution>1 cannot be combined with accumulate_grad_batches or "
+                    "gradient_clip_val (the optimizer update runs inside the XLA program)"
+                )
             if not all(p.requires_grad for p in self.lightning_module.parameters()):
                 raise ConfigError("steps_per_execution>1 needs every parameter trainable")
             if len(self.optimizers) != 1:
@@ -150,8 +157,10 @@ class StepsPerExecution:
             self.steps_per_execution = max(1, int(steps))  # an epoch shorter than auto's K: one execution each
             self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
         if self._grouping and self.steps_per_execution > steps:
-            raise ConfigError(f"steps_per_execution={self.steps_per_execution} is more than the "
-                              f"{trainer.num_training_batches} steps of an epoch; use at most that")
+            raise ConfigError(
+                f"steps_per_execution={self.steps_per_execution} is more than the "
+                f"{trainer.num_training_batches} steps of an epoch; use at most that"
+            )
 
     @override
     def training_step(self, *args, **kwargs):
@@ -222,7 +231,7 @@ class StepsPerExecution:
         k, n = self.steps_per_execution, len(self._group)
         if self._program is None:
             self._build()
-        batches = self._group + self._pads[:k - n]
+        batches = self._group + self._pads[: k - n]
         rows = self._rows + [[0.0] * len(self._rows[0])] * (k - n)
         seeds = self._seeds + [0] * (k - n)
         new = self._program.run(self._state(), batches, n, rows, seeds, shard=self.shard_steps, shared=self._shared)
@@ -233,18 +242,26 @@ class StepsPerExecution:
 
     # --- the state a step reads and writes ------------------------------------------------------------------
     def _buffers(self) -> list[tuple[torch.nn.Module, str]]:
-        return [(m, name) for m in self.lightning_module.modules() for name, b in m.named_buffers(recurse=False)
-                if b is not None]
+        return [
+            (m, name)
+            for m in self.lightning_module.modules()
+            for name, b in m.named_buffers(recurse=False)
+            if b is not None
+        ]
 
     def _state(self) -> list[torch.Tensor]:
         module = self.lightning_module
-        return [*module.parameters(), *(getattr(m, name) for m, name in self._buffers()), *self._opt.state(),
-                *module.step_state().values()]
+        return [
+            *module.parameters(),
+            *(getattr(m, name) for m, name in self._buffers()),
+            *self._opt.state(),
+            *module.step_state().values(),
+        ]
 
     def _split(self, state: list) -> tuple[list, list, list, list]:
         n_p, n_b = len(list(self.lightning_module.parameters())), len(self._buffers())
         n_o = len(state) - n_p - n_b - len(self.lightning_module.step_state())
-        return state[:n_p], state[n_p:n_p + n_b], state[n_p + n_b:n_p + n_b + n_o], state[n_p + n_b + n_o:]
+        return state[:n_p], state[n_p : n_p + n_b], state[n_p + n_b : n_p + n_b + n_o], state[n_p + n_b + n_o :]
 
     def _step(self, state, batch, scalars) -> list[torch.Tensor]:
         """One training step as a pure function; traced once."""

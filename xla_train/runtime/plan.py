@@ -11,6 +11,7 @@ runtime/fast_path.py picks for the hardware; `auto` takes a TPU if the PCI
 bus has one, then a GPU, then the CPU.
 Every choice writes checkpoints through the same atomic writer.
 """
+
 from __future__ import annotations
 
 import os
@@ -80,41 +81,65 @@ def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tupl
         return 1, ""
     if loop == "while":
         return AUTO_STEPS_PER_EXECUTION, f"{AUTO_STEPS_PER_EXECUTION} (auto)"
-    return 1, "1 (auto: the steps would run unrolled, execution_loop=unroll, whose compile time grows with K; " \
-              "steps_per_execution=8 groups them)"
+    return (
+        1,
+        "1 (auto: the steps would run unrolled, execution_loop=unroll, whose compile time grows with K; "
+        "steps_per_execution=8 groups them)",
+    )
 
 
-def plan_hardware(accelerator: str = "auto", devices="auto", strategy="auto", precision=None,
-                  compile_cache: str | None = None, num_nodes=1, steps_per_execution: int | str = 1,
-                  compile: fast.CompileSetting = "auto", channels_last: fast.CompileSetting = "auto",
-                  execution_loop: str = "auto", matmul_precision: str = "default") -> HardwarePlan:
+def plan_hardware(
+    accelerator: str = "auto",
+    devices="auto",
+    strategy="auto",
+    precision=None,
+    compile_cache: str | None = None,
+    num_nodes=1,
+    steps_per_execution: int | str = 1,
+    compile: fast.CompileSetting = "auto",
+    channels_last: fast.CompileSetting = "auto",
+    execution_loop: str = "auto",
+    matmul_precision: str = "default",
+) -> HardwarePlan:
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
-    if steps_per_execution != "auto" and (not isinstance(steps_per_execution, int) or
-                                          isinstance(steps_per_execution, bool) or steps_per_execution < 1):
-        raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, "
-                          f"or auto")
+    if steps_per_execution != "auto" and (
+        not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1
+    ):
+        raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
     kind = resolve_accelerator(str(accelerator))
     loop = resolve_execution_loop(execution_loop)
     steps_per_execution, note = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
     if steps_per_execution > 1 and (kind in ("cpu", "gpu") or strategy == "xla_mp"):
         where = "strategy=xla_mp" if strategy == "xla_mp" else f"accelerator={kind}"
-        raise ConfigError(f"steps_per_execution={steps_per_execution} runs K steps as one XLA program (single "
-                          f"device or SPMD); {where} runs one step at a time, so leave it at 1")
+        raise ConfigError(
+            f"steps_per_execution={steps_per_execution} runs K steps as one XLA program (single "
+            f"device or SPMD); {where} runs one step at a time, so leave it at 1"
+        )
     if kind in ("cpu", "gpu") and matmul_precision != "default":
-        raise ConfigError(f"matmul_precision={matmul_precision} sets XLA's float32 matmul precision; accelerator="
-                          f"{kind} computes float32 as asked (precision= chooses bf16 there), so leave it at default")
+        raise ConfigError(
+            f"matmul_precision={matmul_precision} sets XLA's float32 matmul precision; accelerator="
+            f"{kind} computes float32 as asked (precision= chooses bf16 there), so leave it at default"
+        )
     if kind in ("cpu", "gpu"):
         if compile_cache:
-            warnings.warn(f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA "
-                          f"compilations", stacklevel=2)
+            warnings.warn(
+                f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA compilations",
+                stacklevel=2,
+            )
         if kind == "gpu":
             require_cuda()
-        from xla_train.runtime.checkpoint_io import AtomicCheckpointIO  # Lightning's plugin base: imported only to train
+        from xla_train.runtime.checkpoint_io import (
+            AtomicCheckpointIO,
+        )  # Lightning's plugin base: imported only to train
 
         path = fast.choose(kind, precision, compile, channels_last)
-        kwargs = {"accelerator": kind, "devices": _lightning_devices(kind, devices), "plugins": [AtomicCheckpointIO()],
-                  "precision": path.precision}
+        kwargs = {
+            "accelerator": kind,
+            "devices": _lightning_devices(kind, devices),
+            "plugins": [AtomicCheckpointIO()],
+            "precision": path.precision,
+        }
         if strategy != "auto":
             kwargs["strategy"] = _lightning_strategy(kind, strategy)
         return HardwarePlan(kind, kwargs, fast_path=path)
@@ -136,8 +161,11 @@ def _lightning_devices(kind: str, devices, gpus: int | None = None):
     `gpus`: the CUDA devices visible (asked of torch when None)."""
     if devices in ("auto", None, -1, "-1"):
         return "auto" if kind == "cpu" or devices in ("auto", None) else -1
-    how = "a number of processes of at least 1, or auto" if kind == "cpu" else \
-        "a number of GPUs of at least 1, GPU indices like 0,1 or [0,1], -1 or auto for all"
+    how = (
+        "a number of processes of at least 1, or auto"
+        if kind == "cpu"
+        else "a number of GPUs of at least 1, GPU indices like 0,1 or [0,1], -1 or auto for all"
+    )
     chosen = None
     if isinstance(devices, bool):
         pass
@@ -147,6 +175,7 @@ def _lightning_devices(kind: str, devices, gpus: int | None = None):
             raise HardwareError(f"devices={chosen} must be at least 1; use {how}")
     elif kind == "gpu":
         indices = devices.split(",") if isinstance(devices, str) else devices
+
         def index(i) -> bool:
             if isinstance(i, str):
                 return i.strip().isdigit()
@@ -162,8 +191,10 @@ def _lightning_devices(kind: str, devices, gpus: int | None = None):
 
             gpus = torch.cuda.device_count()
         if (max(chosen) + 1 if isinstance(chosen, list) else chosen) > gpus:
-            raise HardwareError(f"devices={devices} but this machine has {gpus} CUDA GPU(s); use 1 to {gpus} of "
-                                f"them (indices 0 to {gpus - 1}), or auto")
+            raise HardwareError(
+                f"devices={devices} but this machine has {gpus} CUDA GPU(s); use 1 to {gpus} of "
+                f"them (indices 0 to {gpus - 1}), or auto"
+            )
     return chosen
 
 
@@ -176,8 +207,10 @@ def _lightning_strategy(kind: str, strategy):
     names = [n for n in StrategyRegistry.available_strategies() if "xla" not in n and "tpu" not in n]
     if strategy.lower() not in names:
         main = [n for n in names if "find_unused" not in n and "_stage" not in n]  # variants of these
-        raise ConfigError(f"strategy={strategy!r} cannot run on accelerator={kind}; use auto or one of Lightning's "
-                          f"strategies: {', '.join(main)} (or their variants, such as ddp_find_unused_parameters_true)")
+        raise ConfigError(
+            f"strategy={strategy!r} cannot run on accelerator={kind}; use auto or one of Lightning's "
+            f"strategies: {', '.join(main)} (or their variants, such as ddp_find_unused_parameters_true)"
+        )
     return strategy.lower()
 
 
@@ -191,8 +224,10 @@ def xla_precision_plugin(precision):
     if p in BF16_NAMES:
         return XLABf16Autocast()
     if p == "bf16-true":
-        raise ConfigError("precision=bf16-true on XLA would set the deprecated XLA_USE_BF16 and store weights and "
-                          "checkpoints in bf16; use precision=bf16 (autocast, float32 weights)")
+        raise ConfigError(
+            "precision=bf16-true on XLA would set the deprecated XLA_USE_BF16 and store weights and "
+            "checkpoints in bf16; use precision=bf16 (autocast, float32 weights)"
+        )
     raise ConfigError(f"precision={p!r} is not for XLA; use precision=32 or precision=bf16")
 
 
@@ -205,8 +240,11 @@ def configure_compile_cache(path: str | None) -> bool | None:
     if not path:
         return None
     if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
-        warnings.warn(f"compile_cache={path} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
-                      f"read it back); it is for TPUs", stacklevel=3)
+        warnings.warn(
+            f"compile_cache={path} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
+            f"read it back); it is for TPUs",
+            stacklevel=3,
+        )
         return None
     import torch_xla.runtime as xr
 
@@ -223,8 +261,9 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
     from xla_train.runtime.multihost import host_topology
 
     if strategy not in XLA_STRATEGIES:
-        raise ConfigError(f"strategy={strategy!r} cannot run on accelerator={kind}; use one of "
-                          f"{', '.join(XLA_STRATEGIES)}")
+        raise ConfigError(
+            f"strategy={strategy!r} cannot run on accelerator={kind}; use one of {', '.join(XLA_STRATEGIES)}"
+        )
     requested = None if devices in ("auto", None, -1, "-1") else devices
     try:
         requested = int(requested) if requested is not None else None
@@ -241,8 +280,10 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
         return _plan_xla_multiprocess(kind, requested, plugin)
     topo = host_topology()
     if num_nodes not in (1, topo.process_count):
-        raise HardwareError(f"num_nodes={num_nodes} but the XLA runtime has {topo.process_count} host(s); leave "
-                            f"num_nodes unset on XLA: on a pod slice the runtime finds every host itself")
+        raise HardwareError(
+            f"num_nodes={num_nodes} but the XLA runtime has {topo.process_count} host(s); leave "
+            f"num_nodes unset on XLA: on a pod slice the runtime finds every host itself"
+        )
     n = parse_device_count(devices, topo.local_devices)
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
     if n == 1 and strategy != "spmd" and not topo.multi_host:
@@ -252,29 +293,40 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
     else:
         if strategy == "xla_single":
             what = f"{n}" if not topo.multi_host else f"the {topo.global_devices} of {topo.process_count} hosts"
-            raise ConfigError(f"strategy=xla_single drives one device, not {what}; use strategy=spmd (the default "
-                              f"for several devices)" + ("" if topo.multi_host else " or devices=1"))
+            raise ConfigError(
+                f"strategy=xla_single drives one device, not {what}; use strategy=spmd (the default "
+                f"for several devices)" + ("" if topo.multi_host else " or devices=1")
+            )
         _check_spmd_devices(n, topo)
         from xla_train.runtime.spmd import SPMDStrategy
 
         strat = SPMDStrategy(n, accelerator=accelerator, precision_plugin=plugin, topology=topo)
     # The accelerator and the precision travel inside the strategy; Lightning refuses them twice.
-    kwargs = {"accelerator": "auto", "strategy": strat, "devices": n, "precision": None,
-              "num_nodes": topo.process_count}
+    kwargs = {
+        "accelerator": "auto",
+        "strategy": strat,
+        "devices": n,
+        "precision": None,
+        "num_nodes": topo.process_count,
+    }
     return HardwarePlan(kind, kwargs, spmd_hosts=topo.process_count)
 
 
 def _check_spmd_devices(n: int, topo) -> None:
     """An SPMD mesh spans every device of the runtime (an XLA rule), so n must be all of this host's."""
     if topo.multi_host and n != topo.local_devices:
-        raise HardwareError(f"devices={n} but data parallelism (SPMD) spans every XLA device, and this host has "
-                            f"{topo.local_devices} (of {topo.global_devices} on {topo.process_count} hosts); "
-                            f"use devices=auto")
+        raise HardwareError(
+            f"devices={n} but data parallelism (SPMD) spans every XLA device, and this host has "
+            f"{topo.local_devices} (of {topo.global_devices} on {topo.process_count} hosts); "
+            f"use devices=auto"
+        )
     total = topo.global_devices
     if not topo.multi_host and n != total:
         how = f", or set CPU_NUM_DEVICES={n}" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else ""
-        raise HardwareError(f"devices={n} but data parallelism (SPMD) spans every XLA device and this runtime has "
-                            f"{total}; use devices=auto (all {total}) or devices=1{how}")
+        raise HardwareError(
+            f"devices={n} but data parallelism (SPMD) spans every XLA device and this runtime has "
+            f"{total}; use devices=auto (all {total}) or devices=1{how}"
+        )
 
 
 def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> HardwarePlan:
@@ -285,11 +337,14 @@ def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> Har
     from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
 
     if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
-        raise HardwareError(f"strategy=xla_mp runs one process per TPU core and needs a TPU; on "
-                            f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')} its collectives cannot run "
-                            f"(pytorch/xla#5005): use strategy=spmd, the default")
+        raise HardwareError(
+            f"strategy=xla_mp runs one process per TPU core and needs a TPU; on "
+            f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE')} its collectives cannot run "
+            f"(pytorch/xla#5005): use strategy=spmd, the default"
+        )
     if requested == 1:
         raise ConfigError("strategy=xla_mp needs several devices; for one device leave strategy=auto")
     strat = XLAMultiProcessStrategy(accelerator=TracingAccelerator(), precision_plugin=plugin)
-    return HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto",
-                               "precision": None})
+    return HardwarePlan(
+        kind, {"accelerator": "auto", "strategy": strat, "devices": requested or "auto", "precision": None}
+    )

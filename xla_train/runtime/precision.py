@@ -5,6 +5,7 @@ silently stores every float tensor as bf16, checkpoints included. Autocast
 instead runs matmuls and convolutions in bf16 and keeps the weights, the
 optimizer state and so the checkpoints in float32, which CPU inference expects.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -4,6 +4,7 @@ It reads the PCI bus for TPU chips (never a metadata server) and asks torch
 for CUDA, and it starts no XLA runtime: on a TPU only one process may hold
 the chips, and the one that asks is often not the one that will train.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,10 @@ def require_cuda(what: str = "accelerator=gpu") -> None:
 
 def require_tpu(what: str = "accelerator=tpu") -> None:
     if tpu_chips() == 0:
-        raise HardwareError(f"{what} but this machine has no TPU; use accelerator=xla (XLA on the CPU, "
-                            f"PJRT_DEVICE=CPU) or accelerator=cpu")
+        raise HardwareError(
+            f"{what} but this machine has no TPU; use accelerator=xla (XLA on the CPU, "
+            f"PJRT_DEVICE=CPU) or accelerator=cpu"
+        )
 
 
 def resolve_accelerator(accelerator: str) -> str:

@@ -23,6 +23,7 @@ false the state is carried unchanged and the output is zero. When training
 ends, restore_lstm puts the nn.LSTM back, holding the trained weights, so the
 model in memory runs on a CPU again.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -40,8 +41,8 @@ def _forward_step(carry, xs):
     a = gx + h @ w_hh.t()
     hidden = h.shape[1]
     s = torch.sigmoid(a)
-    i, f, o = s[:, :hidden], s[:, hidden:2 * hidden], s[:, 3 * hidden:]  # nn.LSTM's gate order: i, f, g, o
-    g = torch.tanh(a[:, 2 * hidden:3 * hidden])
+    i, f, o = s[:, :hidden], s[:, hidden : 2 * hidden], s[:, 3 * hidden :]  # nn.LSTM's gate order: i, f, g, o
+    g = torch.tanh(a[:, 2 * hidden : 3 * hidden])
     c_new = f * c + i * g
     tc = torch.tanh(c_new)
     h_new = o * tc
@@ -54,12 +55,14 @@ def _backward_step(carry, xs):
     dh, dc, w_hh = carry  # w.r.t. the state after this step
     dy, keep, c_prev, acts, tc = xs
     hidden = dh.shape[1]
-    i, f, g, o = (acts[:, k * hidden:(k + 1) * hidden] for k in range(4))
+    i, f, g, o = (acts[:, k * hidden : (k + 1) * hidden] for k in range(4))
     zero = torch.zeros_like(dh)
     dh_new = torch.where(keep, dh + dy, zero)  # a masked step passed the state through untouched
     dc_new = torch.where(keep, dc, zero) + dh_new * o * (1 - tc * tc)
-    d_gates = torch.cat([dc_new * g * i * (1 - i), dc_new * c_prev * f * (1 - f),
-                         dc_new * i * (1 - g * g), dh_new * tc * o * (1 - o)], dim=1)
+    d_gates = torch.cat(
+        [dc_new * g * i * (1 - i), dc_new * c_prev * f * (1 - f), dc_new * i * (1 - g * g), dh_new * tc * o * (1 - o)],
+        dim=1,
+    )
     dh_prev = d_gates @ w_hh + torch.where(keep, zero, dh)
     dc_prev = dc_new * f + torch.where(keep, zero, dc)
     return (dh_prev, dc_prev, w_hh), d_gates
@@ -74,7 +77,7 @@ class _Recurrence(torch.autograd.Function):
 
         (h, c, _), (h_prev, c_prev, acts, tc) = scan(_forward_step, (h0, c0, w_hh), (gx, keep), is_fn_pure=True)
         hidden = h.shape[1]
-        out = torch.where(keep, acts[..., 3 * hidden:] * tc, torch.zeros_like(tc))
+        out = torch.where(keep, acts[..., 3 * hidden :] * tc, torch.zeros_like(tc))
         ctx.save_for_backward(keep, w_hh, h_prev, c_prev, acts, tc)
         return out, h, c
 
@@ -148,12 +151,17 @@ def use_scan_lstm(module: nn.Module, verbose: bool = True) -> list[str]:
                 setattr(parent, name, ScanLSTM(child))
                 swapped.append(path)
             else:
-                warnings.warn(f"{path}: a {child.num_layers}-layer{' bidirectional' if child.bidirectional else ''} "
-                              f"nn.LSTM stays unrolled on XLA; its compile time grows with the sequence length",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{path}: a {child.num_layers}-layer{' bidirectional' if child.bidirectional else ''} "
+                    f"nn.LSTM stays unrolled on XLA; its compile time grows with the sequence length",
+                    stacklevel=2,
+                )
     if swapped and verbose:
-        print(f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time "
-              f"(compiled once whatever the length; same weights as nn.LSTM)", flush=True)
+        print(
+            f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time "
+            f"(compiled once whatever the length; same weights as nn.LSTM)",
+            flush=True,
+        )
     return swapped
 
 

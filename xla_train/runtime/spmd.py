@@ -26,6 +26,7 @@ On a pod slice (runtime/multihost.py) the world is one process per host: each
 host reports its own devices on one of `process_count` nodes, so the same data
 module hands it only its share of the global batch.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -133,8 +134,9 @@ def use_reduction_batch_norm(module: nn.Module) -> dict[nn.Module, type]:
         cls = type(layer)
         if isinstance(layer, BATCH_NORMS) and cls not in _REDUCTION_CLASSES.values():
             if cls not in _REDUCTION_CLASSES:
-                _REDUCTION_CLASSES[cls] = type(cls.__name__, (cls,), {"forward": _reduction_batch_norm,
-                                                                      "__module__": cls.__module__})
+                _REDUCTION_CLASSES[cls] = type(
+                    cls.__name__, (cls,), {"forward": _reduction_batch_norm, "__module__": cls.__module__}
+                )
             layer.__class__ = _REDUCTION_CLASSES[cls]
             changed[layer] = cls
     return changed
@@ -169,9 +171,11 @@ def require_replicated(state, where: str = "checkpoint") -> None:
 
     visit(state, "")
     if split:
-        raise HardwareError(f"the {where} holds tensors split over the XLA devices ({', '.join(split[:3])}"
-                            f"{', ...' if len(split) > 3 else ''}), which one host cannot read whole; xla_train's "
-                            f"SPMD replicates all state, so this is a bug: please report it")
+        raise HardwareError(
+            f"the {where} holds tensors split over the XLA devices ({', '.join(split[:3])}"
+            f"{', ...' if len(split) > 3 else ''}), which one host cannot read whole; xla_train's "
+            f"SPMD replicates all state, so this is a bug: please report it"
+        )
 
 
 class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
@@ -186,8 +190,7 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
 
     strategy_name = "spmd"
 
-    def __init__(self, num_devices: int, accelerator=None, precision_plugin=None,
-                 topology: HostTopology | None = None):
+    def __init__(self, num_devices: int, accelerator=None, precision_plugin=None, topology: HostTopology | None = None):
         enable_spmd()
         super().__init__(0, accelerator=accelerator, precision_plugin=precision_plugin)
         # num_devices are this host's; the mesh spans every host's (the same on a single host)
@@ -223,8 +226,10 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     @num_nodes.setter
     def num_nodes(self, n: int) -> None:  # Lightning passes on Trainer(num_nodes=...)
         if n != self.topology.process_count:
-            raise HardwareError(f"num_nodes={n} but the XLA runtime has {self.topology.process_count} host(s); "
-                                f"leave num_nodes unset on XLA, the runtime knows its hosts")
+            raise HardwareError(
+                f"num_nodes={n} but the XLA runtime has {self.topology.process_count} host(s); "
+                f"leave num_nodes unset on XLA, the runtime knows its hosts"
+            )
 
     @property
     @override

@@ -34,6 +34,7 @@ are parameters of the program, passed once, not stacked. A tensor the step
 reads that is none of its inputs becomes a constant of the program, the value
 it had when traced.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -64,8 +65,14 @@ class StepProgram:
         self._sources: list[tuple[str, int]] = []  # per body input: (state|batch|scalars|seed|shared|const, i)
         self._consts: list[torch.Tensor] = []
 
-    def build(self, step: Callable, state: Sequence[torch.Tensor], batch: Sequence[torch.Tensor],
-              scalars: torch.Tensor, shared: Sequence[torch.Tensor] = ()) -> None:
+    def build(
+        self,
+        step: Callable,
+        state: Sequence[torch.Tensor],
+        batch: Sequence[torch.Tensor],
+        scalars: torch.Tensor,
+        shared: Sequence[torch.Tensor] = (),
+    ) -> None:
         """Trace `step(state, batch, scalars) -> new state` once; the step may also read `shared`. Every input must
         be device data (not pending work) and stay unmodified: the step must return new tensors instead of
         updating its inputs."""
@@ -112,30 +119,41 @@ class StepProgram:
 
         k = self.k
         builder = xb.create_builder("xla_train_steps")
-        shapes = [torch.zeros((), dtype=torch.int32), *state,
-                  *(torch.empty((k, *t.shape), dtype=t.dtype) for t in batch),
-                  torch.empty((k, *scalars.shape), dtype=scalars.dtype), torch.empty((k,), dtype=torch.int64),
-                  *shared, *self._consts]
+        shapes = [
+            torch.zeros((), dtype=torch.int32),
+            *state,
+            *(torch.empty((k, *t.shape), dtype=t.dtype) for t in batch),
+            torch.empty((k, *scalars.shape), dtype=scalars.dtype),
+            torch.empty((k,), dtype=torch.int64),
+            *shared,
+            *self._consts,
+        ]
         return builder, [xb.mkparam(builder, i, xb.tensor_shape(t)) for i, t in enumerate(shapes)]
 
     def _unpack(self, ops):
         """(real steps, state, stacked batch tensors, scalar rows, seeds, shared + constants) from the
         parameters."""
         s, b = self._n_state, self._n_batch
-        rest = ops[1 + s:]
-        return ops[0], list(ops[1:1 + s]), rest[:b], rest[b], rest[b + 1], rest[b + 2:]
+        rest = ops[1 + s :]
+        return ops[0], list(ops[1 : 1 + s]), rest[:b], rest[b], rest[b + 1], rest[b + 2 :]
 
     def _call(self, body, i, carry, stacked, per_step, seeds, fixed, at):
         """One step's outputs: the body called on step i's slice of every per-step input (`fixed`: the shared
         inputs, then the constants, the same for every step)."""
         import torch_xla.core.xla_builder as xb
 
-        args, n_shared = [], self._n_shared
-        for kind, j in self._sources:
-            args.append({"state": lambda: carry[j], "batch": lambda: at(stacked[j], i),
-                         "scalars": lambda: at(per_step, i), "seed": lambda: at(seeds, i),
-                         "shared": lambda: fixed[j], "const": lambda: fixed[n_shared + j]}[kind]())
-        result = xb.Op.call(body, args)
+        def arg(kind: str, j: int):
+            if kind == "state":
+                return carry[j]
+            if kind == "batch":
+                return at(stacked[j], i)
+            if kind == "scalars":
+                return at(per_step, i)
+            if kind == "seed":
+                return at(seeds, i)
+            return fixed[j] if kind == "shared" else fixed[self._n_shared + j]
+
+        result = xb.Op.call(body, [arg(kind, j) for kind, j in self._sources])
         return [result.get_tuple_element(j) for j in range(len(carry))]
 
     def _unrolled(self, body, params):
@@ -176,15 +194,22 @@ class StepProgram:
             n, carry, stacked, per_step, seeds, fixed = self._unpack(list(params))
             new = self._call(body, i, carry, stacked, per_step, seeds, fixed, at)
             one = xb.Op.scalar(i.builder(), 1, dtype=xb.Type.S32)
-            return (i + one, n, *new, *params[1 + len(carry):])
+            return (i + one, n, *new, *params[1 + len(carry) :])
 
         loop = xb.Op.mkwhile([zero, *ops], cond, step)
         out = [loop.get_tuple_element(2 + j) for j in range(self._n_state)]
         return xb.Op.tuple(out, builder=builder).build("xla_train_steps")
 
-    def run(self, state: Sequence[torch.Tensor], batches: Sequence[Sequence[torch.Tensor]], n: int,
-            scalars: Sequence[Sequence[float]], seeds: Sequence[int], shard: Callable = lambda t: t,
-            shared: Sequence[torch.Tensor] = ()) -> list:
+    def run(
+        self,
+        state: Sequence[torch.Tensor],
+        batches: Sequence[Sequence[torch.Tensor]],
+        n: int,
+        scalars: Sequence[Sequence[float]],
+        seeds: Sequence[int],
+        shard: Callable = lambda t: t,
+        shared: Sequence[torch.Tensor] = (),
+    ) -> list:
         """The state after the first n of len(batches) == k steps (the rest are padding); pending, not run.
         `scalars` and `seeds` hold one row per step; `shard` places each stacked batch tensor (SPMD); `shared`
         are this execution's values of the shared inputs the step was built with."""
@@ -195,6 +220,8 @@ class StepProgram:
         per_step = torch.tensor(scalars, dtype=torch.float32).to(device)
         seed_t = torch.tensor([signed64(s) for s in seeds], dtype=torch.int64).to(device)
         count = device_data(torch.tensor(n, dtype=torch.int32), device)  # data: 1 would be a constant
-        return compat.xla_user_computation("xla::xla_train_steps",
-                                           [count, *state, *stacked, per_step, seed_t, *shared, *self._consts],
-                                           self.computation)
+        return compat.xla_user_computation(
+            "xla::xla_train_steps",
+            [count, *state, *stacked, per_step, seed_t, *shared, *self._consts],
+            self.computation,
+        )

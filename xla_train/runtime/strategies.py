@@ -9,6 +9,7 @@ it runs every nn.LSTM as a scan (runtime/scan_lstm.py), whose compile time does
 not grow with the sequence length, and with steps_per_execution > 1 it runs K
 steps as one program (runtime/multistep.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,8 +46,13 @@ class XLASingleDeviceStrategy(StepsPerExecution, ScanLSTMOnXLA, compat.OwnCheckp
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
         import torch_xla
 
-        SingleDeviceStrategy.__init__(self, accelerator=accelerator, device=torch_xla.device(index),
-                                      checkpoint_io=None, precision_plugin=precision_plugin)
+        SingleDeviceStrategy.__init__(
+            self,
+            accelerator=accelerator,
+            device=torch_xla.device(index),
+            checkpoint_io=None,
+            precision_plugin=precision_plugin,
+        )
         self.debug = False
 
     def default_checkpoint_io(self) -> AtomicCheckpointIO:

@@ -6,6 +6,7 @@ P(positive). Images come as files, folders or .npy arrays; reviews as text=,
 as .txt files (one review each), or with --lines as files of one review per line.
 Plain torch: neither Lightning nor torch_xla is imported.
 """
+
 from __future__ import annotations
 
 from xla_train.errors import ConfigError
@@ -17,18 +18,21 @@ FLAGS = ("--probs", "--lines")
 def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     unknown = sorted(set(pairs) - set(KEYS))
     if unknown:
-        raise ConfigError(f"predict takes {', '.join(k + '=' for k in KEYS)}, --probs and --lines; "
-                          f"not {', '.join(unknown)}")
+        raise ConfigError(
+            f"predict takes {', '.join(k + '=' for k in KEYS)}, --probs and --lines; not {', '.join(unknown)}"
+        )
     bad_flags = [f for f in flags if f not in FLAGS]
     if bad_flags:
         raise ConfigError(f"predict does not know {' '.join(bad_flags)}; its flags are {' and '.join(FLAGS)}")
     if "ckpt" not in pairs:
         raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
     if "inputs" not in pairs and "text" not in pairs:
-        raise ConfigError("predict needs inputs=FILE[,FILE...] (images, a folder of them, a .npy array, or .txt "
-                          "reviews), text=\"a review\", or split=test|val|train (a whole split of the run's data)")
+        raise ConfigError(
+            "predict needs inputs=FILE[,FILE...] (images, a folder of them, a .npy array, or .txt "
+            'reviews), text="a review", or split=test|val|train (a whole split of the run\'s data)'
+        )
     if "text" in pairs and not pairs["text"].strip():
-        raise ConfigError("text= is empty; give the review to classify, e.g. text=\"A wonderful film.\"")
+        raise ConfigError('text= is empty; give the review to classify, e.g. text="A wonderful film."')
     try:
         batch_size = int(pairs.get("batch_size", 256))
         if batch_size < 1:

@@ -21,6 +21,7 @@ same one is left as it is, so onnx and pt2 can sit side by side). Every file is
 written to a temp file beside its target and renamed, so a failed export leaves
 nothing behind. Imports neither Lightning nor torch_xla.
 """
+
 from __future__ import annotations
 
 import io
@@ -87,17 +88,29 @@ def serving_module(predictor) -> tuple[nn.Module, torch.Tensor, str]:
 def metadata(predictor, fmt: str) -> dict[str, str]:
     """What a user of the file needs besides the graph: labels, input layout, and for text the tokenizer's file."""
     info = predictor.info
-    meta = {"producer": "xla_train", "arch": str(info["arch"]), "kind": predictor.kind,
-            "labels": json.dumps(predictor.labels), "output": "probabilities (N, classes), in the order of labels"}
+    meta = {
+        "producer": "xla_train",
+        "arch": str(info["arch"]),
+        "kind": predictor.kind,
+        "labels": json.dumps(predictor.labels),
+        "output": "probabilities (N, classes), in the order of labels",
+    }
     if fmt == "onnx":
         meta["opset"] = str(OPSET)
     if predictor.kind == "text":
-        meta.update(input=f"int64 token ids (N, {int(info['maxlen'])}), padded at the front with 0",
-                    maxlen=str(int(info["maxlen"])), tokenizer="tokenizer.json")
+        meta.update(
+            input=f"int64 token ids (N, {int(info['maxlen'])}), padded at the front with 0",
+            maxlen=str(int(info["maxlen"])),
+            tokenizer="tokenizer.json",
+        )
     else:
         size = int(info["image_size"])
-        meta.update(input=f"uint8 images (N, {size}, {size}, 3), RGB", image_size=str(size),
-                    mean=json.dumps(list(info["mean"])), std=json.dumps(list(info["std"])))
+        meta.update(
+            input=f"uint8 images (N, {size}, {size}, 3), RGB",
+            image_size=str(size),
+            mean=json.dumps(list(info["mean"])),
+            std=json.dumps(list(info["std"])),
+        )
     return meta
 
 
@@ -130,9 +143,16 @@ def _onnx_bytes(program, name: str, meta: dict[str, str]) -> bytes:
 
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
         warnings.simplefilter("ignore")
-        onnx_program = torch.onnx.export(program, dynamo=True, opset_version=OPSET, input_names=[name],
-                                         output_names=["probabilities"], external_data=False, verbose=False,
-                                         optimize=True)
+        onnx_program = torch.onnx.export(
+            program,
+            dynamo=True,
+            opset_version=OPSET,
+            input_names=[name],
+            output_names=["probabilities"],
+            external_data=False,
+            verbose=False,
+            optimize=True,
+        )
         path = Path(tmp) / "model.onnx"
         onnx_program.save(str(path))
         model = onnx.load(str(path))
@@ -162,15 +182,18 @@ def export(ckpt, fmt: str, out=None) -> Path:
             import onnx  # noqa: F401
             import onnxscript  # noqa: F401
         except ImportError as e:
-            raise ConfigError(f"format=onnx needs {e.name}: pip install 'xla_train[export]' "
-                              f"(onnx, onnxscript, onnxruntime), or give format=pt2") from None
+            raise ConfigError(
+                f"format=onnx needs {e.name}: pip install 'xla_train[export]' "
+                f"(onnx, onnxscript, onnxruntime), or give format=pt2"
+            ) from None
     from xla_train.serve.predictor import load_for_inference
 
     ckpt = Path(ckpt)
     out = Path(out) if out is not None else default_out(ckpt, fmt)
     if out.is_dir():
-        raise ExportError(f"out={out} is a folder; give the file to write, "
-                          f"e.g. out={out / default_out(ckpt, fmt).name}")
+        raise ExportError(
+            f"out={out} is a folder; give the file to write, e.g. out={out / default_out(ckpt, fmt).name}"
+        )
     predictor = load_for_inference(ckpt)
     _check_writable(out)
     tokenizer = out.with_name("tokenizer.json") if predictor.kind == "text" else None

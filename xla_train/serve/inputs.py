@@ -2,6 +2,7 @@
 
 Every problem is a one-line error that names the file and says what would work.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,8 +37,9 @@ def expand_paths(specs: list[str], suffixes: set[str] | None = None, what: str |
 
 
 def unreadable(path: Path) -> UserError:
-    return UserError(f"{path} cannot be read: permission denied; make it readable (chmod +r) or copy it "
-                     f"somewhere you can read")
+    return UserError(
+        f"{path} cannot be read: permission denied; make it readable (chmod +r) or copy it somewhere you can read"
+    )
 
 
 def read_image(path: Path, size: int) -> np.ndarray:
@@ -49,9 +51,10 @@ def read_image(path: Path, size: int) -> np.ndarray:
     except PermissionError:
         raise unreadable(path) from None
     except Image.DecompressionBombError as e:  # PIL refuses to decode it: it would take gigabytes of memory
-        raise UserError(f"{path} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
-                        f"decompression-bomb limit); downscale it first (the model reads {size}x{size} images)"
-                        ) from None
+        raise UserError(
+            f"{path} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
+            f"decompression-bomb limit); downscale it first (the model reads {size}x{size} images)"
+        ) from None
     except (UnidentifiedImageError, OSError) as e:
         raise UserError(f"{path} is not a readable image ({type(e).__name__}); use PNG or JPEG files") from None
 

@@ -6,6 +6,7 @@ checkpoint never runs code from it. Predictions do not depend on the batch size.
 Images or text: the checkpoint's `kind` says which preprocessing its inputs
 get; a text checkpoint carries its own tokenizer and vocabulary.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,8 +50,10 @@ class Predictor:
             texts = [raw] if isinstance(raw, str) else list(raw)
             for i, t in enumerate(texts):
                 if not isinstance(t, str) or not t.strip():
-                    raise UserError(f"text {i} is {'empty' if isinstance(t, str) else type(t).__name__}; "
-                                    f"give each review as a non-empty string")
+                    raise UserError(
+                        f"text {i} is {'empty' if isinstance(t, str) else type(t).__name__}; "
+                        f"give each review as a non-empty string"
+                    )
             if self.tokenizer is None:  # a Predictor built by hand rather than by load_for_inference
                 self.tokenizer = text.tokenizer_from_json(self.info["tokenizer"])
             ids = text.encode(self.tokenizer, texts, maxlen)
@@ -62,7 +65,7 @@ class Predictor:
     @torch.no_grad()
     def probabilities(self, raw, batch_size: int = 256) -> torch.Tensor:
         x = self.preprocess(raw)
-        out = [probabilities(self.model(x[i:i + batch_size])) for i in range(0, len(x), batch_size)]
+        out = [probabilities(self.model(x[i : i + batch_size])) for i in range(0, len(x), batch_size)]
         return torch.cat(out) if out else torch.empty(0, len(self.labels))
 
     def predict(self, raw, batch_size: int = 256) -> list[tuple[str, float]]:
@@ -81,8 +84,9 @@ def load_for_inference(path) -> Predictor:
     try:
         net.load_state_dict(net_state_dict(ckpt), strict=True)
     except RuntimeError as e:
-        raise CheckpointError(f"{path}: its weights do not fit the {block['arch']} net it names "
-                              f"({str(e).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"{path}: its weights do not fit the {block['arch']} net it names ({str(e).splitlines()[0]})"
+        ) from None
     net.eval()
     predictor = Predictor(model=net, labels=list(block["labels"]), info=block)
     if predictor.kind == "text":
@@ -90,6 +94,8 @@ def load_for_inference(path) -> Predictor:
             predictor.tokenizer = text.tokenizer_from_json(block["tokenizer"])
             int(block["maxlen"])
         except Exception as e:  # missing keys, or a tokenizer JSON that does not parse
-            raise CheckpointError(f"{path} is a text checkpoint without a usable tokenizer and maxlen "
-                                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r})") from None
+            raise CheckpointError(
+                f"{path} is a text checkpoint without a usable tokenizer and maxlen "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r})"
+            ) from None
     return predictor

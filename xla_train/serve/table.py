@@ -5,6 +5,7 @@ is written in full to a hidden file beside its place, then linked into place,
 which fails rather than replaces when the name is taken, so neither a crash nor
 a second predict running at the same moment can leave a half table or lose one.
 """
+
 from __future__ import annotations
 
 import io

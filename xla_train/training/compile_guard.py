@@ -18,6 +18,7 @@ waits on the host. After a phase's first epoch
 the default) or stops the run (`strict`), naming the phase and the batch shapes
 that changed.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -57,7 +58,7 @@ def host_ms_per_step(host_s: list[float], k: int = 1) -> float | None:
     carries the group's dispatch and the others only keep their batch, so steps are counted k at a time."""
     if not host_s:
         return None
-    groups = [host_s[i:i + k] for i in range(0, len(host_s), k)]
+    groups = [host_s[i : i + k] for i in range(0, len(host_s), k)]
     return statistics.median(sum(g) / len(g) for g in groups) * 1e3
 
 
@@ -104,10 +105,13 @@ class CompileAccounting(EpochCallback):
         self._last = now
         seen = self._shapes[phase]
         if new and phase in self._warm and self.mode != "off":
-            changed = "" if not seen or shapes in seen else (
-                f"; input shapes {shapes} are new (seen before: {sorted(seen)})")
-            message = (f"XLA compiled {new} new graph(s) during {phase} after warm-up{changed}. Every new shape "
-                       f"or graph costs a compile; run with PT_XLA_DEBUG_LEVEL=2 to see torch_xla's compile cause")
+            changed = (
+                "" if not seen or shapes in seen else (f"; input shapes {shapes} are new (seen before: {sorted(seen)})")
+            )
+            message = (
+                f"XLA compiled {new} new graph(s) during {phase} after warm-up{changed}. Every new shape "
+                f"or graph costs a compile; run with PT_XLA_DEBUG_LEVEL=2 to see torch_xla's compile cause"
+            )
             if self.mode == "strict":
                 raise RecompilationError(message + " (xla_guard=strict stops here; xla_guard=warn only warns)")
             warnings.warn(message, RecompilationWarning, stacklevel=2)
@@ -154,29 +158,50 @@ class CompileAccounting(EpochCallback):
         self._end_training_steps()
         n0, s0, _, t0 = self._epoch_start
         n1, s1, _ = xla_counters()
-        row = {"epoch": trainer.current_epoch, "compiles": n1 - n0, "compile_s": s1 - s0,
-               "wall_s": time.perf_counter() - t0,
-               "host_syncs": self.train_transfers[-1] if self.train_transfers else 0,
-               "executions": self.train_executions[-1] if self.train_executions else 0,
-               "host_ms": host_ms_per_step(self._host_s, getattr(trainer.strategy, "steps_per_execution", 1))}
+        row = {
+            "epoch": trainer.current_epoch,
+            "compiles": n1 - n0,
+            "compile_s": s1 - s0,
+            "wall_s": time.perf_counter() - t0,
+            "host_syncs": self.train_transfers[-1] if self.train_transfers else 0,
+            "executions": self.train_executions[-1] if self.train_executions else 0,
+            "host_ms": host_ms_per_step(self._host_s, getattr(trainer.strategy, "steps_per_execution", 1)),
+        }
         self.per_epoch.append(row)
-        publish(trainer, {"xla_compiles": row["compiles"], "xla_compile_s": row["compile_s"],
-                          "xla_host_syncs": row["host_syncs"], "xla_executions": row["executions"],
-                          **({"xla_host_ms_per_step": row["host_ms"]} if row["host_ms"] is not None else {})})
+        publish(
+            trainer,
+            {
+                "xla_compiles": row["compiles"],
+                "xla_compile_s": row["compile_s"],
+                "xla_host_syncs": row["host_syncs"],
+                "xla_executions": row["executions"],
+                **({"xla_host_ms_per_step": row["host_ms"]} if row["host_ms"] is not None else {}),
+            },
+        )
         self._epoch_start = None
 
     @override
     def on_fit_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero and self.per_epoch:
-            print("  |  ".join(f"epoch {r['epoch'] + 1}  {r['wall_s']:.1f} s (compile {r['compile_s']:.1f} s)"
-                               for r in self.per_epoch), flush=True)
-            print("compiled graphs by phase: " + ", ".join(
-                f"{p} {v['graphs']} ({v['compile_s']:.1f} s)" for p, v in self.per_phase.items() if v["graphs"]),
-                flush=True)
+            print(
+                "  |  ".join(
+                    f"epoch {r['epoch'] + 1}  {r['wall_s']:.1f} s (compile {r['compile_s']:.1f} s)"
+                    for r in self.per_epoch
+                ),
+                flush=True,
+            )
+            print(
+                "compiled graphs by phase: "
+                + ", ".join(
+                    f"{p} {v['graphs']} ({v['compile_s']:.1f} s)" for p, v in self.per_phase.items() if v["graphs"]
+                ),
+                flush=True,
+            )
 
 
 def _evaluation_hooks(phase: str, stage: str) -> dict:
     """An evaluation phase's three hooks (the sanity check warms validation up too)."""
+
     def start(self, trainer, pl_module) -> None:
         self._start(phase)
 

@@ -6,6 +6,7 @@ that join the next training step's graph and force a recompile. Values here
 are host floats: they go to the loggers as they are, and to callback_metrics
 as CPU tensors, where ModelCheckpoint and EarlyStopping read them.
 """
+
 from __future__ import annotations
 
 import lightning.pytorch as pl

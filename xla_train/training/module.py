@@ -9,6 +9,7 @@ module loads it (uint8 samples, or indices into data already on the device) and
 becomes the net's input inside the step, on the device (data/batching.py). With lr_scaling=linear lr
 is the rate for one device's batch, and k devices train at k x lr.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,14 +28,27 @@ from xla_train.errors import ConfigError
 from xla_train.objective import cosine_decay, linear_warmup, lr_scheduler, make_optimizer, masked_stats
 from xla_train.training.hooks import publish
 
+
 class Classifier(pl.LightningModule):
-    def __init__(self, net: nn.Module, lr: float = 1e-3, optimizer: Literal["adam", "sgd"] = "adam",
-                 momentum: float = 0.9, nesterov: bool = True, weight_decay: float = 0.0,
-                 schedule: Literal["constant", "cosine"] = "constant",
-                 lr_scaling: Literal["none", "linear"] = "none", warmup_epochs: float = 5.0):
+    def __init__(
+        self,
+        net: nn.Module,
+        lr: float = 1e-3,
+        optimizer: Literal["adam", "sgd"] = "adam",
+        momentum: float = 0.9,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        schedule: Literal["constant", "cosine"] = "constant",
+        lr_scaling: Literal["none", "linear"] = "none",
+        warmup_epochs: float = 5.0,
+    ):
         super().__init__()
-        for name, value, low in (("lr", lr, 0.0), ("momentum", momentum, None), ("weight_decay", weight_decay, None),
-                                 ("warmup_epochs", warmup_epochs, None)):
+        for name, value, low in (
+            ("lr", lr, 0.0),
+            ("momentum", momentum, None),
+            ("weight_decay", weight_decay, None),
+            ("warmup_epochs", warmup_epochs, None),
+        ):
             if not (value > low if low is not None else value >= 0):  # NaN fails both
                 raise ConfigError(f"model.{name}={value} must be {'positive' if low is not None else '0 or more'}")
         self.save_hyperparameters(ignore=["net"])
@@ -139,8 +153,11 @@ class Classifier(pl.LightningModule):
             warmup = max(1, round(hp.warmup_epochs * self._steps_per_epoch()))
             factors.append(linear_warmup(k, warmup))
             if self.trainer.is_global_zero:
-                print(f"learning rate {lr:g} = {hp.lr:g} x {k} device(s) (lr_scaling=linear), "
-                      f"warm-up from {hp.lr:g} over {warmup} steps", flush=True)
+                print(
+                    f"learning rate {lr:g} = {hp.lr:g} x {k} device(s) (lr_scaling=linear), "
+                    f"warm-up from {hp.lr:g} over {warmup} steps",
+                    flush=True,
+                )
             if self.logger is not None:
                 self.logger.log_hyperparams({"lr_resolved": lr, "lr_warmup_steps": warmup})
         opt = make_optimizer(hp, self.parameters(), lr)

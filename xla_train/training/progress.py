@@ -11,6 +11,7 @@ A log file (no TTY) gets only the epoch lines. `every=0` turns the live bar off.
 An epoch resumed from a mid-epoch checkpoint says so (`6/6 (3 after resume)`):
 its time and metrics cover only the steps this process ran.
 """
+
 from __future__ import annotations
 
 import sys
@@ -70,8 +71,12 @@ class KerasProgress(EpochCallback):
         parts = [done, f"{_fmt_time(train_s)} {train_s / max(steps, 1) * 1000:.0f}ms/step"]
         if "xla_host_ms_per_step" in m:  # the host's share of a step (compile_guard.py): near ms/step = host-bound
             parts[-1] += f" (host {m['xla_host_ms_per_step']:.1f}ms)"
-        for key, name in (("train_loss", "loss"), ("train_acc", "acc"), ("val_loss", "val_loss"),
-                          ("val_acc", "val_acc")):
+        for key, name in (
+            ("train_loss", "loss"),
+            ("train_acc", "acc"),
+            ("val_loss", "val_loss"),
+            ("val_acc", "val_acc"),
+        ):
             if key in m:
                 parts.append(f"{name}: {m[key]:.4f}")
         if "samples_per_s" in m:

@@ -3,6 +3,7 @@
 Throughput waits for the device once per epoch, so samples/s measures the
 device and not how far ahead the host has queued work.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,13 +26,18 @@ class RunReport(EpochCallback):
         folder = trainer.log_dir  # every process asks: with several, it is a broadcast from the first
         if trainer.is_global_zero:
             hosts = f" on each of {trainer.num_nodes} hosts" if trainer.num_nodes > 1 else ""
-            print(f"run folder: {folder}  (accelerator {self.hardware}, "
-                  f"{trainer.num_devices} device(s){hosts})", flush=True)
+            print(
+                f"run folder: {folder}  (accelerator {self.hardware}, {trainer.num_devices} device(s){hosts})",
+                flush=True,
+            )
             if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
                 print(f"fast path: {self.fast_path.summary()}", flush=True)
             if self.matmul_precision:  # XLA: what "float32" means on a TPU
-                print(f"matmul precision: {self.matmul_precision} ({MATMUL_MEANING[self.matmul_precision]}; "
-                      f"XLA:CPU computes float32)", flush=True)
+                print(
+                    f"matmul precision: {self.matmul_precision} ({MATMUL_MEANING[self.matmul_precision]}; "
+                    f"XLA:CPU computes float32)",
+                    flush=True,
+                )
             placement = getattr(trainer.datamodule, "placement", None)
             if placement:  # data.on_device: which path feeds the steps, and why
                 print(f"data: {placement}", flush=True)
@@ -39,8 +45,11 @@ class RunReport(EpochCallback):
             k = getattr(trainer.strategy, "steps_per_execution", 1)
             note = getattr(trainer.strategy, "grouping_note", "")  # steps_per_execution=auto: what, and why
             if loop and (k > 1 or note):
-                how = f", as an XLA {'While loop' if loop == 'while' else 'unrolled program'} (execution_loop=" \
-                      f"{loop})" if k > 1 else ""
+                how = (
+                    f", as an XLA {'While loop' if loop == 'while' else 'unrolled program'} (execution_loop={loop})"
+                    if k > 1
+                    else ""
+                )
                 print(f"steps per execution: {note or k}{how}", flush=True)
 
     @override

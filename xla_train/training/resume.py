@@ -7,6 +7,7 @@ behave the same way instead of interrupting a step halfway. With the RNG
 states (host and device) and the data module's position in the data order in
 the checkpoint, `ckpt=last` continues exactly where the run stopped.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,13 @@ PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
 
 def _numpy_state() -> dict:
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-            "has_gauss": int(has_gauss), "gauss": float(gauss)}
+    return {
+        "name": name,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "gauss": float(gauss),
+    }
 
 
 def _set_numpy_state(s: dict) -> None:
@@ -50,8 +56,12 @@ class RngState(pl.Callback):
 
     @override
     def state_dict(self) -> dict:
-        return {"torch": torch.get_rng_state(), "numpy": _numpy_state(), "python": list(random.getstate()),
-                "device": device_rng_state(self._device) if self._device is not None else None}
+        return {
+            "torch": torch.get_rng_state(),
+            "numpy": _numpy_state(),
+            "python": list(random.getstate()),
+            "device": device_rng_state(self._device) if self._device is not None else None,
+        }
 
     @override
     def load_state_dict(self, state: dict) -> None:
@@ -144,8 +154,11 @@ class Preemption(pl.Callback):
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         # with steps_per_execution=K, once per execution: every host has then run the same steps
-        if self._agree is not None and getattr(trainer.strategy, "at_execution_end", True) \
-                and self._agree(self._requested):
+        if (
+            self._agree is not None
+            and getattr(trainer.strategy, "at_execution_end", True)
+            and self._agree(self._requested)
+        ):
             compat.request_stop_after_step(trainer)
 
     @override
@@ -161,11 +174,19 @@ class Preemption(pl.Callback):
         trainer.save_checkpoint(path, weights_only=False)  # on a pod: every host, host 0 writes
         self.saved_to = path
         if trainer.is_global_zero:
-            print(f"xla_train: stopped by signal after step {trainer.global_step}; saved {path}. "
-                  f"Resume with ckpt=last (or ckpt={path})", file=sys.stderr, flush=True)
+            print(
+                f"xla_train: stopped by signal after step {trainer.global_step}; saved {path}. "
+                f"Resume with ckpt=last (or ckpt={path})",
+                file=sys.stderr,
+                flush=True,
+            )
         elif self._agree is not None:
-            print(f"xla_train: host {trainer.global_rank} stopped with the others after step "
-                  f"{trainer.global_step}; host 0 saved the checkpoint", file=sys.stderr, flush=True)
+            print(
+                f"xla_train: host {trainer.global_rank} stopped with the others after step "
+                f"{trainer.global_step}; host 0 saved the checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _handle(self, signum: int, handler) -> None:
         # Only a main thread may set handlers; xla_mp's workers run the fit in a thread (torch_xla's

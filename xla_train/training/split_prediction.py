@@ -10,6 +10,7 @@ the data's order whatever the batch geometry was. One process only: SPMD feeds
 every device of the host from it, and no prediction has to be gathered between
 processes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,17 +103,25 @@ def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> Spli
     inputs, labels = dm.arrays(split)
     batch_size = dm.batch_size
     count = CompileCount()
-    trainer = pl.Trainer(**trainer_kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, use_distributed_sampler=False, callbacks=[count])
+    trainer = pl.Trainer(
+        **trainer_kwargs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+        callbacks=[count],
+    )
     if trainer.world_size != 1:
-        raise ConfigError(f"predicting a split runs in one process, and this hardware plan has {trainer.world_size}; "
-                          f"on XLA use strategy=spmd (the default), on a GPU devices=1")
+        raise ConfigError(
+            f"predicting a split runs in one process, and this hardware plan has {trainer.world_size}; "
+            f"on XLA use strategy=spmd (the default), on a GPU devices=1"
+        )
     global_batch = batch_size * trainer.num_devices
     sampler = BatchSampler(len(inputs), global_batch, train=False)
     rows = IndexBatches(len(inputs)) if dm.resident else IndexedBatches(inputs, labels, dm.transform(False))
     loader = DataLoader(rows, batch_size=None, sampler=sampler)
-    out = trainer.predict(SplitPredictor(net, dm.batch_inputs(), split), dataloaders=loader,
-                          return_predictions=True)
+    out = trainer.predict(SplitPredictor(net, dm.batch_inputs(), split), dataloaders=loader, return_predictions=True)
     probs = torch.cat([p for p, _, _ in out]).float().numpy()
     index = torch.cat([i for _, _, i in out]).numpy()
     keep = index >= 0
@@ -122,5 +131,6 @@ def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> Spli
     order = np.argsort(index)
     root = trainer.strategy.root_device
     device = str(root) if trainer.num_devices == 1 else f"{trainer.num_devices} {root.type} devices"
-    return SplitPredictions(probs[order], np.asarray(labels, dtype=np.int64), count.first, count.after,
-                            global_batch, len(sampler), device)
+    return SplitPredictions(
+        probs[order], np.asarray(labels, dtype=np.int64), count.first, count.after, global_batch, len(sampler), device
+    )
