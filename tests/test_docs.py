@@ -30,8 +30,13 @@ def slug(heading: str) -> str:
 
 
 def anchors(path: Path) -> set[str]:
-    return {slug(m[2]) for line, fenced in outside_fences(path.read_text()) if not fenced
-            for m in [re.match(r"^(#+)\s+(.*)", line)] if m}
+    return {
+        slug(m[2])
+        for line, fenced in outside_fences(path.read_text())
+        if not fenced
+        for m in [re.match(r"^(#+)\s+(.*)", line)]
+        if m
+    }
 
 
 def links(path: Path):
@@ -85,8 +90,11 @@ def parse(argv: list[str]) -> None:
         from xla_train.config import split_predict
         from xla_train.serve import command as predict, export
 
-        keys = {"predict": (split_predict.KEYS if "split" in pairs else predict.KEYS), "export": export.KEYS,
-                "devices": ("accelerator",)}[command]
+        keys = {
+            "predict": (split_predict.KEYS if "split" in pairs else predict.KEYS),
+            "export": export.KEYS,
+            "devices": ("accelerator",),
+        }[command]
         assert set(pairs) <= set(keys), (argv, sorted(set(pairs) - set(keys)))
 
 

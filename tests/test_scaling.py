@@ -365,7 +365,7 @@ def test_num_nodes_below_one_is_one_line(torchrun_rank, tmp_path, monkeypatch, c
 
 @pytest.mark.slow
 def test_torchrun_runs_the_module_as_two_nodes(tmp_path):
-    """The README's torchrun command, as two nodes of one CPU process each on this machine (accelerator=cpu,
+    """docs/scaling.md's torchrun command, as two nodes of one CPU process each on this machine (accelerator=cpu,
     gloo): torchrun's `-m xla_train`, Lightning's detection of torchrun, and one writer."""
     port = str(_free_port())
 

@@ -289,7 +289,7 @@ def test_eight_devices_train_like_one_with_batch_norm_and_dropout_on(live_runs):
     mean, where float32 BatchNorm gradients are 1e-6 to 1e-2 off float64 ones (see
     test_eight_devices_train_exactly_like_one): the BatchNorm layers' own tiny updates differ most, by a few
     percent of themselves, and the model as a whole by rounding. The bounds are about 10x the differences
-    measured (README, Reliability); the step, the loss and the accuracy must agree."""
+    measured (docs/reliability.md); the step, the loss and the accuracy must agree."""
     one, eight = (torch.load(live_runs[d] / "after_epoch_1.pt", weights_only=True) for d in (1, 8))
     final1, final8 = checkpoint(live_runs[1]), checkpoint(live_runs[8])
     from xla_train.models import CifarCNN

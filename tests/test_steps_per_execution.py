@@ -5,7 +5,7 @@ and compares the final weights and every epoch metric. Steps that run in
 different programs are fused differently by XLA, so float results may differ in
 the last bits; Adam turns such differences in a near-zero gradient into
 differences of up to a fraction of the learning rate, which is why the batches
-here are not the smallest possible (README, "Keep a TPU fed"). A skipped,
+here are not the smallest possible (docs/feeding.md). A skipped,
 repeated or reordered batch, a wrong learning rate or a wrong dropout seed moves
 the weights by about 1e-3.
 """
@@ -387,7 +387,7 @@ def test_eight_steps_per_execution_under_spmd_on_eight_devices(tmp_path):
 
     With SGD: the partitioner splits the two programs' reductions differently, and Adam answers a near-zero
     gradient's last bits with up to a whole learning-rate step (measured 1.3e-4 here after 16 steps, against
-    1.2e-7 with SGD; README, "Keep a TPU fed"), which would hide what this test is for."""
+    1.2e-7 with SGD; docs/feeding.md), which would hide what this test is for."""
     data = write_cifar10(tmp_path / "data", per_batch=205)
     args = (
         "recipe=cifar10",

@@ -55,7 +55,7 @@ def make_optimizer(hp, params, lr: float | None = None) -> torch.optim.Optimizer
     tensors, and otherwise updates one parameter at a time, each op checked in
     Python. The multi-tensor form is the same arithmetic in fewer, wider calls:
     on XLA it is the host's trace of every step that shrinks, on the CPU the
-    update itself (README, "Keep a TPU fed"). The state it keeps is the same.
+    update itself (docs/feeding.md). The state it keeps is the same.
     """
     lr = hp.lr if lr is None else lr
     if hp.optimizer == "sgd":

@@ -18,7 +18,7 @@ COMPILE_PAYBACK_SAMPLES samples: issue 18's figures on a Xeon with AMX (CNN,
 batch 128: 10 s compile, 0.23 ms saved per sample) break even near 43,000,
 doubled for margin. On this project's reference machine (AMD EPYC with
 AVX512-BF16, no AMX) compiled steps were slower than bf16 + channels_last
-eager for both the CNN and the ResNet-20 on a quiet machine (README, "The CPU
+eager for both the CNN and the ResNet-20 on a quiet machine (docs/hardware.md, "The CPU
 and GPU fallback"), so a CPU without AMX stays eager by default. GPUs take
 the sample rule, not yet measured. Runs under it (the quickstart, every
 test) stay eager. Weights stay float32 and the compiled wrapper lives outside the state
@@ -38,7 +38,7 @@ from xla_train import compat
 from xla_train.errors import ConfigError
 
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matrix arithmetic
-COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above and README)
+COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above and docs/hardware.md)
 CompileSetting = bool | str  # True, False or "auto"
 
 

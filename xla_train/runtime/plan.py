@@ -30,7 +30,7 @@ XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 DEVICE_DATA_MB = 1024
 EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto where the K steps run as a While loop: its program, compile time and host memory do
-# not grow with K, so K is chosen for the device alone. The README's v5e estimates put the CNNs' host-bound
+# not grow with K, so K is chosen for the device alone. docs/feeding.md's v5e estimates put the CNNs' host-bound
 # share under the device step at K of 16 to 78 (ResNet-20: 9 to 43, the LSTM: 3 to 5); 32 covers most of that
 # and leaves an epoch of CIFAR-10 at a v5e-8's global batch 1,024 (43 steps) at least one full group.
 AUTO_STEPS_PER_EXECUTION = 32
@@ -39,7 +39,7 @@ AUTO_STEPS_PER_EXECUTION = 32
 def resolve_execution_loop(setting: str = "auto") -> str:
     """How K steps run as one program (runtime/step_program.py). auto: an XLA While loop, whose program does not
     grow with K, except on XLA:CPU, which runs a conv net's step inside a While body many times slower than
-    unrolled (README, "Keep a TPU fed"); there the K calls are unrolled."""
+    unrolled (docs/feeding.md); there the K calls are unrolled."""
     if setting not in EXECUTION_LOOPS:
         raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
     if setting != "auto":

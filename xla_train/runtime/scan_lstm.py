@@ -1,7 +1,7 @@
 """The LSTM recurrence as XLA While loops, swapped in for nn.LSTM when a model runs on XLA.
 
 nn.LSTM on an XLA device is traced step by step, so its graph grows with the
-sequence length, and so does its compile time and memory (README, "Recipes"). Here
+sequence length, and so does its compile time and memory (docs/hardware.md, "The LSTM on XLA"). Here
 the input projection for all steps is one matmul, and only one recurrent step
 is traced, then looped by torch_xla's `scan`; compile time no longer depends on
 the length.

@@ -12,7 +12,7 @@ processes or threads of `torch_xla.launch` (pytorch/xla#5005).
 Batch normalisation is the one layer that needs help: GSPMD cannot split XLA's
 fused batch-norm ops along the batch, so it would gather the whole batch onto
 every device before each BatchNorm and normalise it n times over (seen in the
-partitioned HLO; README, "Hardware"). While this strategy runs,
+partitioned HLO; docs/hardware.md). While this strategy runs,
 BatchNorm layers compute the same statistics from plain reductions, which the
 partitioner splits into local sums and all-reduces: batch statistics stay
 global, as on one device. The layers keep their parameters, buffers and

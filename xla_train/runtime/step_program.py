@@ -1,7 +1,7 @@
 """K training steps as one XLA program, traced once: what `steps_per_execution=K` runs.
 
 torch_xla traces the whole step in Python on every step, and for the seed
-models that trace costs the host more than the step costs a TPU (README,
+models that trace costs the host more than the step costs a TPU (docs/feeding.md,
 "Keep a TPU fed"). Here one step is traced once, as a pure function from
 (state, batch, per-step scalars) to the new state, and its HLO is kept. Each
 execution then only stacks K batches and calls that HLO K times in one graph,
@@ -19,7 +19,7 @@ calls run in one of two loops (`execution_loop`), chosen per backend
   with K, and the trip count is the number of real steps, so a remainder runs
   no padding steps.
 - `unroll`: K calls in a row. XLA:CPU does not give a convolution inside a
-  While body its fast layout (README, "Keep a TPU fed"), so there this is the
+  While body its fast layout (docs/feeding.md), so there this is the
   faster program; its compile time grows with K. The number of real steps is
   an input: steps past it leave the state as it was (a select per state
   tensor), so a remainder runs the same compiled program on padding.
