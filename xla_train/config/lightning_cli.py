@@ -242,13 +242,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         steps = len(self.datamodule.arrays("train")[1]) // (self.datamodule.batch_size * t.num_devices * t.num_nodes)
         limit = t.limit_train_batches
         steps = min(steps, limit) if isinstance(limit, int) else int(steps * limit)
-        if k > steps and t.strategy.auto_steps:  # auto: an epoch shorter than its K runs as one execution
-            t.strategy.steps_per_execution = max(steps, 1)
-            t.strategy.grouping_note = f"{max(steps, 1)} (auto: the steps of an epoch)"
-        elif k > steps:
-            raise ConfigError(
-                f"steps_per_execution={k} is more than the {steps} training steps of an epoch; use at most {steps}"
-            )
+        t.strategy.fit_to_epoch(steps)  # refused here, before the run folder, or shrunk to the epoch (auto)
 
     before_fit = before_validate = before_test = _before_run  # LightningCLI calls before_<subcommand>
 

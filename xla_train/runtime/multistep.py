@@ -148,19 +148,24 @@ class StepsPerExecution:
                 raise
             self.steps_per_execution, self.grouping_note = 1, f"1 (auto: {e})"
 
+    def fit_to_epoch(self, steps: int) -> None:
+        """K against an epoch of `steps` training steps: auto's K shrinks to the epoch (one execution each); a K the
+        user set that is longer is refused. The CLI asks before any run folder exists; on_train_start asks again
+        for runs built elsewhere (the benchmarks)."""
+        if not self._grouping or self.steps_per_execution <= steps:
+            return
+        if not self.auto_steps:
+            raise ConfigError(
+                f"steps_per_execution={self.steps_per_execution} is more than the {steps} training steps of an "
+                f"epoch; use at most {steps}"
+            )
+        self.steps_per_execution = max(1, int(steps))
+        self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
+
     @override
     def on_train_start(self) -> None:
         super().on_train_start()
-        trainer = self.lightning_module.trainer
-        steps = trainer.num_training_batches
-        if self._grouping and self.auto_steps and self.steps_per_execution > steps:
-            self.steps_per_execution = max(1, int(steps))  # an epoch shorter than auto's K: one execution each
-            self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
-        if self._grouping and self.steps_per_execution > steps:
-            raise ConfigError(
-                f"steps_per_execution={self.steps_per_execution} is more than the "
-                f"{trainer.num_training_batches} steps of an epoch; use at most that"
-            )
+        self.fit_to_epoch(self.lightning_module.trainer.num_training_batches)
 
     @override
     def training_step(self, *args, **kwargs):
