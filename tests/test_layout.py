@@ -159,6 +159,54 @@ def test_only_runtime_imports_torch_xla():
     assert not users, users
 
 
+DEVICE_KINDS = {"xla", "tpu", "gpu", "cuda", "cpu"}
+
+
+def device_questions(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each place that asks a device its kind: torch.cuda, a comparison with a `.type` or with a
+    device or accelerator kind's name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "cuda" and getattr(node.value, "id", None) == "torch":
+            found.append((node.lineno, "torch.cuda"))
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                parts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                for part in parts:
+                    if isinstance(part, ast.Attribute) and part.attr == "type":
+                        found.append((node.lineno, ".type compared"))
+                    if isinstance(part, ast.Constant) and part.value in DEVICE_KINDS:
+                        found.append((node.lineno, f"compared with {part.value!r}"))
+    return found
+
+
+def test_only_runtime_asks_a_device_its_kind():
+    """A Backend (runtime/backend.py) answers what the rest of the code would ask a device's type: a new backend
+    is then one class, not a hunt through every room."""
+    findings = []
+    for name, path in MODULES.items():
+        if name.startswith(("xla_train.runtime", "xla_train.compat")):
+            continue
+        findings += [
+            f"{path.relative_to(PACKAGE.parent)}:{line} {what}"
+            for line, what in device_questions(ast.parse(path.read_text()))
+        ]
+    assert not findings, findings
+
+
+def test_the_device_question_check_finds_each_form():
+    tree = ast.parse('if torch.cuda.is_available(): pass\nx = d.type == "xla"\ny = a in ("cpu", "gpu")\n')
+    assert sorted(w for _, w in device_questions(tree)) == sorted(
+        [
+            "torch.cuda",
+            ".type compared",
+            "compared with 'xla'",
+            "compared with 'cpu'",
+            "compared with 'gpu'",
+        ]
+    )
+
+
 def framework_private_names() -> set[str]:
     """Private names the frameworks' classes define (what a subclass or a caller could reach into), and the
     private modules and functions xla_train is known to need."""

@@ -431,7 +431,8 @@ WHILE_AGAINST_UNROLLED = """
 import sys, torch, torch_xla
 from torch_xla.debug import metrics as met
 from xla_train.objective import masked_stats
-from xla_train.runtime.device import device_data
+from xla_train.runtime.backend import xla
+device_data = xla().to_device
 from xla_train.runtime.step_program import StepProgram
 dev = torch_xla.device()
 torch.manual_seed(0)

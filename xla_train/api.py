@@ -169,7 +169,7 @@ def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool 
 
 def devices(accelerator: str = "auto"):
     """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU."""
-    from xla_train.cli.devices import describe_devices
+    from xla_train.runtime.accelerators import describe_devices
 
     return _raising(describe_devices, accelerator)
 

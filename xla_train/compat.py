@@ -278,6 +278,53 @@ def tpu_worker_index() -> int:
     return tpu.worker_id()
 
 
+# --- process-wide patches: each with its install and its undo ------------------------------------------------
+
+_SYNC_ORIGINALS: tuple | None = None
+
+
+def time_xla_syncs() -> list[float]:
+    """Install: torch_xla.sync and xm.mark_step rebound to wrappers that add their wall and CPU seconds to the
+    returned [wall, cpu] (runtime/backend.py, XLABackend.sync_clock). mark_step calls sync: the outer call counts
+    once. Undo: untime_xla_syncs()."""
+    global _SYNC_ORIGINALS
+    import time
+
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    spent, depth = [0.0, 0.0], [0]
+
+    def timed(fn):
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if not depth[0]:
+                    spent[0] += time.perf_counter() - t0
+                    spent[1] += time.thread_time() - c0
+
+        return wrapper
+
+    _SYNC_ORIGINALS = (torch_xla.sync, xm.mark_step)
+    torch_xla.sync, xm.mark_step = timed(torch_xla.sync), timed(xm.mark_step)
+    return spent
+
+
+def untime_xla_syncs() -> None:
+    """Undo time_xla_syncs()."""
+    global _SYNC_ORIGINALS
+    if _SYNC_ORIGINALS is not None:
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+
+        torch_xla.sync, xm.mark_step = _SYNC_ORIGINALS
+        _SYNC_ORIGINALS = None
+
+
 # --- torch, torchvision, Python -------------------------------------------------------------------------------
 
 _INDUCTOR_COMPILES: list | None = None

@@ -13,7 +13,6 @@ recipe=quickstart always has it.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from xla_train.bench import charts, report
 from xla_train.bench.sweep import Accelerator, DeviceCount
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
+from xla_train.runtime.backend import backend_for
 from xla_train.runtime.exclusive import runtime_started
 from xla_train.training.hooks import epoch_history
 
@@ -43,7 +43,8 @@ def fit_hardware(log_text: str) -> str | None:
     m = re.search(r"\(accelerator (\w+), (\d+) device\(s\)\)", log_text)
     if m is None:
         return None
-    pjrt = f" (PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'auto')})" if m[1] in ("xla", "tpu") else ""
+    setting = backend_for(m[1]).runtime_setting()
+    pjrt = f" ({setting})" if setting else ""
     return f"fit on accelerator {m[1]}{pjrt}, {m[2]} device(s)"
 
 
@@ -61,7 +62,8 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
     args += [f"{k}={opts[k]}" for k in ("epochs", "accelerator", "devices") if opts[k]]
     folder.mkdir(parents=True, exist_ok=True)
     log = folder.with_suffix(".log")
-    if opts["accelerator"] not in ("cpu", "gpu") and runtime_started():
+    accelerator = opts["accelerator"]  # None: the recipe's, which may hold the runtime
+    if (accelerator is None or backend_for(accelerator).exclusive_runtime) and runtime_started():
         return _fit_here(args, folder, log)
     with open(log, "w") as f:
         try:

@@ -37,9 +37,9 @@ from xla_train.bench.timing import run_cell
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.errors import ConfigError
-from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerator
+from xla_train.runtime.backend import Accelerator, backend_for
+from xla_train.runtime.probe import own_accelerator, require_available
 
-Accelerator = Literal["cpu", "gpu", "tpu", "xla"]
 DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
 Setting = Union[bool, Literal["auto"]]
@@ -106,14 +106,11 @@ HEADERS = [
 def check_accelerators(accelerators: list[str] | None) -> list[str]:
     """The accelerators asked for, each checked before any cell starts; by default cpu and this machine's own."""
     if not accelerators:
-        own = resolve_accelerator("auto")
-        return ["cpu", own if own != "cpu" else "xla"]
+        return ["cpu", own_accelerator()]
     if len(set(accelerators)) != len(accelerators):
         raise ConfigError(f"accelerators={','.join(accelerators)} repeats an accelerator")
-    if "tpu" in accelerators:
-        require_tpu("accelerators= includes tpu")
-    if "gpu" in accelerators:
-        require_cuda("accelerators= includes gpu")
+    for a in accelerators:
+        require_available(a, f"accelerators= includes {a}")
     return accelerators
 
 
@@ -211,10 +208,11 @@ def sweep(
         channels_last,
         *grid.values(),
     ):
-        d = 1 if a == "cpu" else d
-        k = 1 if a in ("cpu", "gpu") else k  # K steps as one program is for XLA
+        backend = backend_for(a)
+        d = 1 if backend.runs_on_host else d
+        k = k if backend.groups_steps else 1  # K steps as one program
         loop = "auto" if k == 1 else loop
-        comp, cl = ("auto", "auto") if a in ("tpu", "xla") else (comp, cl)  # XLA compiles the step itself
+        comp, cl = ("auto", "auto") if backend.compiles_steps else (comp, cl)  # it compiles the step itself
         keys = dict(zip(grid, map(str, values)))
         name = (
             f"{a}-d{d}-b{b}"
@@ -300,15 +298,12 @@ def table_row(r: dict, grid: list[str]) -> list:
 
 
 def device_mb(r: dict) -> str:
-    """The peak device memory cell: blank only where nothing ran. torch_xla reads no peak under SPMD
-    (pjrt_computation_client.cpp answers for real devices, not the SPMD one) or on XLA:CPU (no allocator stats)."""
+    """The peak device memory cell: blank only where nothing ran; where the runtime reads none, why."""
     if r.get("device_peak_mb") is not None:
         return report.fmt(r["device_peak_mb"], 0)
     if r.get("error") or not r.get("device"):
         return "-"
-    if r["accelerator"] in ("xla", "tpu") and (r.get("devices") or 1) > 1:
-        return "n/a (SPMD)"
-    return "n/a (XLA:CPU)" if "XLA:CPU" in r["device"] else "n/a"
+    return backend_for(r["accelerator"]).no_peak_memory(r.get("devices") or 1, r["device"])
 
 
 def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:

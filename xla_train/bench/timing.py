@@ -24,7 +24,7 @@ begins: fetch, hooks, trace) to the step's end, less the time inside XLA syncs,
 and device time is that time in syncs plus the wait for the execution after
 the step. A sync hashes the graph, looks it up and dispatches it (about a
 millisecond), but XLA:CPU at times runs the whole execution inside it, so it
-is counted with the device (runtime/device.py, sync_clock). A pipelined step
+is counted with the device (runtime/backend.py, sync_clock). A pipelined step
 cannot be split at all: its sync waits for the previous step's execution
 (torch_xla lets one execution per device run at a time), and on XLA:CPU the
 trace competes with that execution for the same cores. On eager CPU the host
@@ -52,38 +52,39 @@ import traceback
 from pathlib import Path
 
 from xla_train.errors import UserError
-from xla_train.runtime.device import counters, cut_graph, sync_clock, wait_for_device
+from xla_train.runtime.backend import backend_for, backend_of
 from xla_train.runtime.exclusive import runtime_started
 
 
-def units(warmup: int, steps: int, accelerator: str, k: int = 1) -> tuple[int, int, int]:
+def units(warmup: int, steps: int, backend, k: int = 1) -> tuple[int, int, int]:
     """(warm-up, timed, split) executions. An execution is one step, or k with steps_per_execution=k, and is
     what the clock times: steps inside one only keep their batch. No split ones on eager CPU, where the host
     does everything."""
     timed = -(-steps // k)
-    split = 0 if accelerator == "cpu" else min(timed, -(-10 // k))
+    split = 0 if backend.runs_on_host else min(timed, -(-10 // k))
     return -(-warmup // k), timed, split
 
 
 class Stopwatch:
     def __init__(self, warmup: int, steps: int, device, k: int = 1) -> None:
         self.device, self.k = device, k
-        self.warmup, self.steps, self.split = units(warmup, steps, device.type, k)
-        self.xla, self.wait_each = device.type == "xla", device.type == "cuda"
+        self.backend = backend_of(device)
+        self.warmup, self.steps, self.split = units(warmup, steps, self.backend, k)
+        self.xla, self.wait_each = self.backend.compiles_steps, self.backend.waits_each_step
         self.readings: list[float] = []
         self.host_s: list[float] = []
         self.host_cpu_s: list[float] = []
         self.device_s: list[float] = []
         self.first_step_s = self.first_loss = None
         self._t0 = self._idle = 0.0
-        self._counters = [counters(device)]
-        self._in_syncs = sync_clock(device) if self.split else (lambda: 0.0)
-        self._cpu_in_syncs = sync_clock(device, cpu=True) if self.split else (lambda: 0.0)
+        self._counters = [self.backend.counters()]
+        self._in_syncs = self.backend.sync_clock() if self.split else (lambda: 0.0)
+        self._cpu_in_syncs = self.backend.sync_clock(cpu=True) if self.split else (lambda: 0.0)
         self._synced = self._idle_cpu = self._cpu_synced = 0.0
 
     def _wait(self) -> None:
-        cut_graph(self.device)  # a no-op when the step already cut its graph
-        wait_for_device(self.device)
+        self.backend.cut_graph(self.device)  # a no-op when the step already cut its graph
+        self.backend.wait(self.device)
 
     @property
     def last(self) -> int:
@@ -104,7 +105,7 @@ class Stopwatch:
             self.first_step_s = time.perf_counter() - self._t0
         if i == self.warmup:
             self._wait()
-            self._counters.append(counters(self.device))
+            self._counters.append(self.backend.counters())
         elif self.warmup < i <= self.last and self.wait_each:
             self._wait()
         now = time.perf_counter()
@@ -123,12 +124,12 @@ class Stopwatch:
             self._wait()
             self._mark_idle()
             self.readings.append(self._idle)
-            self._counters.append(counters(self.device))
+            self._counters.append(self.backend.counters())
         elif i > self.last:  # a split execution: it began on an idle device at self._idle
-            cut_graph(self.device)
+            self.backend.cut_graph(self.device)
             dispatched, synced = time.perf_counter(), self._in_syncs()
             cpu, cpu_synced = time.thread_time(), self._cpu_in_syncs()
-            wait_for_device(self.device)
+            self.backend.wait(self.device)
             idle = time.perf_counter()
             in_syncs = synced - self._synced  # graph lookup and dispatch, and on XLA:CPU at times the run itself
             self.host_s.append((dispatched - self._idle - in_syncs) / self.k)
@@ -215,14 +216,14 @@ class Loop:
         from xla_train.bench.data import use_data
         from xla_train.bench.report import cpu_model
         from xla_train.config.build import build_parts
-        from xla_train.runtime.device import device_name, device_peak_mb
+        from xla_train.runtime.backend import backend_of
         from xla_train.runtime.plan import plan_hardware
 
         s = self.spec
         accelerator = s["accelerator"]
         plan = plan_hardware(
             accelerator,
-            1 if accelerator == "cpu" else s.get("devices", 1),
+            1 if backend_for(accelerator).runs_on_host else s.get("devices", 1),
             "auto",
             s.get("precision"),
             steps_per_execution=s.get("steps_per_execution", 1),
@@ -234,7 +235,7 @@ class Loop:
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
         self.k = s.get("steps_per_execution", 1)
-        self.total = sum(units(s["warmup"], s["steps"], accelerator, self.k)) * self.k
+        self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         dm.place(*plan.resident_data)  # data.on_device: resident or streamed, as fit decides
         inductor = compat.inductor_compile_clock()
@@ -252,12 +253,12 @@ class Loop:
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
         out.update(
-            device=device_name(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""),
+            device=backend_of(watch.device).describe(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""),
             devices=n,
             global_batch=s["batch"] * n,
             data=data,
             samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
-            device_peak_mb=device_peak_mb(watch.device),
+            device_peak_mb=backend_of(watch.device).peak_mb(watch.device),
         )
         return out
 
@@ -370,14 +371,13 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
     stem.parent.mkdir(parents=True, exist_ok=True)
     result_path = stem.with_suffix(".json")
     result_path.unlink(missing_ok=True)
-    if spec["accelerator"] in ("xla", "tpu") and runtime_started():
+    if backend_for(spec["accelerator"]).exclusive_runtime and runtime_started():
         # This process holds the XLA runtime (on a TPU its chips, which no cell process could then get), so the
         # cell runs here: after this process's own graphs and at its memory high-water mark (runtime/exclusive.py).
         main([json.dumps({**spec, "result_path": str(result_path)})])
         return json.loads(result_path.read_text())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if spec["accelerator"] == "xla":  # the cell's devices= sets XLA:CPU's device count (runtime/accelerators.py)
-        env.pop("CPU_NUM_DEVICES", None)
+    env = backend_for(spec["accelerator"]).child_env(env)
     with open(stem.with_suffix(".log"), "w") as log:
         try:
             proc = subprocess.run(

@@ -148,7 +148,7 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
         f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
         f"batch(es) of {r.global_batch} (the last padded)"
     )
-    if "xla" in r.device:
+    if r.compiled:
         print(f"XLA graphs compiled: {r.graphs_first_batch} for the first batch, {r.graphs_after_first_batch} after it")
     print(f"accuracy {accuracy(r.probs, r.labels):.4f}")
     print(f"predictions: {path}")

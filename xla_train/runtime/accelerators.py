@@ -9,6 +9,8 @@ takes the device count from the runtime, which is right on every PJRT backend.
 from __future__ import annotations
 
 import functools
+import platform
+from dataclasses import dataclass
 import os
 
 import torch
@@ -17,7 +19,7 @@ from typing_extensions import override
 
 from xla_train.errors import HardwareError
 from xla_train.runtime.exclusive import starting_runtime
-from xla_train.runtime.probe import require_tpu, tpu_chips
+from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerator, tpu_chips
 
 
 def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
@@ -194,3 +196,42 @@ def parse_device_count(devices, available: int) -> int:
             f"devices={n} but this machine has {available} XLA device(s); use 1 to {available}, or auto"
         )
     return n
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    accelerator: str  # what to pass as accelerator=
+    hardware: str
+    names: tuple[str, ...]
+    detail: str
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def __str__(self) -> str:
+        n = self.count
+        lines = [f"{n} {self.hardware} device{'s' if n != 1 else ''} (accelerator={self.accelerator}; {self.detail})"]
+        return "\n".join(lines + [f"  {name}  {self.hardware}" for name in self.names])
+
+
+def describe_devices(accelerator: str = "auto") -> DeviceReport:
+    """The devices accelerator= would train on, without starting the XLA runtime in this process."""
+    kind = resolve_accelerator(str(accelerator))
+    if kind in ("tpu", "xla"):
+        from importlib.metadata import version
+
+        count, hardware, pjrt = list_xla_devices(kind)  # without holding a TPU's chips in this process
+        names = tuple(f"xla:{i}" for i in range(count))
+        return DeviceReport(kind, hardware, names, f"PJRT_DEVICE={pjrt}, torch_xla {version('torch_xla')}")
+    import torch
+
+    if kind == "gpu":
+        require_cuda()
+        names = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count()))
+        return DeviceReport(
+            "gpu", torch.cuda.get_device_name(0), names, f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+        )
+    return DeviceReport(
+        "cpu", "CPU", ("cpu",), f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    )

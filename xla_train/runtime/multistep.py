@@ -25,8 +25,8 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
-from xla_train.runtime.device import cut_graph, device_data, device_rng_state, set_device_rng_state
-from xla_train.runtime.step_program import StepProgram
+from xla_train.runtime.backend import backend_of
+from xla_train.runtime.step_program import Layout, StepProgram
 
 
 class FunctionalOptimizer:
@@ -117,6 +117,10 @@ class StepsPerExecution:
     auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
     grouping_note = ""  # what auto chose, and why (the run report prints it)
 
+    @property
+    def _backend(self):
+        return backend_of(self.root_device)
+
     def _reset_group(self) -> None:
         self._group, self._rows, self._seeds, self._shared = [], [], [], []
 
@@ -179,7 +183,7 @@ class StepsPerExecution:
             self._shared = self.lightning_module.execution_inputs()
         self._group.append(tuple(batch))
         self._rows.append(self._opt.scalars(self._opt.steps_done + len(self._group)))
-        self._seeds.append(device_rng_state(self.root_device))  # the seed this step would have traced with
+        self._seeds.append(self._backend.rng_state(self.root_device))  # the seed this step would have traced with
         last = batch_idx + 1 >= trainer.num_training_batches or 0 < trainer.max_steps <= trainer.global_step + 1
         if len(self._group) == self.steps_per_execution or last:
             self.flush()
@@ -203,9 +207,12 @@ class StepsPerExecution:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         result = closure()  # the training step: keeps the batch, and runs the group when it is full
         if self.at_execution_end:
-            cut_graph(self.root_device)  # dispatches the execution, as XLAPrecision.optimizer_step does a step
+            self._backend.cut_graph(
+                self.root_device
+            )  # dispatches the execution, as XLAPrecision.optimizer_step does a step
         else:  # nothing to dispatch: the seed advances as that sync would advance it, with no sync
-            set_device_rng_state(self.root_device, compat.xla_seed_after_step(device_rng_state(self.root_device)))
+            seed = compat.xla_seed_after_step(self._backend.rng_state(self.root_device))
+            self._backend.set_rng_state(self.root_device, seed)
         return result
 
     @override
@@ -254,19 +261,32 @@ class StepsPerExecution:
             if b is not None
         ]
 
-    def _state(self) -> list[torch.Tensor]:
+    def _state_groups(self) -> dict[str, list[torch.Tensor]]:
         module = self.lightning_module
-        return [
-            *module.parameters(),
-            *(getattr(m, name) for m, name in self._buffers()),
-            *self._opt.state(),
-            *module.step_state().values(),
-        ]
+        return {
+            "params": list(module.parameters()),
+            "buffers": [getattr(m, name) for m, name in self._buffers()],
+            "optimizer": self._opt.state(),
+            "sums": list(module.step_state().values()),
+        }
+
+    def _state(self) -> list[torch.Tensor]:
+        """What a step reads and writes, flat, in `_layout()`'s order: the program's state parameters."""
+        return self._layout().join(**self._state_groups())
+
+    def _layout(self) -> Layout:
+        """The sizes of `_state_groups()`, counted without making any state."""
+        n_params = len(list(self.lightning_module.parameters()))
+        return Layout(
+            params=n_params,
+            buffers=len(self._buffers()),
+            optimizer=n_params * len(self._opt.keys),
+            sums=len(self.lightning_module.step_state()),
+        )
 
     def _split(self, state: list) -> tuple[list, list, list, list]:
-        n_p, n_b = len(list(self.lightning_module.parameters())), len(self._buffers())
-        n_o = len(state) - n_p - n_b - len(self.lightning_module.step_state())
-        return state[:n_p], state[n_p : n_p + n_b], state[n_p + n_b : n_p + n_b + n_o], state[n_p + n_b + n_o :]
+        g = self._layout().split(state)
+        return g["params"], g["buffers"], g["optimizer"], g["sums"]
 
     def _step(self, state, batch, scalars) -> list[torch.Tensor]:
         """One training step as a pure function; traced once."""
@@ -288,17 +308,17 @@ class StepsPerExecution:
                 setattr(m, name, b)
             module.load_step_state(dict(zip(names, sums)))
         new_params, new_opt = self._opt.update(params, grads, opt_state, scalars)
-        return [*new_params, *clones, *new_opt, *new_sums]
+        return self._layout().join(params=new_params, buffers=clones, optimizer=new_opt, sums=new_sums)
 
     def _build(self) -> None:
         first = self._group[0]
         self._pads = [tuple(self.pad_like(t) for t in first) for _ in range(self.steps_per_execution - 1)]
         state = self._state()
         scalars = torch.tensor(self._rows[0], dtype=torch.float32).to(self.root_device)
-        seed = device_rng_state(self.root_device)
+        seed = self._backend.rng_state(self.root_device)
         self._program = StepProgram(self.steps_per_execution, self.execution_loop)
         self._program.build(self._step, state, first, scalars, self._shared)
-        set_device_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
+        self._backend.set_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
 
     def _store(self, new: list[torch.Tensor], steps: int) -> None:
         module = self.lightning_module
@@ -315,7 +335,7 @@ class StepsPerExecution:
     def pad_like(self, t: torch.Tensor) -> torch.Tensor:
         """A padding batch tensor for the unused steps of a short group: device data, sent as a loader sends a
         batch (`.to()` would make a 0-dim zero, a padding step number, a constant of the graph)."""
-        return device_data(torch.zeros(t.shape, dtype=t.dtype), t.device)
+        return self._backend.to_device(torch.zeros(t.shape, dtype=t.dtype), t.device)
 
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
         """Place K stacked batches (one device: as they are)."""

@@ -53,7 +53,7 @@ class HardwarePlan:
     trainer_kwargs: dict
     spmd_hosts: int = 1  # hosts that run one SPMD program in lockstep: a device read on one host alone would hang
     fast_path: fast.FastPath | None = None  # cpu and gpu: precision, channels_last, torch.compile
-    matmul_precision: str | None = None  # XLA: float32 matmul and convolution precision (runtime/device.py)
+    matmul_precision: str | None = None  # XLA: float32 matmul and convolution precision (runtime/backend.py)
 
     @property
     def is_xla(self) -> bool:
@@ -144,10 +144,12 @@ def plan_hardware(
             kwargs["strategy"] = _lightning_strategy(kind, strategy)
         return HardwarePlan(kind, kwargs, fast_path=path)
     fast.refuse_on_xla(kind, compile, channels_last)
-    from xla_train.runtime.device import set_matmul_precision
+    from xla_train.runtime.backend import xla
 
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)  # first: it sets PJRT_DEVICE
-    set_matmul_precision(matmul_precision)  # before the first trace (the runtime is up, nothing traced); not after
+    xla().set_matmul_precision(
+        matmul_precision
+    )  # before the first trace (the runtime is up, nothing traced); not after
     plan.matmul_precision = matmul_precision
     strat = plan.trainer_kwargs["strategy"]
     strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop

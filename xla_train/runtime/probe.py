@@ -40,6 +40,20 @@ def require_tpu(what: str = "accelerator=tpu") -> None:
         )
 
 
+def require_available(accelerator: str, what: str) -> None:
+    """Fail at once, in one line, when this machine lacks the hardware an accelerator= name needs."""
+    if accelerator == "tpu":
+        require_tpu(what)
+    elif accelerator == "gpu":
+        require_cuda(what)
+
+
+def own_accelerator() -> str:
+    """What `auto` picks on this machine, or `xla` where that is the CPU: the XLA path on it."""
+    own = resolve_accelerator("auto")
+    return "xla" if own == "cpu" else own
+
+
 def resolve_accelerator(accelerator: str) -> str:
     """The accelerator itself, or for `auto` a TPU if the PCI bus has one, else a CUDA GPU, else the CPU."""
     if accelerator not in ACCELERATORS:

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from xla_train import compat
-from xla_train.runtime.device import device_data
+from xla_train.runtime.backend import xla
 
 MASK64 = (1 << 64) - 1
 LOOPS = ("unroll", "while")
@@ -54,16 +54,52 @@ def signed64(seed: int) -> int:
     return seed - (1 << 64) if seed >= 1 << 63 else seed
 
 
+class Layout:
+    """Named groups of tensors laid end to end in one flat list, in the order the sizes are given: the one place
+    that says where each group starts, for a program's parameters and for the state a step carries."""
+
+    def __init__(self, **sizes: int) -> None:
+        self.sizes = sizes
+
+    def split(self, flat) -> dict[str, list]:
+        flat = list(flat)
+        if len(flat) != sum(self.sizes.values()):
+            raise RuntimeError(f"{len(flat)} tensors for a layout of {sum(self.sizes.values())} ({self.sizes})")
+        out, start = {}, 0
+        for name, n in self.sizes.items():
+            out[name], start = flat[start : start + n], start + n
+        return out
+
+    def join(self, **groups) -> list:
+        if groups.keys() != self.sizes.keys() or any(len(groups[k]) != n for k, n in self.sizes.items()):
+            got = {k: len(v) for k, v in groups.items()}
+            raise RuntimeError(f"groups {got} do not fit the layout {self.sizes}")
+        return [t for name in self.sizes for t in groups[name]]
+
+    def locate(self, i: int) -> tuple[str, int]:
+        """(group, index in it) of flat position i."""
+        for name, n in self.sizes.items():
+            if i < n:
+                return name, i
+            i -= n
+        raise IndexError(i)
+
+
 class StepProgram:
-    """`build` traces one step; `run` executes up to k of them as one graph and returns the new state."""
+    """`build` traces one step; `run` executes up to k of them as one graph and returns the new state.
+
+    Its parameters are `self.layout`'s groups: count (the real steps), state, batch (each tensor K stacked),
+    scalars (K rows), seeds (K), shared, consts.
+    """
 
     def __init__(self, k: int, loop: str = "unroll") -> None:
         if loop not in LOOPS:
             raise ValueError(f"execution_loop={loop!r}; use one of {', '.join(LOOPS)}")
         self.k, self.loop = k, loop
         self.computation = None
-        self._sources: list[tuple[str, int]] = []  # per body input: (state|batch|scalars|seed|shared|const, i)
+        self._sources: list[tuple[str, int]] = []  # per body input: (a parameter group, index in it)
         self._consts: list[torch.Tensor] = []
+        self.layout: Layout | None = None
 
     def build(
         self,
@@ -79,7 +115,8 @@ class StepProgram:
         import torch_xla.core.xla_builder as xb
 
         state, batch, shared = list(state), list(batch), list(shared)
-        inputs = [*state, *batch, scalars, *shared]
+        traced = Layout(state=len(state), batch=len(batch), scalars=1, shared=len(shared))
+        inputs = traced.join(state=state, batch=batch, scalars=[scalars], shared=shared)
         if compat.xla_pending(inputs):
             raise RuntimeError("steps_per_execution: the step's inputs must be materialised before tracing")
         new_state = list(step(state, batch, scalars))
@@ -93,80 +130,64 @@ class StepProgram:
         seed_id = compat.xla_seed_input_id()
         sources, consts = [], []
         for tid, value in zip(ids, values):
-            i = where.get(tid)
             if tid == seed_id:
-                sources.append(("seed", 0))
-            elif i is None:  # a constant the trace made (a scalar uploaded as data): the same in every step
-                sources.append(("const", len(consts)))
+                sources.append(("seeds", 0))
+            elif tid not in where:  # a constant the trace made (a scalar uploaded as data): the same in every step
+                sources.append(("consts", len(consts)))
                 consts.append(value)
-            elif i < len(state):
-                sources.append(("state", i))
-            elif i < len(state) + len(batch):
-                sources.append(("batch", i - len(state)))
-            elif i == len(state) + len(batch):
-                sources.append(("scalars", 0))
             else:
-                sources.append(("shared", i - len(state) - len(batch) - 1))
+                sources.append(traced.locate(where[tid]))
         self._sources, self._consts = sources, consts
-        self._n_state, self._n_batch, self._n_shared = len(state), len(batch), len(shared)
+        self.layout = Layout(
+            count=1, state=len(state), batch=len(batch), scalars=1, seeds=1, shared=len(shared), consts=len(consts)
+        )
         build = self._while if self.loop == "while" else self._unrolled
         self.computation = build(body, self._params(state, batch, scalars, shared))
 
     def _params(self, state, batch, scalars, shared):
-        """The program's parameters: (real steps, *state, *K stacked batch tensors, K scalar rows, K seeds,
-        *shared, *constants), the order `run` passes them in."""
+        """The program's parameters, in `self.layout`'s order (the order `run` passes them in)."""
         import torch_xla.core.xla_builder as xb
 
         k = self.k
         builder = xb.create_builder("xla_train_steps")
-        shapes = [
-            torch.zeros((), dtype=torch.int32),
-            *state,
-            *(torch.empty((k, *t.shape), dtype=t.dtype) for t in batch),
-            torch.empty((k, *scalars.shape), dtype=scalars.dtype),
-            torch.empty((k,), dtype=torch.int64),
-            *shared,
-            *self._consts,
-        ]
+        shapes = self.layout.join(
+            count=[torch.zeros((), dtype=torch.int32)],
+            state=state,
+            batch=[torch.empty((k, *t.shape), dtype=t.dtype) for t in batch],
+            scalars=[torch.empty((k, *scalars.shape), dtype=scalars.dtype)],
+            seeds=[torch.empty((k,), dtype=torch.int64)],
+            shared=shared,
+            consts=self._consts,
+        )
         return builder, [xb.mkparam(builder, i, xb.tensor_shape(t)) for i, t in enumerate(shapes)]
 
-    def _unpack(self, ops):
-        """(real steps, state, stacked batch tensors, scalar rows, seeds, shared + constants) from the
-        parameters."""
-        s, b = self._n_state, self._n_batch
-        rest = ops[1 + s :]
-        return ops[0], list(ops[1 : 1 + s]), rest[:b], rest[b], rest[b + 1], rest[b + 2 :]
-
-    def _call(self, body, i, carry, stacked, per_step, seeds, fixed, at):
-        """One step's outputs: the body called on step i's slice of every per-step input (`fixed`: the shared
-        inputs, then the constants, the same for every step)."""
+    def _call(self, body, i, p: dict, carry, at):
+        """One step's outputs: the body called on step i's slice of every per-step parameter group in `p` (the
+        parameters split by the layout), with `carry` as its state."""
         import torch_xla.core.xla_builder as xb
 
-        def arg(kind: str, j: int):
-            if kind == "state":
+        def arg(group: str, j: int):
+            if group == "state":
                 return carry[j]
-            if kind == "batch":
-                return at(stacked[j], i)
-            if kind == "scalars":
-                return at(per_step, i)
-            if kind == "seed":
-                return at(seeds, i)
-            return fixed[j] if kind == "shared" else fixed[self._n_shared + j]
+            if group in ("shared", "consts"):  # the same for every step
+                return p[group][j]
+            return at(p[group][j], i)  # batch, scalars, seeds: step i's row
 
-        result = xb.Op.call(body, [arg(kind, j) for kind, j in self._sources])
+        result = xb.Op.call(body, [arg(group, j) for group, j in self._sources])
         return [result.get_tuple_element(j) for j in range(len(carry))]
 
     def _unrolled(self, body, params):
         import torch_xla.core.xla_builder as xb
 
         builder, ops = params
-        n, carry, stacked, per_step, seeds, fixed = self._unpack(ops)
+        p = self.layout.split(ops)
+        (n,), carry = p["count"], p["state"]
 
         def at(op, i: int):
             return op.slice_in_dim(i, i + 1, 0).reshape(list(op.shape().sizes)[1:])
 
         for i in range(self.k):
-            new = self._call(body, i, carry, stacked, per_step, seeds, fixed, at)
+            new = self._call(body, i, p, carry, at)
             if i == 0:  # the first step always runs: a group holds at least one
                 carry = new
             else:
@@ -191,13 +212,13 @@ class StepProgram:
             return i < params[0]
 
         def step(i, *params):
-            n, carry, stacked, per_step, seeds, fixed = self._unpack(list(params))
-            new = self._call(body, i, carry, stacked, per_step, seeds, fixed, at)
+            p = self.layout.split(params)
+            new = self._call(body, i, p, p["state"], at)
             one = xb.Op.scalar(i.builder(), 1, dtype=xb.Type.S32)
-            return (i + one, n, *new, *params[1 + len(carry) :])
+            return (i + one, *self.layout.join(**{**p, "state": new}))
 
         loop = xb.Op.mkwhile([zero, *ops], cond, step)
-        out = [loop.get_tuple_element(2 + j) for j in range(self._n_state)]
+        out = [loop.get_tuple_element(2 + j) for j in range(self.layout.sizes["state"])]
         return xb.Op.tuple(out, builder=builder).build("xla_train_steps")
 
     def run(
@@ -213,15 +234,18 @@ class StepProgram:
         """The state after the first n of len(batches) == k steps (the rest are padding); pending, not run.
         `scalars` and `seeds` hold one row per step; `shard` places each stacked batch tensor (SPMD); `shared`
         are this execution's values of the shared inputs the step was built with."""
-        if len(shared) != self._n_shared:
-            raise RuntimeError(f"the step was built with {self._n_shared} shared inputs, not {len(shared)}")
         device = state[0].device
         stacked = [shard(torch.stack([b[j] for b in batches])) for j in range(len(batches[0]))]
         per_step = torch.tensor(scalars, dtype=torch.float32).to(device)
         seed_t = torch.tensor([signed64(s) for s in seeds], dtype=torch.int64).to(device)
-        count = device_data(torch.tensor(n, dtype=torch.int32), device)  # data: 1 would be a constant
-        return compat.xla_user_computation(
-            "xla::xla_train_steps",
-            [count, *state, *stacked, per_step, seed_t, *shared, *self._consts],
-            self.computation,
+        count = xla().to_device(torch.tensor(n, dtype=torch.int32), device)  # data: 1 would be a constant
+        params = self.layout.join(
+            count=[count],
+            state=state,
+            batch=stacked,
+            scalars=[per_step],
+            seeds=[seed_t],
+            shared=list(shared),
+            consts=self._consts,
         )
+        return compat.xla_user_computation("xla::xla_train_steps", params, self.computation)

@@ -10,7 +10,7 @@ step: the median time from a batch's arrival to the end of its step, in which
 Lightning's hooks run and forward, backward and the optimizer are traced.
 Compile time, counted apart, is left out, and so is the time inside the
 step's sync, which waits for the device whenever the previous step still runs
-(runtime/device.py, sync_clock). No device read happens there, so host clocks
+(runtime/backend.py, sync_clock). No device read happens there, so host clocks
 alone measure it. On a TPU a step costs the larger of this and the
 device's execution: when it is close to the epoch line's ms/step, the chip
 waits on the host. After a phase's first epoch
@@ -28,7 +28,7 @@ import warnings
 from typing_extensions import override
 
 from xla_train.errors import UserError
-from xla_train.runtime.device import sync_clock, xla_counters, xla_executions
+from xla_train.runtime.backend import xla
 from xla_train.training.hooks import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")
@@ -86,13 +86,13 @@ class CompileAccounting(EpochCallback):
 
     # --- phases -----------------------------------------------------------------
     def _start(self, phase: str) -> None:
-        self._phase_start[phase] = self._last = xla_counters()
+        self._phase_start[phase] = self._last = xla().counters()
 
     def _end(self, phase: str, warm_up_done: bool = True) -> None:
         start = self._phase_start.pop(phase, None)
         if start is None:
             return
-        now = xla_counters()
+        now = xla().counters()
         self.per_phase[phase]["graphs"] += now[0] - start[0]
         self.per_phase[phase]["compile_s"] += now[1] - start[1]
         if warm_up_done:
@@ -100,7 +100,7 @@ class CompileAccounting(EpochCallback):
 
     def _check(self, phase: str, batch, now: tuple | None = None) -> None:
         shapes = batch_shapes(batch)
-        now = now or xla_counters()
+        now = now or xla().counters()
         new = now[0] - self._last[0]
         self._last = now
         seen = self._shapes[phase]
@@ -121,24 +121,24 @@ class CompileAccounting(EpochCallback):
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start("train")
-        self._epoch_start = (*xla_counters(), time.perf_counter())
-        self._executions_start, self._host_s = xla_executions(), []
+        self._epoch_start = (*xla().counters(), time.perf_counter())
+        self._executions_start, self._host_s = xla().executions(), []
 
     @override
     def on_train_start(self, trainer, pl_module) -> None:
-        self._in_syncs = sync_clock(pl_module.device)
+        self._in_syncs = xla().sync_clock()
         super().on_train_start(trainer, pl_module)
 
     @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._batch_t0 = (time.perf_counter(), xla_counters()[1], self._in_syncs())
+        self._batch_t0 = (time.perf_counter(), xla().counters()[1], self._in_syncs())
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         t0, compiling, synced = self._batch_t0
-        # compiles are shown apart; a sync may wait for the device (runtime/device.py, sync_clock)
+        # compiles are shown apart; a sync may wait for the device (runtime/backend.py, sync_clock)
         elapsed = time.perf_counter() - t0
-        now = xla_counters()  # read once a step: the compile seconds here and the guard's count below
+        now = xla().counters()  # read once a step: the compile seconds here and the guard's count below
         self._host_s.append(elapsed - (now[1] - compiling) - (self._in_syncs() - synced))
         self._check("train", batch, now)
         if batch_idx + 1 >= trainer.num_training_batches:
@@ -147,8 +147,8 @@ class CompileAccounting(EpochCallback):
     def _end_training_steps(self) -> None:
         """At the epoch's last batch, or at its end when max_steps cut it short: what its training steps did."""
         if self._epoch_start is not None and "train" in self._phase_start:
-            self.train_transfers.append(xla_counters()[2] - self._epoch_start[2])
-            self.train_executions.append(xla_executions() - self._executions_start)
+            self.train_transfers.append(xla().counters()[2] - self._epoch_start[2])
+            self.train_executions.append(xla().executions() - self._executions_start)
             self._end("train")
 
     @override
@@ -157,7 +157,7 @@ class CompileAccounting(EpochCallback):
             return
         self._end_training_steps()
         n0, s0, _, t0 = self._epoch_start
-        n1, s1, _ = xla_counters()
+        n1, s1, _ = xla().counters()
         row = {
             "epoch": trainer.current_epoch,
             "compiles": n1 - n0,

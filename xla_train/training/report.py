@@ -10,7 +10,7 @@ import time
 
 from typing_extensions import override
 
-from xla_train.runtime.device import MATMUL_MEANING, wait_for_device
+from xla_train.runtime.backend import MATMUL_MEANING, backend_of
 from xla_train.training.hooks import EpochCallback, publish
 
 
@@ -71,7 +71,7 @@ class RunReport(EpochCallback):
 
     def _stop_clock(self, pl_module) -> None:
         if self._train_s is None:
-            wait_for_device(pl_module.device)
+            backend_of(pl_module.device).wait(pl_module.device)
             self._train_s = time.perf_counter() - self._t0
 
     @override

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.runtime.device import device_rng_state, set_device_rng_state
+from xla_train.runtime.backend import backend_of
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
 
@@ -60,7 +60,7 @@ class RngState(pl.Callback):
             "torch": torch.get_rng_state(),
             "numpy": _numpy_state(),
             "python": list(random.getstate()),
-            "device": device_rng_state(self._device) if self._device is not None else None,
+            "device": backend_of(self._device).rng_state(self._device) if self._device is not None else None,
         }
 
     @override
@@ -76,7 +76,7 @@ class RngState(pl.Callback):
         _set_numpy_state(s["numpy"])
         version, internal, gauss = s["python"]
         random.setstate((version, tuple(internal), gauss))
-        set_device_rng_state(self._device, s["device"])
+        backend_of(self._device).set_rng_state(self._device, s["device"])
 
 
 def checkpoint_dir(trainer) -> str:

@@ -25,7 +25,7 @@ from typing_extensions import override
 from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchInputs, BatchSampler, IndexBatches
 from xla_train.errors import ConfigError
 from xla_train.objective import probabilities
-from xla_train.runtime.device import counters
+from xla_train.runtime.backend import backend_of
 
 
 class IndexedBatches(Dataset):
@@ -72,16 +72,16 @@ class CompileCount(pl.Callback):
 
     @override
     def on_predict_epoch_start(self, trainer, pl_module) -> None:
-        self._start = counters(pl_module.device)[0]
+        self._start = backend_of(pl_module.device).counters()[0]
 
     @override
     def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         if batch_idx == 1:
-            self._second = counters(pl_module.device)[0]
+            self._second = backend_of(pl_module.device).counters()[0]
 
     @override
     def on_predict_epoch_end(self, trainer, pl_module) -> None:
-        now = counters(pl_module.device)[0]
+        now = backend_of(pl_module.device).counters()[0]
         second = now if self._second is None else self._second
         self.first, self.after = second - self._start, now - second
 
@@ -95,6 +95,7 @@ class SplitPredictions:
     global_batch: int
     batches: int
     device: str
+    compiled: bool  # the device compiles its graphs (XLA): the graph counts above mean something
 
 
 def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> SplitPredictions:
@@ -132,5 +133,12 @@ def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> Spli
     root = trainer.strategy.root_device
     device = str(root) if trainer.num_devices == 1 else f"{trainer.num_devices} {root.type} devices"
     return SplitPredictions(
-        probs[order], np.asarray(labels, dtype=np.int64), count.first, count.after, global_batch, len(sampler), device
+        probs[order],
+        np.asarray(labels, dtype=np.int64),
+        count.first,
+        count.after,
+        global_batch,
+        len(sampler),
+        device,
+        backend_of(root).compiles_steps,
     )

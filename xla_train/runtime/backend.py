@@ -1,0 +1,268 @@
+"""One Backend per kind of device: the only code that asks a device its type.
+
+Training callbacks, the run report, the benchmarks and the device listing ask a
+Backend what they used to ask through `device.type` chains: wait for the device,
+cut and dispatch a lazy graph, save and restore its RNG, count its compiles, read
+its peak memory, name it, and whether it compiles steps itself. A new backend
+(TorchTPU, which needs torch >= 2.11 and so cannot share an environment with
+torch_xla 2.9, is the likely next one) is one more subclass here and a branch in
+runtime/plan.py (docs/layout.md, "Adding a backend").
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from xla_train.errors import ConfigError
+
+Accelerator = Literal["cpu", "gpu", "tpu", "xla"]  # what accelerator= names, past `auto`
+
+
+class Backend:
+    """Eager PyTorch on the CPU; the base every other kind overrides where it differs."""
+
+    device_type = "cpu"  # torch's device type for it
+    compiles_steps = False  # it compiles every training step itself (so compile= and channels_last= do not apply)
+    groups_steps = False  # it runs K training steps as one program (steps_per_execution)
+    runs_on_host = True  # the host does the device's work (one device; no host and device shares to split)
+    exclusive_runtime = False  # one process holds the runtime: another process cannot start it (a TPU's chips)
+    waits_each_step = False  # work is queued asynchronously and no graph sync waits for it: time each step's end
+
+    def wait(self, device) -> None:
+        """Block until queued device work is done, so host clocks measure the device."""
+
+    def cut_graph(self, device) -> None:
+        """End the pending lazy graph and dispatch it; nothing where there is none."""
+
+    def to_device(self, t: torch.Tensor, device) -> torch.Tensor:
+        """A host tensor on the device as data."""
+        return t.to(device)
+
+    def sync_clock(self, cpu: bool = False):
+        """A function returning the seconds spent so far inside graph syncs (none here)."""
+        return lambda: 0.0
+
+    def rng_state(self, device):
+        """The device's own RNG state where it has one apart from torch's."""
+        return None
+
+    def set_rng_state(self, device, state) -> None:
+        pass
+
+    def counters(self) -> tuple[int, float, int]:
+        """(graphs compiled, seconds compiling, device-to-host transfers) so far: nothing is compiled ahead here."""
+        return 0, 0.0, 0
+
+    def executions(self) -> int:
+        """Compiled programs dispatched so far in this process."""
+        return 0
+
+    def peak_mb(self, device) -> float | None:
+        """Peak device memory where the runtime reports it."""
+        return None
+
+    def no_peak_memory(self, devices: int, described: str) -> str:
+        """Why peak_mb() read nothing, in a table's words."""
+        return "n/a"
+
+    def runtime_setting(self) -> str:
+        """The environment setting that picked the device, for a table's hardware line ("" where none does)."""
+        return ""
+
+    def child_env(self, env: dict) -> dict:
+        """The environment for a child process that sets up this backend itself (a benchmark cell)."""
+        return env
+
+    def describe(self, device, cpu_model: str = "") -> str:
+        """The device in a table's words."""
+        return f"CPU, eager ({cpu_model})" if cpu_model else "CPU, eager"
+
+
+class CUDABackend(Backend):
+    """Plain Lightning on CUDA (torch-xla 2.9 has no CUDA backend)."""
+
+    device_type = "cuda"
+    runs_on_host = False
+    waits_each_step = True
+
+    def wait(self, device) -> None:
+        torch.cuda.synchronize(device)
+
+    def rng_state(self, device):
+        return torch.cuda.get_rng_state(device)
+
+    def set_rng_state(self, device, state) -> None:
+        if state is not None:
+            torch.cuda.set_rng_state(state, device)
+
+    def peak_mb(self, device) -> float | None:
+        return torch.cuda.max_memory_allocated(device) / 2**20
+
+    def describe(self, device, cpu_model: str = "") -> str:
+        return torch.cuda.get_device_name(device)
+
+
+_SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds] inside XLA syncs
+
+
+class XLABackend(Backend):
+    """torch_xla through PJRT: a TPU, or XLA:CPU."""
+
+    device_type = "xla"
+    compiles_steps = groups_steps = exclusive_runtime = True
+    runs_on_host = False
+
+    def no_peak_memory(self, devices: int, described: str) -> str:
+        """torch_xla reads no peak under SPMD (pjrt_computation_client.cpp answers for real devices, not the SPMD
+        one) or on XLA:CPU (no allocator stats)."""
+        if devices > 1:
+            return "n/a (SPMD)"
+        return "n/a (XLA:CPU)" if "XLA:CPU" in described else "n/a"
+
+    def runtime_setting(self) -> str:
+        import os
+
+        return f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'auto')}"
+
+    def child_env(self, env: dict) -> dict:
+        """Without CPU_NUM_DEVICES: the child's devices= sets XLA:CPU's device count (runtime/accelerators.py)."""
+        return {k: v for k, v in env.items() if k != "CPU_NUM_DEVICES"}
+
+    def wait(self, device) -> None:
+        import torch_xla.core.xla_model as xm
+
+        xm.wait_device_ops()
+
+    def cut_graph(self, device) -> None:
+        import torch_xla
+
+        torch_xla.sync()
+
+    def to_device(self, t: torch.Tensor, device) -> torch.Tensor:
+        """As a loader sends a batch: `.to()` would make a 0-dim 0 or 1 a constant of the graph (torch_xla's special
+        scalars), so a value that changes between executions would compile its own program."""
+        import torch_xla.core.xla_model as xm
+
+        return xm.send_cpu_data_to_device([t], device)[0]
+
+    def sync_clock(self, cpu: bool = False):
+        """Wall seconds (or with cpu=True the calling threads' CPU seconds) spent so far inside torch_xla.sync and
+        xm.mark_step.
+
+        Such a call hashes the graph, looks it up and dispatches it, but it also waits for the device while the
+        previous step's execution still runs, and XLA:CPU sometimes runs the whole execution inside it, so a host
+        clock around a step cannot tell the host's share from the device's without knowing this. The timing
+        wrappers are installed once, for the life of the process (compat.py lists the patch)."""
+        global _SYNC_SECONDS
+        which = 1 if cpu else 0
+        if _SYNC_SECONDS is None:
+            from xla_train import compat
+
+            _SYNC_SECONDS = compat.time_xla_syncs()
+        return lambda: _SYNC_SECONDS[which]
+
+    def rng_state(self, device):
+        import torch_xla.core.xla_model as xm
+
+        return int(xm.get_rng_state(device))
+
+    def set_rng_state(self, device, state) -> None:
+        import torch_xla.core.xla_model as xm
+
+        if state is not None:
+            xm.set_rng_state(int(state), device)
+
+    def counters(self) -> tuple[int, float, int]:
+        """torch_xla's own host-side counters, so reading them costs no device sync."""
+        from torch_xla.debug import metrics as met
+
+        compile_time = met.metric_data("CompileTime")
+        transfers = met.metric_data("TransferFromDeviceTime")
+        return (
+            int(met.counter_value("UncachedCompile") or 0),
+            compile_time[1] / 1e9 if compile_time else 0.0,
+            int(transfers[0]) if transfers else 0,
+        )
+
+    def executions(self) -> int:
+        """Every sync that found a graph looks it up in the compile cache (a hit or a compile), on the host as it
+        dispatches. torch_xla's ExecuteComputation counter would lag: it counts as the device thread runs them."""
+        from torch_xla.debug import metrics as met
+
+        return sum(int(met.counter_value(n) or 0) for n in ("CachedCompile", "UncachedCompile"))
+
+    def peak_mb(self, device) -> float | None:
+        import torch_xla.core.xla_model as xm
+
+        try:
+            return xm.get_memory_info(device)["peak_bytes_used"] / 2**20
+        except (RuntimeError, KeyError):  # XLA:CPU: "GetAllocatorStats is not supported"; SPMD's virtual device
+            return None
+
+    def describe(self, device, cpu_model: str = "") -> str:
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+        try:
+            kind = xm.xla_device_kind(device)  # e.g. "TPU v4"
+        except RuntimeError:  # under SPMD the device is a virtual one, which has no kind
+            kind = None
+        return f"XLA:{xr.device_type()}" + (f" ({kind})" if kind and kind.lower() != "cpu" else "")
+
+    def set_matmul_precision(self, precision: str) -> None:
+        """torch_xla's precision for float32 matmuls and convolutions (torch_xla/backends/__init__.py, 2.9.0):
+        process wide, read as each graph is lowered. So it is set once, before the first trace; a change after a
+        graph has run would leave the cached graphs at the old precision and the new ones at the new, and is
+        refused. XLA:CPU computes float32 whatever it says."""
+        import logging
+
+        import torch_xla.backends as backends
+
+        if precision not in MATMUL_PRECISIONS:
+            raise ConfigError(f"matmul_precision={precision!r}; use one of {', '.join(MATMUL_PRECISIONS)}")
+        current = backends.get_mat_mul_precision()
+        if precision == current:
+            return
+        if self.executions():
+            raise ConfigError(
+                f"matmul_precision={precision}: this process has already run XLA graphs at {current}; "
+                f"the precision is set once per process, before the first step (start a new process)"
+            )
+        log = logging.getLogger(backends.__name__)
+        level = log.level
+        log.setLevel(logging.ERROR)  # its warning about setting it twice: this is the first time here
+        try:
+            backends.set_mat_mul_precision(precision)
+        finally:
+            log.setLevel(level)
+
+
+MATMUL_PRECISIONS = ("default", "high", "highest")
+MATMUL_MEANING = {
+    "default": "one bf16 pass for float32 on a TPU",
+    "high": "three bf16 passes on a TPU, about 14 bits",
+    "highest": "six bf16 passes on a TPU, about float32",
+}
+
+BACKENDS: dict[str, Backend] = {b.device_type: b for b in (Backend(), CUDABackend(), XLABackend())}
+_BY_ACCELERATOR = {"cpu": "cpu", "gpu": "cuda", "tpu": "xla", "xla": "xla"}
+
+
+def backend_of(device) -> Backend:
+    """The backend of a torch device (or its type's name)."""
+    return BACKENDS[torch.device(device).type]
+
+
+def backend_for(accelerator: str) -> Backend:
+    """The backend an accelerator= name trains on (`auto` as runtime/probe.py resolves it on this machine)."""
+    if accelerator == "auto":
+        from xla_train.runtime.probe import resolve_accelerator
+
+        accelerator = resolve_accelerator("auto")
+    return BACKENDS[_BY_ACCELERATOR[accelerator]]
+
+
+def xla() -> XLABackend:
+    return BACKENDS["xla"]
