@@ -43,6 +43,18 @@ def request_stop_after_step(trainer) -> None:
     trainer._signal_connector.received_sigterm = True
 
 
+def init_single_device_xla_strategy(strategy, device, accelerator, precision_plugin) -> None:
+    """SingleDeviceXLAStrategy.__init__ (lightning 2.6.6) without its own body, which only converts the device
+    through xm.xla_device() (deprecated in torch_xla 2.9, a warning per strategy) and sets `debug`: the base
+    SingleDeviceStrategy.__init__ with the device as given."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    SingleDeviceStrategy.__init__(
+        strategy, accelerator=accelerator, device=device, checkpoint_io=None, precision_plugin=precision_plugin
+    )
+    strategy.debug = False
+
+
 class OwnCheckpointIO:
     """For XLA strategies: Lightning's SingleDeviceXLAStrategy.checkpoint_io asserts an XLACheckpointIO;
     this one keeps whatever plugin is set in Strategy._checkpoint_io, else `default_checkpoint_io()`."""
@@ -312,6 +324,64 @@ def time_xla_syncs() -> list[float]:
     _SYNC_ORIGINALS = (torch_xla.sync, xm.mark_step)
     torch_xla.sync, xm.mark_step = timed(torch_xla.sync), timed(xm.mark_step)
     return spent
+
+
+def swap_forward(module, classes: tuple, forward) -> dict:
+    """Install: every layer of `module` that is an instance of `classes` gets, as its class, a subclass of its own
+    class whose forward is `forward`; its state dict keys, parameters and isinstance checks stay as they were
+    (runtime/spmd.py's reduction BatchNorm). Returns {layer: its own class}. Undo: restore_classes()."""
+    made = _SWAPPED.setdefault(forward, {})
+    changed = {}
+    for layer in module.modules():
+        cls = type(layer)
+        if isinstance(layer, classes) and cls not in made.values():
+            if cls not in made:
+                made[cls] = type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+            layer.__class__ = made[cls]
+            changed[layer] = cls
+    return changed
+
+
+_SWAPPED: dict = {}  # forward -> {class: its subclass with that forward}, made once each
+
+
+def restore_classes(changed: dict) -> None:
+    """Undo swap_forward()."""
+    for layer, cls in changed.items():
+        layer.__class__ = cls
+
+
+def set_rank_zero_only(rank: int) -> int:
+    """Install: the process-wide rank of Lightning's and Fabric's `rank_zero_only` (a module global that gates their
+    loggers and messages), for a pod host that Lightning counts as rank 0 of 1 (runtime/spmd.py). Returns the
+    previous rank; undo: set_rank_zero_only(previous)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    previous = getattr(rank_zero_only, "rank", 0)
+    rank_zero_only.rank = fabric_rank_zero_only.rank = rank
+    return previous
+
+
+def channels_last_inputs(net, hook) -> None:
+    """Install: the user's net in channels_last memory format, with a forward pre-hook that converts its inputs
+    (runtime/fast_path.py); the hook's handle kept on the net as its tag, so that a second setup adds no second
+    hook. Undo: undo_channels_last_inputs(net)."""
+    import torch
+
+    if getattr(net, "_xla_train_channels_last", None) is not None:
+        return
+    net.to(memory_format=torch.channels_last)
+    net._xla_train_channels_last = net.register_forward_pre_hook(hook)
+
+
+def undo_channels_last_inputs(net) -> None:
+    import torch
+
+    handle = net.__dict__.pop("_xla_train_channels_last", None)
+    if handle is not None:
+        handle.remove()
+        net.to(memory_format=torch.contiguous_format)
 
 
 def untime_xla_syncs() -> None:

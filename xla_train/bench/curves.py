@@ -14,8 +14,6 @@ recipe=quickstart always has it.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +21,7 @@ from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from xla_train.bench import charts, report
 from xla_train.bench.sweep import Accelerator, DeviceCount
+from xla_train.bench.timing import run_logged
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.runtime.backend import backend_for
@@ -65,20 +64,13 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
     accelerator = opts["accelerator"]  # None: the recipe's, which may hold the runtime
     if (accelerator is None or backend_for(accelerator).exclusive_runtime) and runtime_started():
         return _fit_here(args, folder, log)
-    with open(log, "w") as f:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "xla_train", "fit", *args],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                timeout=opts["timeout"],
-            )
-        except subprocess.TimeoutExpired:
-            return {}, f"did not finish in {opts['timeout']:g} s (timeout=)", None
+    code = run_logged(["-m", "xla_train", "fit", *args], log, opts["timeout"])
+    if code is None:
+        return {}, f"did not finish in {opts['timeout']:g} s (timeout=)", None
     found = sorted(folder.glob("*/version_*/metrics.csv"))
-    if proc.returncode != 0 or not found:
+    if code != 0 or not found:
         lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
-        return {}, (lines[-1] if lines else f"exit code {proc.returncode}") + f" (log: {log})", None
+        return {}, (lines[-1] if lines else f"exit code {code}") + f" (log: {log})", None
     return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())
 
 

@@ -366,6 +366,17 @@ class _Terminal:
         pass
 
 
+def run_logged(args: list[str], log: Path, timeout: float, env: dict | None = None) -> int | None:
+    """`python ARGS` in a child process, its output into `log`: its exit code, or None when it ran past `timeout`
+    (and was killed). Every benchmark's child processes start here."""
+    with open(log, "w") as f:
+        try:
+            proc = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+    return proc.returncode
+
+
 def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
     """One cell in a fresh process; its output goes to STEM.log, its result to STEM.json."""
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -378,20 +389,17 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
         return json.loads(result_path.read_text())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env = backend_for(spec["accelerator"]).child_env(env)
-    with open(stem.with_suffix(".log"), "w") as log:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "xla_train.bench.timing", json.dumps({**spec, "result_path": str(result_path)})],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            return {"error": f"did not finish in {timeout:g} s (timeout=)"}
+    code = run_logged(
+        ["-m", "xla_train.bench.timing", json.dumps({**spec, "result_path": str(result_path)})],
+        stem.with_suffix(".log"),
+        timeout,
+        env,
+    )
+    if code is None:
+        return {"error": f"did not finish in {timeout:g} s (timeout=)"}
     if result_path.is_file():
         return json.loads(result_path.read_text())
-    how = f"killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     return {"error": f"the cell process died ({how}; out of memory?)"}
 
 

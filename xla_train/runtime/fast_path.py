@@ -167,10 +167,8 @@ class FastPathCallback(pl.Callback):
         self.channels_last = fp.channels_last is True or (fp.channels_last == "auto" and conv)
         if fp.channels_last == "auto":
             fp.why["channels_last"] = "default: a conv net" if conv else "default: not a conv net"
-        if self.channels_last and not getattr(net, "_xla_train_channels_last", False):
-            net.to(memory_format=torch.channels_last)
-            net.register_forward_pre_hook(_to_channels_last)
-            net._xla_train_channels_last = True
+        if self.channels_last:
+            compat.channels_last_inputs(net, _to_channels_last)
         if fp.compile == "auto":
             samples = self._training_samples(trainer) if stage == "fit" else 0
             pays = samples >= COMPILE_PAYBACK_SAMPLES

@@ -123,28 +123,16 @@ def _reduction_batch_norm(self, x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-_REDUCTION_CLASSES: dict[type, type] = {}
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)  # and their subclasses
 
 
 def use_reduction_batch_norm(module: nn.Module) -> dict[nn.Module, type]:
     """Give every BatchNorm layer in `module` the reduction forward; returns {layer: its own class} to undo it."""
-    changed = {}
-    for layer in module.modules():
-        cls = type(layer)
-        if isinstance(layer, BATCH_NORMS) and cls not in _REDUCTION_CLASSES.values():
-            if cls not in _REDUCTION_CLASSES:
-                _REDUCTION_CLASSES[cls] = type(
-                    cls.__name__, (cls,), {"forward": _reduction_batch_norm, "__module__": cls.__module__}
-                )
-            layer.__class__ = _REDUCTION_CLASSES[cls]
-            changed[layer] = cls
-    return changed
+    return compat.swap_forward(module, BATCH_NORMS, _reduction_batch_norm)
 
 
 def restore_batch_norm(changed: dict[nn.Module, type]) -> None:
-    for layer, cls in changed.items():
-        layer.__class__ = cls
+    compat.restore_classes(changed)
 
 
 def require_replicated(state, where: str = "checkpoint") -> None:
@@ -238,12 +226,9 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
 
     def set_world_ranks(self) -> None:
         if self.topology.multi_host:  # Lightning's rank_zero_only loggers and messages: host 0 only
-            from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
-            from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
             self.cluster_environment.set_world_size(self.world_size)
             self.cluster_environment.set_global_rank(self.global_rank)
-            rank_zero_only.rank = fabric_rank_zero_only.rank = self.global_rank
+            compat.set_rank_zero_only(self.global_rank)
 
     @property
     @override

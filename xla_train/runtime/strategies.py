@@ -13,7 +13,7 @@ steps as one program (runtime/multistep.py).
 from __future__ import annotations
 
 import torch
-from lightning.pytorch.strategies import SingleDeviceStrategy, SingleDeviceXLAStrategy
+from lightning.pytorch.strategies import SingleDeviceXLAStrategy
 from typing_extensions import override
 
 from xla_train import compat
@@ -46,14 +46,7 @@ class XLASingleDeviceStrategy(StepsPerExecution, ScanLSTMOnXLA, compat.OwnCheckp
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
         import torch_xla
 
-        SingleDeviceStrategy.__init__(
-            self,
-            accelerator=accelerator,
-            device=torch_xla.device(index),
-            checkpoint_io=None,
-            precision_plugin=precision_plugin,
-        )
-        self.debug = False
+        compat.init_single_device_xla_strategy(self, torch_xla.device(index), accelerator, precision_plugin)
 
     def default_checkpoint_io(self) -> AtomicCheckpointIO:
         return AtomicCheckpointIO()
