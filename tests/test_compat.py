@@ -1,0 +1,46 @@
+"""compat.py's process-wide patches: each install can be undone, and installing twice changes nothing more."""
+
+import torch
+from torch import nn
+
+from xla_train import compat
+
+
+def test_channels_last_on_the_users_net_installs_once_and_undoes():
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    calls = []
+
+    def hook(module, args):
+        calls.append(1)
+        return (args[0].contiguous(memory_format=torch.channels_last),)
+
+    compat.channels_last_inputs(net, hook)
+    compat.channels_last_inputs(net, hook)  # a second setup: no second hook
+    assert net[0].weight.is_contiguous(memory_format=torch.channels_last)
+    net(torch.randn(2, 3, 8, 8))
+    assert len(calls) == 1
+    compat.undo_channels_last_inputs(net)
+    net(torch.randn(2, 3, 8, 8))
+    assert len(calls) == 1 and net[0].weight.is_contiguous() and "_xla_train_channels_last" not in net.__dict__
+
+
+def test_the_rank_zero_only_rank_is_set_and_put_back():
+    from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    previous = compat.set_rank_zero_only(3)
+    try:
+        assert rank_zero_only.rank == fabric.rank == 3
+    finally:
+        assert compat.set_rank_zero_only(previous) == 3
+    assert rank_zero_only.rank == previous
+
+
+def test_a_swapped_forward_keeps_the_state_and_undoes():
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    keys = list(net.state_dict())
+    changed = compat.swap_forward(net, (nn.BatchNorm1d,), lambda self, x: x * 0)
+    assert isinstance(net[1], nn.BatchNorm1d) and type(net[1]) is not nn.BatchNorm1d
+    assert list(net.state_dict()) == keys and not net(torch.ones(3, 2)).any()
+    compat.restore_classes(changed)
+    assert type(net[1]) is nn.BatchNorm1d
