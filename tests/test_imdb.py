@@ -408,7 +408,7 @@ with torch.no_grad():
 # Every XLA strategy swaps the scan in on the device and nn.LSTM back at teardown (xla_mp as in a spawned worker).
 from xla_train.runtime.accelerators import PJRTAccelerator
 from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
-from xla_train.runtime.strategies import XLASingleDeviceStrategy
+from xla_train.runtime.single_device import XLASingleDeviceStrategy
 from xla_train.training.module import Classifier
 
 for strategy in (XLASingleDeviceStrategy(0, PJRTAccelerator()), XLAMultiProcessStrategy(PJRTAccelerator())):

@@ -70,10 +70,10 @@ def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
 @pytest.mark.notebook
 def test_benchmarks_notebook_runs_where_one_process_holds_the_device(tmp_path):
     """As on a TPU, where libtpu lets one process hold the chips: XLA:CPU under the test mode that locks it
-    (runtime/exclusive.py). The notebook asks for its devices in the kernel and then benchmarks XLA in cell
+    (runtime/tpu_lock.py). The notebook asks for its devices in the kernel and then benchmarks XLA in cell
     processes; each of those must get the device, so the kernel must not be holding it. It runs top to bottom
     (SMALL: the emulated device is not a TPU) and shows the sweep's and the curves' charts."""
-    from xla_train.runtime.exclusive import EMULATE_ENV
+    from xla_train.runtime.tpu_lock import EMULATE_ENV
 
     path = EXAMPLES / "benchmarks.ipynb"
     nb = nbformat.read(path, as_version=4)

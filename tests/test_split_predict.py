@@ -15,7 +15,7 @@ from test_imdb import write_aclimdb
 from xla_train import api
 from xla_train.cli.main import main
 from xla_train.checkpoint import safe_load
-from xla_train.config.split_predict import split_data
+from xla_train.config.saved_run import split_data
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.serve.predictor import load_for_inference
 

@@ -59,7 +59,7 @@ class Run:
         return _read_yaml(self.folder / "config.yaml")
 
     def _history(self) -> tuple[list[dict], dict]:
-        from xla_train.training.hooks import epoch_history  # Lightning: imported on first use
+        from xla_train.training.metrics_log import epoch_history  # Lightning: imported on first use
 
         path = self.folder / "metrics.csv"
         if not path.is_file():
@@ -156,7 +156,7 @@ def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool 
     does: on accelerator= and devices= (auto by default), every sample once and in order; returns the CSV
     (index, label, predicted, probability, and with probs=True one p_<label> column per class).
     Settings: accelerator, devices, batch_size, data_dir."""
-    from xla_train.config.split_predict import predict_split as run
+    from xla_train.config.saved_run import predict_split as run
 
     ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
     unknown = sorted(set(settings) - {"accelerator", "devices", "batch_size", "data_dir"})

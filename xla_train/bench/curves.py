@@ -25,8 +25,8 @@ from xla_train.bench.timing import run_logged
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.runtime.backend import backend_for
-from xla_train.runtime.exclusive import runtime_started
-from xla_train.training.hooks import epoch_history
+from xla_train.runtime.tpu_lock import runtime_started
+from xla_train.training.metrics_log import epoch_history
 
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_seconds")
 
@@ -145,7 +145,7 @@ def curves(
 
 def _fit_here(args: list[str], folder: Path, log: Path) -> tuple[dict[int, dict], str | None, str | None]:
     """The fit in this process, which holds the XLA runtime (on a TPU its chips: a subprocess could not get
-    them, runtime/exclusive.py); its output goes to the log as a subprocess's would."""
+    them, runtime/tpu_lock.py); its output goes to the log as a subprocess's would."""
     import contextlib
 
     from xla_train.config.build import run_lightning

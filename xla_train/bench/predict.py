@@ -9,7 +9,7 @@ size); ONNX Runtime on the exported graph (serve/export.py), which has the
 image preprocessing inside, when onnxruntime is installed; and int8
 dynamic quantisation of the LSTM and the dense layers, which is not float32 and
 so may change answers: its accuracy on the checkpoint's own test split (read
-as its run reads it, config/split_predict.py) is reported beside eager's, not
+as its run reads it, config/saved_run.py) is reported beside eager's, not
 hidden. Every form's probabilities are compared with eager's (max abs
 difference on the same batch), and one more row times eager end to end from raw
 inputs (resizing and normalising images; tokenising text) to probabilities.
@@ -181,7 +181,7 @@ def predict(
     notes_extra, split = [], None
     if score:
         try:
-            from xla_train.config.split_predict import split_data
+            from xla_train.config.saved_run import split_data
 
             split = split_data(ckpt, "test")
         except Exception as e:  # no run config, no data here: the accuracy columns stay empty, and say why

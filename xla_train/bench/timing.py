@@ -53,7 +53,7 @@ from pathlib import Path
 
 from xla_train.errors import UserError
 from xla_train.runtime.backend import backend_for, backend_of
-from xla_train.runtime.exclusive import runtime_started
+from xla_train.runtime.tpu_lock import runtime_started
 
 
 def units(warmup: int, steps: int, backend, k: int = 1) -> tuple[int, int, int]:
@@ -323,7 +323,7 @@ class PlainLoop(Loop):
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
         from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
         from xla_train.runtime.scan_lstm import use_scan_lstm
-        from xla_train.runtime.strategies import device_loader
+        from xla_train.runtime.single_device import device_loader
 
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device
@@ -384,7 +384,7 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
     result_path.unlink(missing_ok=True)
     if backend_for(spec["accelerator"]).exclusive_runtime and runtime_started():
         # This process holds the XLA runtime (on a TPU its chips, which no cell process could then get), so the
-        # cell runs here: after this process's own graphs and at its memory high-water mark (runtime/exclusive.py).
+        # cell runs here: after this process's own graphs and at its memory high-water mark (runtime/tpu_lock.py).
         main([json.dumps({**spec, "result_path": str(result_path)})])
         return json.loads(result_path.read_text())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

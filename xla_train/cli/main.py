@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
         if command == "predict" and "split" in pairs:  # a whole split, through Lightning on any accelerator
-            from xla_train.config.split_predict import split_predict_command
+            from xla_train.config.saved_run import split_predict_command
 
             return split_predict_command(pairs, flags)
         if command == "predict":  # plain torch on the CPU: imports neither Lightning nor torch_xla

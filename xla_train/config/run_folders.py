@@ -23,8 +23,29 @@ from pathlib import Path
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from xla_train.config.folders import RUN_PREFIX, claim_folder  # noqa: F401  (claim_folder: also the bench's)
 from xla_train.errors import ConfigError
+
+RUN_PREFIX = "version_"
+
+
+def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
+    """root/prefixN with N one more than any there, created here: two processes never get the same one."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        taken = (p.name[len(prefix) :] for p in root.glob(f"{prefix}*"))
+        n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
+        while True:
+            try:
+                (root / f"{prefix}{n}").mkdir()
+                return root / f"{prefix}{n}"
+            except FileExistsError:
+                n += 1
+    except PermissionError:
+        raise ConfigError(
+            f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER you can write"
+        ) from None
+
 
 EVAL_PREFIX = "eval_"
 

@@ -18,7 +18,7 @@ from lightning.pytorch.accelerators import XLAAccelerator
 from typing_extensions import override
 
 from xla_train.errors import HardwareError
-from xla_train.runtime.exclusive import starting_runtime
+from xla_train.runtime.tpu_lock import starting_runtime
 from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerator, tpu_chips
 
 
@@ -37,7 +37,7 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
     if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
         if isinstance(devices, int) and devices > 0:
             os.environ["CPU_NUM_DEVICES"] = str(devices)
-    with starting_runtime():  # the test mode's lock, which makes XLA:CPU one process's as a TPU is (exclusive.py)
+    with starting_runtime():  # the test mode's lock, which makes XLA:CPU one process's as a TPU is (tpu_lock.py)
         pass
 
 
@@ -73,7 +73,7 @@ def list_xla_devices(kind: str) -> tuple[int, str, str]:
     import subprocess
     import sys
 
-    from xla_train.runtime.exclusive import runtime_started
+    from xla_train.runtime.tpu_lock import runtime_started
 
     if runtime_started():
         configure_pjrt(kind)

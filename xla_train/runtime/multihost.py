@@ -48,7 +48,7 @@ def host_topology() -> HostTopology:
     """This process's place in the runtime; starts the runtime, so call it after configure_pjrt."""
     import torch_xla.runtime as xr
 
-    from xla_train.runtime.exclusive import starting_runtime
+    from xla_train.runtime.tpu_lock import starting_runtime
 
     with starting_runtime():  # a TPU that another process holds fails here, as one line
         topo = HostTopology(

@@ -17,7 +17,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.strategies import ScanLSTMOnXLA, device_loader
+from xla_train.runtime.single_device import ScanLSTMOnXLA, device_loader
 
 
 class XLAMultiProcessStrategy(ScanLSTMOnXLA, compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):

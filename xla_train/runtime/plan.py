@@ -289,7 +289,7 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
     n = parse_device_count(devices, topo.local_devices)
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
     if n == 1 and strategy != "spmd" and not topo.multi_host:
-        from xla_train.runtime.strategies import XLASingleDeviceStrategy
+        from xla_train.runtime.single_device import XLASingleDeviceStrategy
 
         strat = XLASingleDeviceStrategy(0, accelerator=accelerator, precision_plugin=plugin)
     else:

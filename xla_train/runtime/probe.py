@@ -62,7 +62,7 @@ def resolve_accelerator(accelerator: str) -> str:
         return accelerator
     if tpu_chips():
         return "tpu"
-    from xla_train.runtime.exclusive import emulating
+    from xla_train.runtime.tpu_lock import emulating
 
     if emulating():  # XLA:CPU plays the TPU
         return "xla"

@@ -43,7 +43,7 @@ from xla_train import compat
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
 from xla_train.runtime.multihost import HostChannel, HostTopology
-from xla_train.runtime.strategies import XLASingleDeviceStrategy, device_loader
+from xla_train.runtime.single_device import XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
 

@@ -29,7 +29,7 @@ from typing_extensions import override
 
 from xla_train.errors import UserError
 from xla_train.runtime.backend import xla
-from xla_train.training.hooks import EpochCallback, publish
+from xla_train.training.metrics_log import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")
 PHASES = ("train", "validate", "test", "predict")

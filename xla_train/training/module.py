@@ -26,7 +26,7 @@ from xla_train.data.base import keep
 from xla_train.data.batching import BatchInputs, StreamedInputs
 from xla_train.errors import ConfigError
 from xla_train.objective import cosine_decay, linear_warmup, lr_scheduler, make_optimizer, masked_stats
-from xla_train.training.hooks import publish
+from xla_train.training.metrics_log import publish
 
 
 class Classifier(pl.LightningModule):

@@ -19,7 +19,7 @@ import time
 
 from typing_extensions import override
 
-from xla_train.training.hooks import EpochCallback
+from xla_train.training.metrics_log import EpochCallback
 
 
 def _fmt_time(seconds: float) -> str:

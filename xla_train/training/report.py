@@ -11,7 +11,7 @@ import time
 from typing_extensions import override
 
 from xla_train.runtime.backend import MATMUL_MEANING, backend_of
-from xla_train.training.hooks import EpochCallback, publish
+from xla_train.training.metrics_log import EpochCallback, publish
 
 
 class RunReport(EpochCallback):

@@ -7,7 +7,7 @@ host-to-device copies with compute and cuts the lazy graph after every batch
 (training, validation and test alike), so each step is one cached graph, and
 it runs every nn.LSTM as a scan (runtime/scan_lstm.py), whose compile time does
 not grow with the sequence length, and with steps_per_execution > 1 it runs K
-steps as one program (runtime/multistep.py).
+steps as one program (runtime/steps_per_execution.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.multistep import StepsPerExecution
+from xla_train.runtime.steps_per_execution import StepsPerExecution
 
 
 class ScanLSTMOnXLA:

@@ -1,4 +1,4 @@
-"""One process per TPU (libtpu's lock), emulated on XLA:CPU (runtime/exclusive.py): every order of calls a
+"""One process per TPU (libtpu's lock), emulated on XLA:CPU (runtime/tpu_lock.py): every order of calls a
 notebook makes still works. tests/test_notebooks.py runs the benchmarks notebook itself this way."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from conftest import cli_env
-from xla_train.runtime.exclusive import EMULATE_ENV
+from xla_train.runtime.tpu_lock import EMULATE_ENV
 
 KERNEL = """
 import json, subprocess, sys
 import xla_train
-from xla_train.runtime.exclusive import runtime_started
+from xla_train.runtime.tpu_lock import runtime_started
 out = {"devices_before": str(xla_train.devices()), "held_after_devices": runtime_started()}
 run = xla_train.fit("quickstart", accelerator="xla", epochs=1, predict_samples=0, test_after_fit=False,
                     **{"trainer.limit_train_batches": 2, "trainer.limit_val_batches": 1})
@@ -56,7 +56,7 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
 LIST_THEN_CLAIM = """
 import subprocess, sys
 import xla_train
-from xla_train.runtime.exclusive import runtime_started
+from xla_train.runtime.tpu_lock import runtime_started
 print(xla_train.devices())
 assert not runtime_started()
 claim = "from xla_train.runtime.accelerators import configure_pjrt; configure_pjrt('xla'); print('claimed')"
@@ -119,7 +119,7 @@ def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
 )
 def test_a_tpu_held_by_another_process_is_one_line_and_other_runtime_errors_pass_through(message, device):
     from xla_train.errors import HardwareError
-    from xla_train.runtime.exclusive import starting_runtime
+    from xla_train.runtime.tpu_lock import starting_runtime
 
     with pytest.raises(HardwareError, match=re.escape(f"`sudo lsof {device}` names it")):
         with starting_runtime():
