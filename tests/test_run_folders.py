@@ -171,3 +171,35 @@ def test_a_worker_writes_the_config_the_parent_rendered_atomically_and_never_ove
     assert path.read_text() == "seed_everything: 1\n"
     RenderedConfig("seed_everything: 2\n").save(None, str(path), overwrite=True)
     assert path.read_text() == "seed_everything: 2\n" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_run_folder_finds_its_files_and_is_found_from_a_checkpoint(tmp_path):
+    """RunFolder is the one place that knows a run's layout: every command finds config, checkpoints and metrics
+    through it (training/run_folder.py)."""
+    import os
+    import time
+
+    from xla_train.training.run_folder import RunFolder
+
+    runs = tmp_path / "runs" / "cifar10"
+    first, second = RunFolder.claim(runs), RunFolder.claim(runs)
+    assert (first.path.name, second.path.name) == ("version_0", "version_1")
+    assert not first.is_run() and first.checkpoint() is None
+    for run in (first, second):
+        run.config.write_text("recipe_name: cifar10\n")
+        run.checkpoints.mkdir()
+        run.last.write_bytes(b"x")
+    assert first.checkpoint() == first.last  # no best yet: the newest state
+    (first.checkpoints / "best-epoch=1.ckpt").write_bytes(b"x")
+    time.sleep(0.01)
+    (first.checkpoints / "best-epoch=3.ckpt").write_bytes(b"x")
+    assert first.best().name == "best-epoch=3.ckpt" == first.checkpoint().name
+    assert RunFolder.of_checkpoint(first.checkpoints / "best-epoch=3.ckpt").path == first.path.resolve()
+    loose = second.path / "copied.ckpt"  # a checkpoint beside the config, not in checkpoints/
+    loose.write_bytes(b"x")
+    assert RunFolder.of_checkpoint(loose).path == second.path.resolve()
+    assert RunFolder.of_checkpoint(tmp_path / "elsewhere.ckpt") is None
+    os.utime(first.last, (time.time() + 60, time.time() + 60))  # the newest last.ckpt is the first run's
+    assert RunFolder.latest_with_last(tmp_path / "runs", "cifar10").path == first.path
+    second.metrics.write_text("epoch\n")
+    assert [r.path for r in RunFolder.under(tmp_path / "runs")] == [second.path]

@@ -30,19 +30,19 @@ class Run:
 
     @classmethod
     def from_folder(cls, folder) -> Run:
-        folder = Path(folder).resolve()
-        config = folder / "config.yaml"
-        if not config.is_file():
+        from xla_train.training.run_folder import RunFolder  # Lightning: imported on first use
+
+        run = RunFolder(Path(folder).resolve())
+        if not run.is_run():
             raise ConfigError(
-                f"{folder} is not a run folder: it has no config.yaml; give a folder like runs/cifar10/version_0"
+                f"{run.path} is not a run folder: it has no config.yaml; give a folder like runs/cifar10/version_0"
             )
-        best = sorted((folder / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
-        last = folder / "checkpoints" / "last.ckpt"
+        best = run.best()
         return cls(
-            folder,
-            str(_read_yaml(config).get("recipe_name") or folder.parent.name),
-            str(best[-1]) if best else None,
-            str(last) if last.is_file() else None,
+            run.path,
+            str(_read_yaml(run.config).get("recipe_name") or run.path.parent.name),
+            str(best) if best else None,
+            str(run.last) if run.last.is_file() else None,
         )
 
     @property
@@ -56,12 +56,16 @@ class Run:
     @property
     def config(self) -> dict:
         """The resolved config, as saved in the run folder (the same file the CLI writes)."""
-        return _read_yaml(self.folder / "config.yaml")
+        from xla_train.training.run_folder import RunFolder
+
+        return _read_yaml(RunFolder(self.folder).config)
 
     def _history(self) -> tuple[list[dict], dict]:
         from xla_train.training.metrics_log import epoch_history  # Lightning: imported on first use
 
-        path = self.folder / "metrics.csv"
+        from xla_train.training.run_folder import RunFolder
+
+        path = RunFolder(self.folder).metrics
         if not path.is_file():
             raise UserError(f"{path} does not exist; the metrics history is read from the CSV log (logger=csv)")
         return epoch_history(path)
@@ -132,21 +136,24 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
     validate and test commands, it files its config and metrics with the run it measured, in the run's
     eval_K folder (config/run_folders.py), never as a new version_N that would look like a training run.
     """
+    from xla_train.training.run_folder import RunFolder
+
     if split not in SPLITS:
         raise ConfigError(f"split={split!r}; use split='test' or split='val'")
     if isinstance(run_or_checkpoint, Run):
         ckpt, folder = run_or_checkpoint.checkpoint, run_or_checkpoint.folder
     else:
         ckpt = str(run_or_checkpoint)
-        folder = Path(ckpt).resolve().parent.parent  # runs/NAME/version_N/checkpoints/FILE.ckpt
+        run = RunFolder.of_checkpoint(ckpt)
+        folder = run.path if run is not None else Path(ckpt).resolve().parent
     recipe = settings.pop("recipe", None)
     if recipe is None:
-        if not (folder / "config.yaml").is_file():
+        if not RunFolder(folder).is_run():
             raise ConfigError(
                 f"{ckpt} is not inside a run folder with a config.yaml; give recipe=NAME and the "
                 f"settings it was trained with"
             )
-        recipe = str(folder / "config.yaml")
+        recipe = str(RunFolder(folder).config)
     cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings})
     return {k: v for k, v in cli.model.epoch_metrics.items() if k.startswith(split + "_")}
 

@@ -22,6 +22,7 @@ from jsonargparse.typing import PositiveFloat, PositiveInt
 from xla_train.bench import charts, report
 from xla_train.bench.sweep import Accelerator, DeviceCount
 from xla_train.bench.timing import run_logged
+from xla_train.training.run_folder import RunFolder
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.runtime.backend import backend_for
@@ -67,11 +68,11 @@ def run_fit(opts: dict, batch: int, folder: Path) -> tuple[dict[int, dict], str 
     code = run_logged(["-m", "xla_train", "fit", *args], log, opts["timeout"])
     if code is None:
         return {}, f"did not finish in {opts['timeout']:g} s (timeout=)", None
-    found = sorted(folder.glob("*/version_*/metrics.csv"))
+    found = RunFolder.under(folder)
     if code != 0 or not found:
         lines = [ln for ln in log.read_text().splitlines() if ln.strip()]
         return {}, (lines[-1] if lines else f"exit code {code}") + f" (log: {log})", None
-    return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())
+    return epoch_metrics(found[-1].metrics), None, fit_hardware(log.read_text())
 
 
 def curves(
@@ -160,7 +161,7 @@ def _fit_here(args: list[str], folder: Path, log: Path) -> tuple[dict[int, dict]
             error = f"xla_train: error: {e}"
         except Exception as e:  # recorded in the table, as a failed subprocess's last line would be
             error = f"{type(e).__name__}: {e}"
-    found = sorted(folder.glob("*/version_*/metrics.csv"))
+    found = RunFolder.under(folder)
     if error or not found:
         return {}, f"{error or 'no metrics written'} (log: {log})", None
-    return epoch_metrics(found[-1]), None, fit_hardware(log.read_text())
+    return epoch_metrics(found[-1].metrics), None, fit_hardware(log.read_text())

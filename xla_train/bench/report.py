@@ -59,8 +59,8 @@ def provenance(command: str, accelerators: list[str] | None = None) -> dict[str,
 
 
 def new_run_dir(runs_dir: str, name: str = "bench") -> Path:
-    """runs_dir/name/version_N, claimed exclusively (config/run_folders.py): two runs never share one."""
-    from xla_train.config.run_folders import claim_folder
+    """runs_dir/name/version_N, claimed exclusively (training/run_folder.py): two runs never share one."""
+    from xla_train.training.run_folder import claim_folder
 
     return claim_folder(Path(runs_dir) / name)
 

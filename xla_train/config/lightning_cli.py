@@ -20,6 +20,7 @@ from typing_extensions import override
 from xla_train import compat
 from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.config.run_folders import run_logger
+from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import CheckpointError, ConfigError
@@ -181,7 +182,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             )
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename="best-{epoch}"))
+            callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename=RunFolder.BEST_NAME))
         self.last_checkpoint = LastCheckpoint(self.setting("checkpoint_every"))
         if plan.is_xla:
             callbacks.append(CompileAccounting(self.setting("xla_guard")))

@@ -136,10 +136,12 @@ def resolve_key(key: str, keys: dict[str, str]) -> str:
 
 
 def latest_checkpoint(runs_dir: str, name: str) -> str:
-    found = sorted(Path(runs_dir, name).glob("version_*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
-    if not found:
+    from xla_train.training.run_folder import RunFolder
+
+    run = RunFolder.latest_with_last(runs_dir, name)
+    if run is None:
         raise ConfigError(f"ckpt=last but no run of {name!r} under {runs_dir}/{name} has a last.ckpt")
-    return str(found[-1])
+    return str(run.last)
 
 
 def lightning_args(command: str, pairs: dict[str, str], flags: list[str]) -> list[str]:

@@ -24,28 +24,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
 from xla_train.errors import ConfigError
-
-RUN_PREFIX = "version_"
-
-
-def claim_folder(root: str | Path, prefix: str = RUN_PREFIX) -> Path:
-    """root/prefixN with N one more than any there, created here: two processes never get the same one."""
-    root = Path(root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        taken = (p.name[len(prefix) :] for p in root.glob(f"{prefix}*"))
-        n = 1 + max((int(t) for t in taken if t.isdigit()), default=-1)
-        while True:
-            try:
-                (root / f"{prefix}{n}").mkdir()
-                return root / f"{prefix}{n}"
-            except FileExistsError:
-                n += 1
-    except PermissionError:
-        raise ConfigError(
-            f"cannot create a run folder in {root}: permission denied; give runs_dir=A_FOLDER you can write"
-        ) from None
-
+from xla_train.training.run_folder import RUN_PREFIX, RunFolder, claim_folder
 
 EVAL_PREFIX = "eval_"
 
@@ -98,14 +77,9 @@ def require_tensorboard() -> None:
 def eval_parent(runs_dir: str, name: str, ckpt_path: str | None) -> Path:
     """The run folder a checkpoint was written in (RUNS/NAME/version_N/checkpoints/FILE.ckpt) if this user may
     write there, else RUNS/NAME."""
-    if ckpt_path:
-        run = Path(ckpt_path).resolve().parent.parent
-        if (
-            Path(ckpt_path).resolve().parent.name == "checkpoints"
-            and (run / "config.yaml").is_file()
-            and os.access(run, os.W_OK | os.X_OK)
-        ):  # someone else's run, read-only: results go under runs_dir
-            return run
+    run = RunFolder.of_checkpoint(ckpt_path) if ckpt_path else None
+    if run is not None and os.access(run.path, os.W_OK | os.X_OK):  # someone else's, read-only: under runs_dir
+        return run.path
     return Path(runs_dir) / name
 
 

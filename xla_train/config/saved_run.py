@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
+from xla_train.training.run_folder import RunFolder
 from xla_train.errors import CheckpointError, ConfigError
 
 SPLITS = ("test", "val", "train")
@@ -21,9 +22,9 @@ SPLITS = ("test", "val", "train")
 
 def run_config(ckpt: Path) -> Path:
     """The config.yaml of the run that wrote `ckpt` (runs/NAME/version_N/checkpoints/FILE.ckpt)."""
-    for folder in (ckpt.resolve().parent.parent, ckpt.resolve().parent):
-        if (folder / "config.yaml").is_file():
-            return folder / "config.yaml"
+    run = RunFolder.of_checkpoint(ckpt)
+    if run is not None:
+        return run.config
     raise ConfigError(
         f"{ckpt} has no saved run config: predicting a split reads the recipe and data settings "
         f"from the config.yaml of its run folder (runs/NAME/version_N/), which is not there"

@@ -24,6 +24,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.backend import backend_of
+from xla_train.training.run_folder import RunFolder
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
 
@@ -81,7 +82,7 @@ class RngState(pl.Callback):
 
 def checkpoint_dir(trainer) -> str:
     ckpt = trainer.checkpoint_callback
-    return getattr(ckpt, "dirpath", None) or os.path.join(trainer.log_dir or ".", "checkpoints")
+    return getattr(ckpt, "dirpath", None) or str(RunFolder(trainer.log_dir or ".").checkpoints)
 
 
 class LastCheckpoint(pl.Callback):
@@ -97,7 +98,7 @@ class LastCheckpoint(pl.Callback):
         self.path: str | None = None
 
     def _save(self, trainer) -> None:
-        self.path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
+        self.path = os.path.join(checkpoint_dir(trainer), RunFolder.LAST)
         trainer.save_checkpoint(self.path, weights_only=False)  # the full state, to resume from
 
     @override
@@ -170,7 +171,7 @@ class Preemption(pl.Callback):
         self._restore()
         if not isinstance(exception, SIGTERMException):
             return
-        path = os.path.join(checkpoint_dir(trainer), "last.ckpt")
+        path = os.path.join(checkpoint_dir(trainer), RunFolder.LAST)
         trainer.save_checkpoint(path, weights_only=False)  # on a pod: every host, host 0 writes
         self.saved_to = path
         if trainer.is_global_zero:
