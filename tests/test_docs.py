@@ -11,7 +11,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-TEMPLATE = re.compile(r"[\[|]|\.\.\.|=(NAME|PATH|DIR|N|K|R|B|S)\b|key=value")
+# a usage line's placeholders, given a value the CLI accepts, so that usage lines are parsed too
+PLACEHOLDERS = {
+    "NAME": "quickstart",
+    "R": "quickstart",
+    "PATH": "x.ckpt",
+    "DIR": "x",
+    "N": "2",
+    "K": "8",
+    "B": "32",
+    "S": "8",
+}
+TEMPLATE = re.compile(r"\.\.\.|key=value|--lightning|\[fit\|")
+
+
+def concrete(line: str) -> str:
+    """A usage line as one concrete command: [optional] parts kept, the first of a|b, placeholders filled."""
+    line = re.sub(r"\[([^\[\]]*=[^\[\]]*)\]", r"\1", line)  # [key=value] -> key=value
+    line = re.sub(r"\[(--[\w-]+)\]", r"\1", line)  # [--probs] -> --probs
+    line = re.sub(r"\[([a-z]+)\|[^\]]*\]", r"\1", line)  # [sweep|replicas|...] -> sweep
+    line = re.sub(r"=([\w.,/-]+)(\|[\w.,/-]+)+", r"=\1", line)  # format=onnx|pt2 -> format=onnx
+    return re.sub(r"=([A-Z]+)\b", lambda m: "=" + PLACEHOLDERS.get(m[1], m[1]), line)
 
 
 def outside_fences(text: str):
@@ -53,7 +73,7 @@ def commands(path: Path) -> list[list[str]]:
         line = m.group(1).split("#", 1)[0]
         line = re.split(r"\s(?:&&|\||;|>)\s", line)[0].strip()
         if line and not TEMPLATE.search(line):
-            found.append(shlex.split(line))
+            found.append(shlex.split(concrete(line)))
     return found
 
 
@@ -77,7 +97,7 @@ def parse(argv: list[str]) -> None:
     from xla_train.cli.main import split_argv
 
     if argv[0] == "bench":
-        from xla_train.bench.command import parse as parse_bench
+        from xla_train.cli.bench import parse as parse_bench
 
         parse_bench(argv[1:])
         return
@@ -87,11 +107,10 @@ def parse(argv: list[str]) -> None:
 
         lightning_args(command, pairs, flags)
     elif command in ("predict", "export", "devices"):
-        from xla_train.config import split_predict
-        from xla_train.serve import command as predict, export
+        from xla_train.cli import export, predict
 
         keys = {
-            "predict": (split_predict.KEYS if "split" in pairs else predict.KEYS),
+            "predict": (predict.SPLIT_KEYS if "split" in pairs else predict.KEYS),
             "export": export.KEYS,
             "devices": ("accelerator",),
         }[command]

@@ -25,7 +25,7 @@ def test_build_net_rebuilds_from_the_recorded_config():
 
 def test_models_and_inference_import_neither_lightning_nor_torch_xla():
     code = (
-        "import sys, xla_train, xla_train.models, xla_train.serve.predictor, xla_train.serve.command;"
+        "import sys, xla_train, xla_train.models, xla_train.serve.predictor, xla_train.cli.predict, xla_train.cli.export;"
         "bad = [m for m in ('lightning', 'pytorch_lightning', 'torch_xla') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -184,7 +184,7 @@ def devices(accelerator: str = "auto"):
 def benchmark(subcommand: str = "sweep", **settings) -> Path:
     """Run a benchmark as `python -m xla_train bench SUBCOMMAND key=value ...`; returns its results folder
     (a Markdown table, a CSV and PNG charts)."""
-    from xla_train.bench.command import SUBCOMMANDS, run_bench
+    from xla_train.cli.bench import SUBCOMMANDS, run_bench
 
     if subcommand not in SUBCOMMANDS:
         raise ConfigError(f"bench subcommand {subcommand!r}; use one of {', '.join(SUBCOMMANDS)}")

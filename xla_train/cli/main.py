@@ -58,27 +58,29 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     try:
-        if argv and argv[0] == "bench":  # its own subcommands and keys: xla_train/bench/command.py
-            from xla_train.bench.command import bench_command
+        if argv and argv[0] == "bench":  # its own subcommands and keys: cli/bench.py
+            from xla_train.cli.bench import bench_command
 
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
         if command == "predict" and "split" in pairs:  # a whole split, through Lightning on any accelerator
-            from xla_train.config.saved_run import split_predict_command
+            from xla_train.cli.predict import split_predict_command
 
             return split_predict_command(pairs, flags)
         if command == "predict":  # plain torch on the CPU: imports neither Lightning nor torch_xla
-            from xla_train.serve.command import predict_command
+            from xla_train.cli.predict import predict_command
 
             return predict_command(pairs, flags)
         if command == "export":  # plain torch too
-            from xla_train.serve.export import export_command
+            from xla_train.cli.export import export_command
 
             return export_command(pairs, flags)
         if command == "devices":
             from xla_train.cli.devices import devices_command
 
             return devices_command(pairs)
+        from xla_train.cli.fit import lightning_command
+
         return lightning_command(command, pairs, flags)
     except Exception as e:
         user_error = find_user_error(e)
@@ -89,18 +91,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("xla_train: interrupted", file=sys.stderr)
         return 130
-
-
-def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from xla_train.config.build import run_lightning
-    from xla_train.training.resume import PREEMPTED_EXIT_CODE
-
-    try:
-        run_lightning(command, pairs, flags)
-    except SIGTERMException:  # the Preemption callback has written last.ckpt and said where
-        return PREEMPTED_EXIT_CODE
-    except SystemExit as e:  # --help / --print_config end here, as Lightning intends
-        return int(e.code or 0)
-    return 0

@@ -106,56 +106,6 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
     return net, dm
 
 
-KEYS = ("ckpt", "split", "accelerator", "devices", "batch_size", "data_dir", "out")
-
-
-def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
-    """The command line's `predict ... split=`: checks its keys, predicts, says where the table went."""
-    unknown = sorted(set(pairs) - set(KEYS))
-    if unknown:
-        extra = "; give either inputs= or split=, not both" if {"inputs", "text"} & set(unknown) else ""
-        raise ConfigError(
-            f"predict with split= takes {', '.join(k + '=' for k in KEYS)} and --probs; not {', '.join(unknown)}{extra}"
-        )
-    bad_flags = [f for f in flags if f != "--probs"]
-    if bad_flags:
-        raise ConfigError(f"predict with split= does not know {' '.join(bad_flags)}; its flag is --probs")
-    if "ckpt" not in pairs:
-        raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
-    devices = pairs.get("devices", "auto")
-    if devices != "auto" and not (devices.isdigit() and int(devices) >= 1):
-        raise ConfigError(f"devices={devices!r} must be a whole number of at least 1, or auto")
-    batch_size = None
-    if "batch_size" in pairs:
-        try:
-            batch_size = int(pairs["batch_size"])
-            if batch_size < 1:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
-    path, r = predict_split(
-        pairs["ckpt"],
-        pairs["split"],
-        pairs.get("accelerator", "auto"),
-        devices,
-        batch_size,
-        pairs.get("data_dir"),
-        pairs.get("out"),
-        "--probs" in flags,
-    )
-    from xla_train.serve.table import accuracy
-
-    print(
-        f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
-        f"batch(es) of {r.global_batch} (the last padded)"
-    )
-    if r.compiled:
-        print(f"XLA graphs compiled: {r.graphs_first_batch} for the first batch, {r.graphs_after_first_batch} after it")
-    print(f"accuracy {accuracy(r.probs, r.labels):.4f}")
-    print(f"predictions: {path}")
-    return 0
-
-
 def split_data(ckpt, split: str = "test", data_dir: str | None = None):
     """(raw inputs -> the net's CPU input, raw inputs, labels) of a checkpoint's own split, read and encoded as
     its run reads them (a text checkpoint's with its own tokenizer): what the benchmarks score a changed model on."""

@@ -40,7 +40,6 @@ from xla_train.objective import probabilities
 
 FORMATS = ("onnx", "pt2")
 OPSET = 18  # the ONNX opset of every exported model; also in its metadata_props["opset"]
-KEYS = ("ckpt", "format", "out")
 TRACE_BATCH = 2
 
 
@@ -224,15 +223,3 @@ def _write_new(path: Path, data: bytes) -> None:
         atomic_write(path, lambda f: f.write(data))
     except OSError as e:
         raise ExportError(f"could not write {path}: {e.strerror or e}; nothing was written") from None
-
-
-def export_command(pairs: dict[str, str], flags: list[str]) -> int:
-    unknown = sorted(set(pairs) - set(KEYS))
-    if unknown or flags:
-        raise ConfigError(f"export takes {', '.join(k + '=' for k in KEYS)}; not {', '.join(unknown + flags)}")
-    for key in ("ckpt", "format"):
-        if not pairs.get(key, "").strip():
-            raise ConfigError(f"export needs {key}=: e.g. python -m xla_train export ckpt=runs/x/last.ckpt format=onnx")
-    path = export(pairs["ckpt"], pairs["format"], pairs.get("out") or None)
-    print(f"wrote {path}")
-    return 0

@@ -1,10 +1,11 @@
-"""`python -m xla_train predict ckpt=PATH inputs=...|text="..."`: CPU inference from a checkpoint, one line per input.
+"""`python -m xla_train predict`: CPU inference from a checkpoint, one line per input, or a whole split.
 
 Each line is NAME, the predicted label, its probability, and with --probs (always,
 for text) every label's probability; for a sentiment checkpoint `pos=` is
 P(positive). Images come as files, folders or .npy arrays; reviews as text=,
 as .txt files (one review each), or with --lines as files of one review per line.
-Plain torch: neither Lightning nor torch_xla is imported.
+Plain torch: neither Lightning nor torch_xla is imported. With split= instead, a whole split of the run's own
+data goes through a Trainer on any accelerator (config/saved_run.py), and the table is written beside the run.
 """
 
 from __future__ import annotations
@@ -65,4 +66,56 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
         if show_all:
             line += "\t" + " ".join(f"{lab}={float(p):.4f}" for lab, p in zip(predictor.labels, row))
         print(line)
+    return 0
+
+
+SPLIT_KEYS = ("ckpt", "split", "accelerator", "devices", "batch_size", "data_dir", "out")
+
+
+def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
+    """The command line's `predict ... split=`: checks its keys, predicts, says where the table went."""
+    unknown = sorted(set(pairs) - set(SPLIT_KEYS))
+    if unknown:
+        extra = "; give either inputs= or split=, not both" if {"inputs", "text"} & set(unknown) else ""
+        raise ConfigError(
+            f"predict with split= takes {', '.join(k + '=' for k in SPLIT_KEYS)} and --probs; not {', '.join(unknown)}{extra}"
+        )
+    bad_flags = [f for f in flags if f != "--probs"]
+    if bad_flags:
+        raise ConfigError(f"predict with split= does not know {' '.join(bad_flags)}; its flag is --probs")
+    if "ckpt" not in pairs:
+        raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
+    devices = pairs.get("devices", "auto")
+    if devices != "auto" and not (devices.isdigit() and int(devices) >= 1):
+        raise ConfigError(f"devices={devices!r} must be a whole number of at least 1, or auto")
+    batch_size = None
+    if "batch_size" in pairs:
+        try:
+            batch_size = int(pairs["batch_size"])
+            if batch_size < 1:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
+    from xla_train.config.saved_run import predict_split  # Lightning: a split runs through a Trainer
+
+    path, r = predict_split(
+        pairs["ckpt"],
+        pairs["split"],
+        pairs.get("accelerator", "auto"),
+        devices,
+        batch_size,
+        pairs.get("data_dir"),
+        pairs.get("out"),
+        "--probs" in flags,
+    )
+    from xla_train.serve.table import accuracy
+
+    print(
+        f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
+        f"batch(es) of {r.global_batch} (the last padded)"
+    )
+    if r.compiled:
+        print(f"XLA graphs compiled: {r.graphs_first_batch} for the first batch, {r.graphs_after_first_batch} after it")
+    print(f"accuracy {accuracy(r.probs, r.labels):.4f}")
+    print(f"predictions: {path}")
     return 0

@@ -1,0 +1,22 @@
+"""`python -m xla_train [fit|validate|test] recipe=NAME key=value ... [--lightning.flags]`: the Lightning commands.
+
+key=value pairs become LightningCLI flags (config/recipes.py checks each key against the recipe's classes
+first), so every Trainer option is reachable and jsonargparse checks every type.
+"""
+
+from __future__ import annotations
+
+
+def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from xla_train.config.build import run_lightning
+    from xla_train.training.resume import PREEMPTED_EXIT_CODE
+
+    try:
+        run_lightning(command, pairs, flags)
+    except SIGTERMException:  # the Preemption callback has written last.ckpt and said where
+        return PREEMPTED_EXIT_CODE
+    except SystemExit as e:  # --help / --print_config end here, as Lightning intends
+        return int(e.code or 0)
+    return 0
