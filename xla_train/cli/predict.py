@@ -13,6 +13,18 @@ from __future__ import annotations
 from xla_train.errors import ConfigError
 
 KEYS = ("ckpt", "inputs", "text", "batch_size")
+
+
+def positive_int(pairs: dict[str, str], key: str, default):
+    """pairs[key] as a whole number of at least 1, or `default` where it is not given; else one line."""
+    if key not in pairs:
+        return default
+    value = pairs[key].strip()
+    if not (value.isdigit() and int(value) >= 1):
+        raise ConfigError(f"{key}={pairs[key]!r} must be a positive whole number")
+    return int(value)
+
+
 FLAGS = ("--probs", "--lines")
 
 
@@ -34,12 +46,7 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
         )
     if "text" in pairs and not pairs["text"].strip():
         raise ConfigError('text= is empty; give the review to classify, e.g. text="A wonderful film."')
-    try:
-        batch_size = int(pairs.get("batch_size", 256))
-        if batch_size < 1:
-            raise ValueError
-    except ValueError:
-        raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
+    batch_size = positive_int(pairs, "batch_size", 256)
 
     from xla_train.serve.predictor import load_for_inference
 
@@ -88,14 +95,7 @@ def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     devices = pairs.get("devices", "auto")
     if devices != "auto" and not (devices.isdigit() and int(devices) >= 1):
         raise ConfigError(f"devices={devices!r} must be a whole number of at least 1, or auto")
-    batch_size = None
-    if "batch_size" in pairs:
-        try:
-            batch_size = int(pairs["batch_size"])
-            if batch_size < 1:
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"batch_size={pairs['batch_size']!r} must be a positive whole number") from None
+    batch_size = positive_int(pairs, "batch_size", None)
     from xla_train.config.saved_run import predict_split  # Lightning: a split runs through a Trainer
 
     path, r = predict_split(
