@@ -144,3 +144,18 @@ def read_inference_block(ckpt: dict, path) -> dict:
 def net_state_dict(ckpt: dict) -> dict[str, torch.Tensor]:
     """The net's own weights: the LightningModule's `net.` prefix removed."""
     return {k[len("net.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+
+
+def fit_checkpoint_to(block: dict, net, dm, ckpt, builder: str, advice: str = "") -> None:
+    """Make a rebuilt net and data module take a checkpoint, or refuse in one line: validate, test, resume and a
+    split's prediction all come through here. The net must be the checkpoint's (arch and config); a text
+    checkpoint's own tokenizer encodes the data, so its token ids stay the model's; the data must fit the net.
+    `builder` names what built the net ("recipe NAME", "its run config PATH")."""
+    theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
+    if theirs != ours:
+        raise CheckpointError(
+            f"{ckpt} holds a {theirs[0]} net {theirs[1]}, but {builder} builds a {ours[0]} net {ours[1]}{advice}"
+        )
+    if block.get("kind") == "text":
+        dm.use_tokenizer(block["tokenizer"])
+    dm.check_net(net)

@@ -18,12 +18,12 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.checkpoint import read_inference_block, safe_load
+from xla_train.checkpoint import fit_checkpoint_to, read_inference_block, safe_load
 from xla_train.config.run_folders import run_logger
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
-from xla_train.errors import CheckpointError, ConfigError
+from xla_train.errors import ConfigError
 from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware
 from xla_train.serve.predictor import load_for_inference
@@ -212,25 +212,21 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             self._ckpt_block = read_inference_block(safe_load(path), path)
             self._ckpt_path = path
 
-    def _check_ckpt_matches_recipe(self) -> None:
-        block, net = self._ckpt_block, self.model.net
-        if block is None:
-            return
-        theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
-        if theirs != ours:
-            raise CheckpointError(
-                f"{self._ckpt_path} holds a {theirs[0]} net {theirs[1]}, but recipe "
-                f"{self.setting('recipe_name')} builds a {ours[0]} net {ours[1]}; "
-                f"use a checkpoint written by this recipe"
-            )
-
     def _before_run(self) -> None:
-        self._check_ckpt_matches_recipe()
-        if self._ckpt_block is not None and self._ckpt_block.get("kind") == "text":
-            # validate, test and resume encode with the checkpoint's tokenizer, so its token ids stay the model's
-            self.datamodule.use_tokenizer(self._ckpt_block["tokenizer"])
-        self.datamodule.check_net(self.model.net)  # these fail here, before any run folder exists:
-        self.datamodule.setup()  # a net that cannot take the data, a missing or corrupt data set
+        # These fail here, before any run folder exists: a checkpoint the recipe does not rebuild (validate, test,
+        # resume), a net that cannot take the data, a missing or corrupt data set.
+        if self._ckpt_block is not None:
+            fit_checkpoint_to(
+                self._ckpt_block,
+                self.model.net,
+                self.datamodule,
+                self._ckpt_path,
+                f"recipe {self.setting('recipe_name')}",
+                "; use a checkpoint written by this recipe",
+            )
+        else:
+            self.datamodule.check_net(self.model.net)
+        self.datamodule.setup()
         if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
             self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
+from xla_train.checkpoint import fit_checkpoint_to, net_state_dict, read_inference_block, safe_load
 from xla_train.training.run_folder import RunFolder
 from xla_train.errors import CheckpointError, ConfigError
 
@@ -94,16 +94,8 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
         recipe = Path(tmp, "config.yaml")
         recipe.write_text(yaml.safe_dump(saved))
         model, dm = build_parts(str(recipe), overrides)
-    net = model.net
-    theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
-    if theirs != ours:
-        raise CheckpointError(
-            f"{ckpt} holds a {theirs[0]} net {theirs[1]}, but its run config {config} builds a {ours[0]} net {ours[1]}"
-        )
-    if block.get("kind") == "text":
-        dm.use_tokenizer(block["tokenizer"])
-    dm.check_net(net)
-    return net, dm
+    fit_checkpoint_to(block, model.net, dm, ckpt, f"its run config {config}")
+    return model.net, dm
 
 
 def split_data(ckpt, split: str = "test", data_dir: str | None = None):
