@@ -88,11 +88,15 @@ class EpochOrder:
 
     sampler: BatchSampler | None = None
 
-    def current(self) -> tuple[int, np.ndarray]:
-        """(epoch, rows): the order the loader is serving now."""
+    def key(self) -> tuple[int, int]:
+        """Which order the loader is serving now (its epoch, and which sampler): cheap, read every step."""
         if self.sampler is None:
             raise RuntimeError("the training loader has not been built")
-        return self.sampler.epoch, self.sampler.rows()
+        return self.sampler.epoch, id(self.sampler)
+
+    def rows(self) -> np.ndarray:
+        """That order's rows: a permutation of the split, drawn only when it goes to the device."""
+        return self.sampler.rows()
 
 
 class ArrayDataset(Dataset):
@@ -190,11 +194,10 @@ class ResidentInputs(BatchInputs):
 
     def epoch_order(self, device) -> torch.Tensor:
         """The current epoch's order, transposed so that dimension 0 is the batch's rows; one upload an epoch."""
-        epoch, rows = self.order.current()
-        key = (epoch, id(self.order.sampler), str(device))
+        key = (*self.order.key(), str(device))
         if self._order[0] != key:
             self._order = (None, None)  # the previous epoch's goes first
-            host = torch.from_numpy(np.ascontiguousarray(rows.T))
+            host = torch.from_numpy(np.ascontiguousarray(self.order.rows().T))
             self._order = (key, self.place_rows(host) if self.place_rows is not None else host.to(device))
         return self._order[1]
 
