@@ -288,10 +288,10 @@ def test_int8_lstm_keeps_the_masked_recurrence():
         (["recipe=quickstart", "epochs=3"], "builds the trainer itself"),
         (["recipe=quickstart", "batch_size=64"], "sets the batch itself: use batch_sizes="),
         (["recipe=nope", "accelerators=cpu"], "unknown recipe 'nope'"),
-        (["accelerators=cpu"], "required: recipe"),
+        (["accelerators=cpu"], "bench sweep needs recipe="),
         (["curves", "recipe=quickstart", "data=real"], "bench curves: unknown key 'data'"),
         (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected one of 'xla', 'tpu', got 'cpu'"),
-        (["predict", "repeats=3"], "required: ckpt"),
+        (["predict", "repeats=3"], "bench predict needs ckpt="),
         (["text", "reviewz=10"], "did you mean reviews?"),
         (["replicas", "devices=1,none"], "devices:"),
         (

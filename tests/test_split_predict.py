@@ -99,7 +99,7 @@ def test_split_predict_writes_beside_the_run_and_never_overwrites(run_copy, cifa
         ("no_data", "CIFAR-10 at"),
         ("out_exists", "already exists; predict never overwrites a file"),
         ("both", "give either inputs= or split=, not both"),
-        ("devices", "devices='abc' must be a whole number of at least 1, or auto"),
+        ("devices", "devices: expected PositiveInt or 'auto', got 'abc'"),  # as fit's steps_per_execution
         ("batch", "batch_size=12 is not a positive multiple of 8"),
     ],
 )

@@ -163,15 +163,14 @@ def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool 
     does: on accelerator= and devices= (auto by default), every sample once and in order; returns the CSV
     (index, label, predicted, probability, and with probs=True one p_<label> column per class).
     Settings: accelerator, devices, batch_size, data_dir."""
+    from xla_train.cli.keys import read_keys
+    from xla_train.cli.predict import predict_split as command  # its signature is the keys
     from xla_train.config.saved_run import predict_split as run
 
     ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
-    unknown = sorted(set(settings) - {"accelerator", "devices", "batch_size", "data_dir"})
-    if unknown:
-        raise ConfigError(
-            f"predict_split takes accelerator, devices, batch_size and data_dir; not {', '.join(unknown)}"
-        )
-    return _raising(lambda: run(ckpt, split, out=out, probs=probs, **settings)[0])
+    given = {"ckpt": ckpt, "split": split, "out": out, "probs": probs, **settings}
+    kwargs = read_keys(command, {k: _cli_value(v) for k, v in given.items() if v is not None}, prog="predict_split")
+    return _raising(lambda: run(**kwargs)[0])
 
 
 def devices(accelerator: str = "auto"):

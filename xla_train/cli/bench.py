@@ -20,12 +20,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import shlex
-import typing
 from pathlib import Path
 
-from jsonargparse import ArgumentParser
-
-from xla_train.config.build import own_argv
+from xla_train.cli.keys import read_keys
 from xla_train.config.recipes import load_recipe, recipe_path, resolve_key, valid_keys
 from xla_train.errors import ConfigError
 
@@ -47,32 +44,33 @@ def function(sub: str):
     return getattr(importlib.import_module(f"xla_train.bench.{module}"), name)
 
 
-def _is_list(annotation) -> bool:
-    return any(typing.get_origin(t) is list for t in (annotation, *typing.get_args(annotation)))
-
-
 def parse(argv: list[str]) -> tuple:
     """(the subcommand's function, its keyword arguments)."""
     argv_in, argv = list(argv), list(argv)
     sub = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else "sweep"
     fn = function(sub)
     params = {n: p for n, p in inspect.signature(fn).parameters.items() if n not in INTERNAL}
-    hints = typing.get_type_hints(fn)
     pairs: dict[str, str] = {}
+    switches = [tok for tok in argv if tok.startswith("-") and "=" not in tok]
     for tok in argv:
+        if tok in switches:
+            continue
         if "=" not in tok or tok.startswith(("=", "-")):
             where = f"; bench's subcommand ({', '.join(SUBCOMMANDS)}) must come first" if tok in SUBCOMMANDS else ""
             raise ConfigError(f"unexpected argument {tok!r}; bench takes key=value settings{where}")
         key, value = tok.split("=", 1)
         pairs[key.strip()] = value.strip()
-    ours = {k: v for k, v in pairs.items() if k in params}
-    recipe = ours.get("recipe", params["recipe"].default if "recipe" in params else None)
-    overrides = recipe_overrides(sub, recipe, {k: v for k, v in pairs.items() if k not in params}, params)
-    flags = [f"--{k}=[{v}]" if _is_list(hints[k]) and not v.startswith("[") else f"--{k}={v}" for k, v in ours.items()]
-    parser = ArgumentParser(exit_on_error=False, prog=f"xla_train bench {sub}")
-    parser.add_function_arguments(fn, as_positional=False, skip=INTERNAL & set(inspect.signature(fn).parameters))
-    with own_argv():
-        kwargs = parser.parse_args(flags).as_dict()
+    default = params["recipe"].default if "recipe" in params else None
+    recipe = pairs.get("recipe") or (None if default is inspect.Parameter.empty else default)
+    overrides: dict[str, str] = {}
+    kwargs = read_keys(
+        fn,
+        pairs,
+        switches,
+        prog=f"bench {sub}",
+        skip=INTERNAL,
+        others=lambda rest: overrides.update(recipe_overrides(sub, recipe, rest, params)),
+    )
     if "overrides" in inspect.signature(fn).parameters:
         kwargs["overrides"] = overrides
     kwargs["command"] = "python -m xla_train " + shlex.join(["bench", *argv_in])

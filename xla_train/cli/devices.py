@@ -10,15 +10,21 @@ them instead (runtime/accelerators.py, describe_devices).
 
 from __future__ import annotations
 
-from xla_train.errors import ConfigError
-from xla_train.runtime.accelerators import describe_devices
-from xla_train.runtime.probe import ACCELERATORS
+from xla_train.cli.keys import read_keys
 
 
-def devices_command(pairs: dict[str, str]) -> int:
-    """What a user checks first on a new machine: which devices each accelerator= would train on."""
-    unknown = set(pairs) - {"accelerator"}
-    if unknown:
-        raise ConfigError(f"devices takes only accelerator={'|'.join(ACCELERATORS)}, not {', '.join(sorted(unknown))}")
-    print(describe_devices(pairs.get("accelerator", "xla")))
+def devices_command(pairs: dict[str, str], flags: list[str]) -> int:
+    fn, kwargs = parse(pairs, flags)
+    return fn(**kwargs)
+
+
+def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
+    return devices, read_keys(devices, pairs, flags, prog="devices")
+
+
+def devices(accelerator: str = "xla") -> int:
+    """What a user checks first on a new machine: which devices accelerator= (xla|tpu|gpu|cpu|auto) trains on."""
+    from xla_train.runtime.accelerators import describe_devices
+
+    print(describe_devices(accelerator))
     return 0

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from xla_train.errors import ConfigError
-
-KEYS = ("ckpt", "format", "out")
+from xla_train.cli.keys import read_keys
 
 
 def export_command(pairs: dict[str, str], flags: list[str]) -> int:
-    unknown = sorted(set(pairs) - set(KEYS))
-    if unknown or flags:
-        raise ConfigError(f"export takes {', '.join(k + '=' for k in KEYS)}; not {', '.join(unknown + flags)}")
-    for key in ("ckpt", "format"):
-        if not pairs.get(key, "").strip():
-            raise ConfigError(f"export needs {key}=: e.g. python -m xla_train export ckpt=runs/x/last.ckpt format=onnx")
-    from xla_train.serve.export import export
+    fn, kwargs = parse(pairs, flags)
+    return fn(**kwargs)
 
-    path = export(pairs["ckpt"], pairs["format"], pairs.get("out") or None)
-    print(f"wrote {path}")
+
+def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
+    return export, read_keys(export, pairs, flags, prog="export")
+
+
+def export(ckpt: str, format: str, out: str | None = None) -> int:
+    """Write the checkpoint as an ONNX or .pt2 program, beside it unless out= says where."""
+    from xla_train.serve.export import export as write
+
+    print(f"wrote {write(ckpt, format, out or None)}")
     return 0

@@ -63,11 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
-        if command == "predict" and "split" in pairs:  # a whole split, through Lightning on any accelerator
-            from xla_train.cli.predict import split_predict_command
-
-            return split_predict_command(pairs, flags)
-        if command == "predict":  # plain torch on the CPU: imports neither Lightning nor torch_xla
+        if command == "predict":  # plain torch on the CPU; with split=, a whole split through Lightning
             from xla_train.cli.predict import predict_command
 
             return predict_command(pairs, flags)
@@ -78,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         if command == "devices":
             from xla_train.cli.devices import devices_command
 
-            return devices_command(pairs)
+            return devices_command(pairs, flags)
         from xla_train.cli.fit import lightning_command
 
         return lightning_command(command, pairs, flags)

@@ -10,64 +10,64 @@ data goes through a Trainer on any accelerator (config/saved_run.py), and the ta
 
 from __future__ import annotations
 
+from typing import Literal
+
+from jsonargparse.typing import PositiveInt
+
+from xla_train.cli.keys import read_keys
 from xla_train.errors import ConfigError
-
-KEYS = ("ckpt", "inputs", "text", "batch_size")
-
-
-def positive_int(pairs: dict[str, str], key: str, default):
-    """pairs[key] as a whole number of at least 1, or `default` where it is not given; else one line."""
-    if key not in pairs:
-        return default
-    value = pairs[key].strip()
-    if not (value.isdigit() and int(value) >= 1):
-        raise ConfigError(f"{key}={pairs[key]!r} must be a positive whole number")
-    return int(value)
-
-
-FLAGS = ("--probs", "--lines")
 
 
 def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
-    unknown = sorted(set(pairs) - set(KEYS))
-    if unknown:
-        raise ConfigError(
-            f"predict takes {', '.join(k + '=' for k in KEYS)}, --probs and --lines; not {', '.join(unknown)}"
-        )
-    bad_flags = [f for f in flags if f not in FLAGS]
-    if bad_flags:
-        raise ConfigError(f"predict does not know {' '.join(bad_flags)}; its flags are {' and '.join(FLAGS)}")
-    if "ckpt" not in pairs:
-        raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
-    if "inputs" not in pairs and "text" not in pairs:
+    if "split" in pairs and {"inputs", "text"} & set(pairs):
+        raise ConfigError("split= predicts the run's own data; give either inputs= or split=, not both")
+    fn, kwargs = parse(pairs, flags)
+    return fn(**kwargs)
+
+
+def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
+    """(the predict form's function, its keyword arguments): split= picks the whole-split form."""
+    fn = predict_split if "split" in pairs else predict
+    return fn, read_keys(fn, pairs, flags, prog="predict with split=" if fn is predict_split else "predict")
+
+
+def predict(
+    ckpt: str,
+    inputs: str = "",
+    text: str | None = None,
+    batch_size: PositiveInt = 256,
+    probs: bool = False,
+    lines: bool = False,
+) -> int:
+    """One line per input file (or per line of one, with lines), or for text=."""
+    if not inputs and text is None:
         raise ConfigError(
             "predict needs inputs=FILE[,FILE...] (images, a folder of them, a .npy array, or .txt "
             'reviews), text="a review", or split=test|val|train (a whole split of the run\'s data)'
         )
-    if "text" in pairs and not pairs["text"].strip():
+    if text is not None and not text.strip():
         raise ConfigError('text= is empty; give the review to classify, e.g. text="A wonderful film."')
-    batch_size = positive_int(pairs, "batch_size", 256)
 
     from xla_train.serve.predictor import load_for_inference
 
-    predictor = load_for_inference(pairs["ckpt"])
-    specs = [s for s in pairs.get("inputs", "").split(",") if s]
+    predictor = load_for_inference(ckpt)
+    specs = [s for s in inputs.split(",") if s]
     if predictor.kind == "text":
         from xla_train.serve.inputs import read_texts
 
-        names, raw = read_texts(specs, per_line="--lines" in flags) if specs or "text" not in pairs else ([], [])
-        if "text" in pairs:
-            names, raw = ["text", *names], [pairs["text"], *raw]
+        names, raw = read_texts(specs, per_line=lines) if specs or text is None else ([], [])
+        if text is not None:
+            names, raw = ["text", *names], [text, *raw]
         show_all = True
     else:
-        if "text" in pairs or "--lines" in flags:
-            raise ConfigError(f"{pairs['ckpt']} classifies images; give them as inputs=FILE[,FILE...], not text")
+        if text is not None or lines:
+            raise ConfigError(f"{ckpt} classifies images; give them as inputs=FILE[,FILE...], not text")
         from xla_train.serve.inputs import read_images
 
         names, raw = read_images(specs, predictor.info["image_size"])
-        show_all = "--probs" in flags
-    probs = predictor.probabilities(raw, batch_size=batch_size)
-    for name, row in zip(names, probs):
+        show_all = probs
+    rows = predictor.probabilities(raw, batch_size=batch_size)
+    for name, row in zip(names, rows):
         top = int(row.argmax())
         line = f"{name}\t{predictor.labels[top]}\t{float(row[top]):.4f}"
         if show_all:
@@ -76,42 +76,24 @@ def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
     return 0
 
 
-SPLIT_KEYS = ("ckpt", "split", "accelerator", "devices", "batch_size", "data_dir", "out")
+def predict_split(
+    ckpt: str,
+    split: str,
+    accelerator: str = "auto",
+    devices: PositiveInt | Literal["auto"] = "auto",
+    batch_size: PositiveInt | None = None,
+    data_dir: str | None = None,
+    out: str | None = None,
+    probs: bool = False,
+) -> int:
+    """A whole split through a Trainer (config/saved_run.py); says where the table went."""
+    from xla_train.config.saved_run import predict_split as run  # Lightning: a split runs through a Trainer
 
-
-def split_predict_command(pairs: dict[str, str], flags: list[str]) -> int:
-    """The command line's `predict ... split=`: checks its keys, predicts, says where the table went."""
-    unknown = sorted(set(pairs) - set(SPLIT_KEYS))
-    if unknown:
-        extra = "; give either inputs= or split=, not both" if {"inputs", "text"} & set(unknown) else ""
-        raise ConfigError(
-            f"predict with split= takes {', '.join(k + '=' for k in SPLIT_KEYS)} and --probs; not {', '.join(unknown)}{extra}"
-        )
-    bad_flags = [f for f in flags if f != "--probs"]
-    if bad_flags:
-        raise ConfigError(f"predict with split= does not know {' '.join(bad_flags)}; its flag is --probs")
-    if "ckpt" not in pairs:
-        raise ConfigError("predict needs ckpt=PATH (a checkpoint written by fit)")
-    devices = pairs.get("devices", "auto")
-    if devices != "auto" and not (devices.isdigit() and int(devices) >= 1):
-        raise ConfigError(f"devices={devices!r} must be a whole number of at least 1, or auto")
-    batch_size = positive_int(pairs, "batch_size", None)
-    from xla_train.config.saved_run import predict_split  # Lightning: a split runs through a Trainer
-
-    path, r = predict_split(
-        pairs["ckpt"],
-        pairs["split"],
-        pairs.get("accelerator", "auto"),
-        devices,
-        batch_size,
-        pairs.get("data_dir"),
-        pairs.get("out"),
-        "--probs" in flags,
-    )
+    path, r = run(ckpt, split, accelerator, devices, batch_size, data_dir, out, probs)
     from xla_train.serve.table import accuracy
 
     print(
-        f"predicted {len(r.probs)} samples of the {pairs['split']} split on {r.device} in {r.batches} "
+        f"predicted {len(r.probs)} samples of the {split} split on {r.device} in {r.batches} "
         f"batch(es) of {r.global_batch} (the last padded)"
     )
     if r.compiled:

@@ -9,7 +9,6 @@ from runtime.plan with the steps they need.
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from contextlib import contextmanager
 
@@ -17,7 +16,7 @@ from jsonargparse import ArgumentError
 
 from xla_train.config.lightning_cli import XlaTrainCLI
 from xla_train.config.recipes import lightning_args
-from xla_train.errors import ConfigError
+from xla_train.errors import ConfigError, one_line
 
 
 @contextmanager
@@ -46,38 +45,3 @@ def build_parts(recipe: str, overrides: dict[str, str]):
     with own_argv():
         cli = XlaTrainCLI(args, run=False, build_trainer=False)
     return cli.model, cli.datamodule
-
-
-def _type_name(name: str) -> str:
-    """A type as a command line would write its values: 'auto' for Literal['auto'], null for NoneType."""
-    if name.startswith("typing.Literal["):
-        return name[len("typing.Literal[") : -1]
-    name = name.rsplit(".", 1)[-1]
-    return {"NoneType": "null", "SeedInt": "int"}.get(name, name)
-
-
-def one_line(message: str) -> str:
-    """jsonargparse explains a type error over many lines; keep the key, what it expected and what it got."""
-    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
-    lines = [ln.strip(" -") for ln in message.strip().splitlines() if ln.strip(" -")]
-    key = ".".join(re.findall(r'Parser key "([^"]+)"', message))
-    expected = next((ln for ln in lines if ln.startswith("Expected")), None)
-    reason = next((ln for ln in lines if ln.startswith("Not of type")), None)
-    given = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
-    if key and reason and given and "does not conform to restriction" in reason:  # a union with a range (seed)
-        return f"{key}: {given} is out of range ({reason.split(': ', 1)[-1]})"
-    if key and expected:
-        expected, _, got = expected.partition(". Got value: ")
-        got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
-        subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), "")[len("Subtypes: [") : -1]
-        members = re.findall(r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes)
-        if members and "[" not in re.sub(r"typing\.Literal\[[^\]]*\]", "", subtypes):
-            # a union of plain types: name every member, not only the first (compile: bool or 'auto'); a union
-            # with a list in it keeps the first line, which names what each element should be
-            expected = "Expected " + " or ".join(_type_name(t) for t in members)
-        expected = re.sub(r"^Expected (a )?", "expected ", expected)
-        expected = re.sub(r"typing\.Literal\[([^\]]*)\]", r"one of \1", expected)  # a choice: its values
-        return f"{key}: {expected}" + (f", got {got!r}" if got else "")
-    if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."
-        return f"{key}: {reason[0].lower()}{reason[1:]}"
-    return lines[0] if lines else "invalid arguments"
