@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from xla_train.runtime import fast_path
+from xla_train.runtime import backend, fast_path
 from xla_train.runtime.plan import plan_hardware
 
 CPUINFO = """processor\t: 0
@@ -28,14 +28,14 @@ flags\t\t: fpu vme de pse avx2 avx512f {extra}
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, extra, flag):
     info = tmp_path / "cpuinfo"
     info.write_text(CPUINFO.format(extra=extra))
-    assert fast_path.cpu_bf16_flag(info) == flag
-    assert fast_path.cpu_bf16_flag(tmp_path / "absent") is None  # not Linux: no native bf16 claimed
+    assert backend.cpu_bf16_flag(info) == flag
+    assert backend.cpu_bf16_flag(tmp_path / "absent") is None  # not Linux: no native bf16 claimed
 
 
 @pytest.fixture
 def cpu_with(monkeypatch):
     def make(flag):
-        monkeypatch.setattr(fast_path, "cpu_bf16_flag", lambda cpuinfo=None: flag)
+        monkeypatch.setattr(backend, "cpu_bf16_flag", lambda cpuinfo=None: flag)
 
     return make
 

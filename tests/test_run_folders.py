@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_env, require, run_cli
-from xla_train.config import run_folders
-from xla_train.config.run_folders import RunCSVLogger  # imported before the fork: the children start at once
+from xla_train.config import run_loggers
+from xla_train.config.run_loggers import RunCSVLogger  # imported before the fork: the children start at once
 
 WORKERS, EACH = 6, 4
 
@@ -47,7 +47,7 @@ def test_claim_folder_skips_a_number_taken_since_it_listed(tmp_path, monkeypatch
         return real_mkdir(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "mkdir", racing_mkdir)
-    assert run_folders.claim_folder(tmp_path).name == "version_3"
+    assert run_loggers.claim_folder(tmp_path).name == "version_3"
 
 
 def test_a_refused_command_claims_no_folder(tmp_path):
@@ -136,16 +136,16 @@ def test_evaluations_go_beside_the_run_or_under_runs_dir(tmp_path, monkeypatch):
     ckpt = run / "checkpoints" / "last.ckpt"
     ckpt.write_bytes(b"")
     mine = tmp_path / "runs"
-    assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == run.resolve()
+    assert run_loggers.eval_parent(str(mine), "cifar10", str(ckpt)) == run.resolve()
     stray = tmp_path / "model.ckpt"
-    assert run_folders.eval_parent(str(mine), "cifar10", str(stray)) == mine / "cifar10"
-    assert run_folders.eval_parent(str(mine), "cifar10", None) == mine / "cifar10"
+    assert run_loggers.eval_parent(str(mine), "cifar10", str(stray)) == mine / "cifar10"
+    assert run_loggers.eval_parent(str(mine), "cifar10", None) == mine / "cifar10"
     # a run this user cannot write (emulated: tests may run as root, which may write anywhere)
-    real_access = run_folders.os.access
+    real_access = run_loggers.os.access
     monkeypatch.setattr(
-        run_folders.os, "access", lambda p, mode: False if Path(p) == run.resolve() else real_access(p, mode)
+        run_loggers.os, "access", lambda p, mode: False if Path(p) == run.resolve() else real_access(p, mode)
     )
-    assert run_folders.eval_parent(str(mine), "cifar10", str(ckpt)) == mine / "cifar10"
+    assert run_loggers.eval_parent(str(mine), "cifar10", str(ckpt)) == mine / "cifar10"
 
 
 def test_a_runs_dir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
@@ -153,8 +153,8 @@ def test_a_runs_dir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(Path, "mkdir", denied)
-    with pytest.raises(run_folders.ConfigError, match=f"cannot create a run folder in {tmp_path / 'x'}: permission"):
-        run_folders.claim_folder(tmp_path / "x")
+    with pytest.raises(run_loggers.ConfigError, match=f"cannot create a run folder in {tmp_path / 'x'}: permission"):
+        run_loggers.claim_folder(tmp_path / "x")
 
 
 def test_a_worker_writes_the_config_the_parent_rendered_atomically_and_never_over_a_run(tmp_path):

@@ -134,7 +134,7 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
     The run's own saved config supplies the recipe and the settings it was trained with (data
     folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI. Like the
     validate and test commands, it files its config and metrics with the run it measured, in the run's
-    eval_K folder (config/run_folders.py), never as a new version_N that would look like a training run.
+    eval_K folder (config/run_loggers.py), never as a new version_N that would look like a training run.
     """
     from xla_train.training.run_folder import RunFolder
 

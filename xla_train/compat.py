@@ -142,7 +142,7 @@ def logger_state(logger) -> dict:
 
 def set_logger_state(logger, state: dict) -> None:
     if state["version"] is not None:
-        if hasattr(logger, "adopt_version"):  # config/run_folders.py's claimed folders
+        if hasattr(logger, "adopt_version"):  # config/run_loggers.py's claimed folders
             logger.adopt_version(state["version"])
         else:
             logger._version = state["version"]

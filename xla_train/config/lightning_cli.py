@@ -3,7 +3,7 @@
 Hardware comes from runtime.plan.plan_hardware, so accelerator=tpu|xla|gpu|cpu is
 one switch. Each run gets its own version folder (never overwritten) holding
 the resolved config, the checkpoints and the metrics log; validate and test
-write theirs beside the checkpoint's run (config/run_folders.py).
+write theirs beside the checkpoint's run (config/run_loggers.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import fit_checkpoint_to, read_inference_block, safe_load
-from xla_train.config.run_folders import run_logger
+from xla_train.config.run_loggers import run_logger
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule

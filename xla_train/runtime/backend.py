@@ -11,6 +11,7 @@ runtime/plan.py (docs/layout.md, "Adding a backend").
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -18,6 +19,20 @@ import torch
 from xla_train.errors import ConfigError
 
 Accelerator = Literal["cpu", "gpu", "tpu", "xla"]  # what accelerator= names, past `auto`
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matrix arithmetic
+
+
+def cpu_bf16_flag(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """The first native-bf16 flag this CPU reports, or None (also where /proc/cpuinfo does not exist)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    return next((f for f in BF16_CPU_FLAGS if f in flags), None)
 
 
 class Backend:
@@ -79,6 +94,17 @@ class Backend:
         """The device in a table's words."""
         return f"CPU, eager ({cpu_model})" if cpu_model else "CPU, eager"
 
+    def native_bf16(self) -> tuple[str | None, str]:
+        """(why this hardware multiplies bf16 natively, or None; why it does not): the eager precision default."""
+        flag = cpu_bf16_flag()
+        return (f"the CPU has {flag}" if flag else None), "the CPU has neither amx_bf16 nor avx512_bf16"
+
+    def compile_default(self) -> tuple[bool | str, str]:
+        """What compile=auto means here: "auto" (decided against the run's length) or False, and why."""
+        if cpu_bf16_flag() != "amx_bf16":
+            return False, "compiled steps were not faster on a CPU without AMX"
+        return "auto", ""
+
 
 class CUDABackend(Backend):
     """Plain Lightning on CUDA (torch-xla 2.9 has no CUDA backend)."""
@@ -102,6 +128,18 @@ class CUDABackend(Backend):
 
     def describe(self, device, cpu_model: str = "") -> str:
         return torch.cuda.get_device_name(device)
+
+    def native_bf16(self) -> tuple[str | None, str]:
+        lacks = "the GPU has no native bf16 (compute capability < 8.0)"
+        if not torch.cuda.is_available():
+            return None, lacks
+        major, minor = torch.cuda.get_device_capability()
+        if (major, minor) >= (8, 0) and torch.cuda.is_bf16_supported():
+            return f"the GPU has compute capability {major}.{minor}", lacks
+        return None, lacks
+
+    def compile_default(self) -> tuple[bool | str, str]:
+        return "auto", ""  # the samples rule; compiled GPU steps not yet measured here
 
 
 _SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds] inside XLA syncs

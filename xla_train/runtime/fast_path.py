@@ -28,7 +28,6 @@ dict (`nn.Module.compile` compiles in place), so checkpoints load as before.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
@@ -36,33 +35,10 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
+from xla_train.runtime.backend import backend_for
 
-BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matrix arithmetic
 COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above and docs/hardware.md)
 CompileSetting = bool | str  # True, False or "auto"
-
-
-def cpu_bf16_flag(cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
-    """The first native-bf16 flag this CPU reports, or None (also where /proc/cpuinfo does not exist)."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return None
-    flags = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-    return next((f for f in BF16_CPU_FLAGS if f in flags), None)
-
-
-def gpu_bf16() -> str | None:
-    """Why this GPU takes bf16 natively (compute capability 8.0 or later, Ampere on), or None."""
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    if (major, minor) >= (8, 0) and torch.cuda.is_bf16_supported():
-        return f"the GPU has compute capability {major}.{minor}"
-    return None
 
 
 def parse_setting(key: str, value) -> CompileSetting:
@@ -99,20 +75,27 @@ class FastPath:
 
 def choose(
     kind: str, precision=None, compile: CompileSetting = "auto", channels_last: CompileSetting = "auto"
-) -> FastPath:
-    """The precision, memory format and compile setting of a cpu or gpu run; an explicit key always wins."""
+) -> FastPath | None:
+    """The precision, memory format and compile setting of an eager run on accelerator=`kind`, from what its
+    backend answers; an explicit key always wins. None for a backend that compiles every step itself, which
+    refuses both knobs."""
+    backend = backend_for(kind)
     compile, channels_last = parse_setting("compile", compile), parse_setting("channels_last", channels_last)
+    if backend.compiles_steps:
+        for key, value in (("compile", compile), ("channels_last", channels_last)):
+            if value is True:
+                what = "torch.compile (inductor)" if key == "compile" else "a memory format for eager convolutions"
+                raise ConfigError(
+                    f"{key}=true is {what} for accelerator=cpu or gpu; accelerator={kind} already "
+                    f"compiles each step with XLA, so leave {key} unset"
+                )
+        return None
     why = {}
     if precision is not None:
         why["precision"] = "precision= as given"
         precision = str(precision)
     else:
-        if kind == "cpu":
-            flag = cpu_bf16_flag()
-            native = f"the CPU has {flag}" if flag else None
-            lacks = "the CPU has neither amx_bf16 nor avx512_bf16"
-        else:
-            native, lacks = gpu_bf16(), "the GPU has no native bf16 (compute capability < 8.0)"
+        native, lacks = backend.native_bf16()
         precision = "bf16-mixed" if native else "32-true"
         why["precision"] = f"default: {native}" if native else f"default: {lacks}, where bf16 would be emulated"
     why["channels_last"] = "default: conv nets only" if channels_last == "auto" else "channels_last= as given"
@@ -121,21 +104,11 @@ def choose(
         if compile == "auto"
         else "compile= as given"
     )
-    if compile == "auto" and kind == "cpu" and cpu_bf16_flag() != "amx_bf16":
-        compile = False
-        why["compile"] = "default: compiled steps were not faster on a CPU without AMX"
+    if compile == "auto":
+        compile, reason = backend.compile_default()
+        if reason:
+            why["compile"] = f"default: {reason}"
     return FastPath(precision, channels_last, compile, why)
-
-
-def refuse_on_xla(kind: str, compile, channels_last) -> None:
-    """compile= and channels_last= are the eager paths' knobs; XLA compiles and lays out the graph itself."""
-    for key, value in (("compile", compile), ("channels_last", channels_last)):
-        if parse_setting(key, value) is True:
-            what = "torch.compile (inductor)" if key == "compile" else "a memory format for eager convolutions"
-            raise ConfigError(
-                f"{key}=true is {what} for accelerator=cpu or gpu; accelerator={kind} already "
-                f"compiles each step with XLA, so leave {key} unset"
-            )
 
 
 def is_conv_net(net: torch.nn.Module) -> bool:

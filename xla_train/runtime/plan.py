@@ -143,7 +143,7 @@ def plan_hardware(
         if strategy != "auto":
             kwargs["strategy"] = _lightning_strategy(kind, strategy)
         return HardwarePlan(kind, kwargs, fast_path=path)
-    fast.refuse_on_xla(kind, compile, channels_last)
+    fast.choose(kind, precision, compile, channels_last)  # refuses compile= and channels_last= on XLA
     from xla_train.runtime.backend import xla
 
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)  # first: it sets PJRT_DEVICE

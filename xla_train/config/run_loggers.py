@@ -1,4 +1,4 @@
-"""Where a command's files go: a folder of its own, claimed with an exclusive mkdir.
+"""Where a command's logs go: each fit a version_N claimed with an exclusive mkdir, each evaluation an eval_K beside its run.
 
 Lightning's loggers pick `version_N` by listing the folder and adding 1, so two
 fits of one recipe started together can pick the same N and write into one
