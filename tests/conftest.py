@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +74,37 @@ def cli_env(devices: int = 1, **extra) -> dict:
     return env
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+POD_FIT = (  # a short quickstart fit of a tiny net, as every emulated pod test runs it
+    "recipe=quickstart",
+    "model.net.class_path=probes.TinyNet",
+    "predict_samples=0",
+    "--trainer.limit_val_batches=1",
+    "--trainer.num_sanity_val_steps=0",
+)
+
+
+def run_pod(work_of, args_of, timeout: int = 150) -> list[subprocess.CompletedProcess]:
+    """Two emulated pod hosts (tests/pod_host.py, 1 XLA:CPU device each) started together: host h runs in the
+    folder work_of(h) with POD_FIT plus args_of(h)."""
+    port = str(free_port())
+
+    def host(h: int):
+        work = work_of(h)
+        work.mkdir(parents=True, exist_ok=True)
+        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        command = [sys.executable, str(TESTS / "pod_host.py"), *POD_FIT, *args_of(h)]
+        return subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(host, (0, 1)))
+
+
 def run_cli(
     *args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
@@ -95,15 +128,9 @@ def cpu_run(cifar_root, tmp_path_factory) -> Path:
     """One short CPU fit of the CNN on the fixture; its run folder."""
     work = tmp_path_factory.mktemp("cpu_run")
     run_cli(
-        "fit",
-        "recipe=cifar10",
-        "accelerator=cpu",
-        "devices=1",
-        "epochs=1",
-        "batch_size=32",
-        f"data_dir={cifar_root}",
-        "download=false",
+        *"fit recipe=cifar10 accelerator=cpu devices=1 epochs=1 batch_size=32 download=false".split(),
         "test_after_fit=false",
+        f"data_dir={cifar_root}",
         cwd=work,
     )
     return work / "runs" / "cifar10" / "version_0"

@@ -71,19 +71,9 @@ def png_text(path) -> dict:
 
 def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_path):
     # eager CPU cells: test_sweep_compares_precision_compile_and_channels_last_on_cpu (default-suite time)
-    proc = run_cli(
-        "bench",
-        f"recipe={tiny_recipe}",
-        "accelerators=xla",
-        "batch_sizes=8,16",
-        "steps=2",
-        "warmup=2",
-        "on_device=true",
-        "steps_per_execution=2",
-        "execution_loop=while",
-        cwd=tmp_path,
-        timeout=400,
-    )
+    settings = "accelerators=xla batch_sizes=8,16 steps=2 warmup=2 on_device=true".split()
+    settings += ["steps_per_execution=2", "execution_loop=while"]
+    proc = run_cli("bench", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=400)
     run = tmp_path / "runs" / "bench" / "version_0"
     assert f"results: {run.relative_to(tmp_path)}" in proc.stdout
     prov, rows = read_table(run / "bench.csv")
@@ -189,20 +179,8 @@ def test_predict_bench_compares_serving_forms_side_by_side(
     """eager, ONNX Runtime on the export and int8, each against eager's probabilities and on the test split."""
     monkeypatch.chdir(tmp_path)
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
-    assert (
-        main(
-            [
-                "bench",
-                "predict",
-                f"ckpt={ckpt}",
-                "repeats=10",
-                "batch_size=32",
-                "forms=onnx,int8",
-                f"runs_dir={tmp_path}",
-            ]
-        )
-        == 0
-    )
+    settings = "repeats=10 batch_size=32 forms=onnx,int8".split()
+    assert main(["bench", "predict", f"ckpt={ckpt}", *settings, f"runs_dir={tmp_path}"]) == 0
     out = capsys.readouterr().out
     prov, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
     assert set(prov) == set(PROVENANCE) and "thread(s)" in prov["hardware"]
@@ -228,21 +206,8 @@ def test_predict_bench_compares_serving_forms_side_by_side(
 def test_predict_bench_with_torch_compile(cpu_run, tmp_path, relaxed_cifar_checks):
     """torch.compile's row: compiled in the warm-up (a minute or more on a busy 2-core machine), then timed."""
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
-    assert (
-        main(
-            [
-                "bench",
-                "predict",
-                f"ckpt={ckpt}",
-                "repeats=5",
-                "batch_size=16",
-                "forms=compile",
-                "score=false",
-                f"runs_dir={tmp_path}",
-            ]
-        )
-        == 0
-    )
+    settings = "repeats=5 batch_size=16 forms=compile score=false".split()
+    assert main(["bench", "predict", f"ckpt={ckpt}", *settings, f"runs_dir={tmp_path}"]) == 0
     _, rows = read_table(tmp_path / "bench" / "version_0" / "predict.csv")
     assert [r["what"] for r in rows] == ["eager", "torch.compile", "eager end to end"]
     check_predict_rows(rows, 16)
@@ -310,17 +275,8 @@ def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys
 
 @pytest.mark.slow  # default-suite time; SPMD itself: test_spmd.py
 def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
-    run_cli(
-        "bench",
-        "replicas",
-        f"recipe={tiny_recipe}",
-        "devices=1,2",
-        "batch_sizes=8",
-        "steps=2",
-        "warmup=2",
-        cwd=tmp_path,
-        timeout=400,
-    )
+    settings = "devices=1,2 batch_sizes=8 steps=2 warmup=2".split()
+    run_cli("bench", "replicas", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=400)
     _, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")
     assert [(r["accelerator"], r["devices"], r["global_batch"], r["device"]) for r in rows] == [
         ("xla", "1", "8", "XLA:CPU"),
@@ -332,17 +288,8 @@ def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
 @pytest.mark.slow  # default-suite time; K itself: test_steps_per_execution.py
 def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
     """K steps as one program: each cell times whole executions and reports per step (bench/timing.py)."""
-    run_cli(
-        "bench",
-        f"recipe={tiny_recipe}",
-        "accelerators=cpu,xla",
-        "batch_sizes=8",
-        "steps_per_execution=1,4",
-        "steps=4",
-        "warmup=4",
-        cwd=tmp_path,
-        timeout=400,
-    )
+    settings = "accelerators=cpu,xla batch_sizes=8 steps_per_execution=1,4 steps=4 warmup=4".split()
+    run_cli("bench", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=400)
     run = tmp_path / "runs" / "bench" / "version_0"
     _, rows = read_table(run / "bench.csv")
     # eager CPU runs one step at a time, so it gets one cell
@@ -366,33 +313,12 @@ def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
 
 @pytest.mark.slow  # default-suite time; the sweep's own test covers the mechanism
 def test_lstm_and_pipeline_presets_vary_their_own_key(tiny_recipe, tmp_path):
-    run_cli(
-        "bench",
-        "lstm",
-        f"recipe={tiny_recipe}",
-        "maxlens=8,16",
-        "accelerators=cpu",
-        "batch_sizes=8",
-        "steps=2",
-        "warmup=1",
-        cwd=tmp_path,
-        timeout=300,
-    )
+    settings = "maxlens=8,16 accelerators=cpu batch_sizes=8 steps=2 warmup=1".split()
+    run_cli("bench", "lstm", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=300)
     _, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")
     assert [r["maxlen"] for r in rows] == ["8", "16"] and all(not r["error"] for r in rows), rows
-    proc = run_cli(
-        "bench",
-        "pipeline",
-        f"recipe={tiny_recipe}",
-        "progress_every=0,1",
-        "accelerators=cpu",
-        "batch_sizes=8",
-        "steps=2",
-        "warmup=1",
-        "rounds=2",
-        cwd=tmp_path,
-        timeout=300,
-    )
+    settings = "progress_every=0,1 accelerators=cpu batch_sizes=8 steps=2 warmup=1 rounds=2".split()
+    proc = run_cli("bench", "pipeline", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=300)
     _, rows = read_table(tmp_path / "runs" / "bench" / "version_1" / "bench.csv")
     assert [(r["progress_every"], r["rounds"]) for r in rows] == [("0", "2"), ("1", "2")], rows
     assert "x 2 rounds in alternating order" in proc.stdout
@@ -467,19 +393,9 @@ def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
 
 def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tiny_recipe, tmp_path):
     """The fast path's knobs as lists (runtime/fast_path.py): one cell each, recording what it ran with."""
-    run_cli(
-        "bench",
-        f"recipe={tiny_recipe}",
-        "accelerators=cpu",
-        "batch_sizes=8",
-        "precision=32,bf16-mixed",
-        "compile=false",
-        "channels_last=true",
-        "steps=2",
-        "warmup=1",
-        cwd=tmp_path,
-        timeout=300,
-    )
+    settings = "accelerators=cpu batch_sizes=8 precision=32,bf16-mixed steps=2 warmup=1".split()
+    settings += ["compile=false", "channels_last=true"]
+    run_cli("bench", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=300)
     run = tmp_path / "runs" / "bench" / "version_0"
     _, rows = read_table(run / "bench.csv")
     assert [(r["precision"], r["compile"], r["channels_last"]) for r in rows] == [

@@ -145,14 +145,8 @@ def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_
         [sys.executable, guard, "--selftest"], env=env, capture_output=True, text=True, timeout=300
     )
     assert "NETWORK ATTEMPT" in selftest.stderr and "metadata refused" in selftest.stdout, selftest
-    proc = subprocess.run(
-        [sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("xla_train: error: ")]
     assert errors == [

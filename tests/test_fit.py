@@ -27,14 +27,8 @@ def epoch_value(rows, key):
 def xla_run(cifar_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("xla_run")
     proc = run_cli(
-        "fit",
-        "recipe=cifar10",
-        "accelerator=xla",
-        "devices=1",
-        "epochs=2",
-        "batch_size=32",
+        *"fit recipe=cifar10 accelerator=xla devices=1 epochs=2 batch_size=32 download=false".split(),
         f"data_dir={cifar_root}",
-        "download=false",
         "--trainer.callbacks+=probes.LibraryLoads",
         f"--trainer.callbacks.init_args.out={work / 'loads.json'}",
         cwd=work,
@@ -103,15 +97,8 @@ def test_xla_fit_writes_a_complete_run_folder(xla_run):
 
 def test_val_fraction_zero_validates_on_test_and_the_final_line_does_not_say_held_out(cifar_root, tmp_path):
     proc = run_cli(
-        "fit",
-        "recipe=cifar10",
-        "accelerator=cpu",
-        "devices=1",
-        "epochs=1",
-        "batch_size=32",
-        "val_fraction=0",
+        *"fit recipe=cifar10 accelerator=cpu devices=1 epochs=1 batch_size=32 val_fraction=0 download=false".split(),
         f"data_dir={cifar_root}",
-        "download=false",
         cwd=tmp_path,
     )
     run = tmp_path / "runs" / "cifar10" / "version_0"

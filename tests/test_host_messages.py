@@ -14,13 +14,13 @@ from functools import partial
 import torch.distributed as dist
 from lightning.pytorch.loggers import CSVLogger
 
-from test_scaling import _free_port
 from xla_train.runtime.multihost import HostChannel, HostTopology
+from conftest import free_port
 
 
 def _channels(world: int) -> list[HostChannel]:
     """HostChannels over one TCPStore, as torch_xla's xla:// rendezvous would hand them to each host."""
-    port = _free_port()
+    port = free_port()
     server = dist.TCPStore(
         "127.0.0.1", port, world, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False
     )

@@ -473,3 +473,18 @@ def test_every_dependency_whose_private_api_is_touched_has_an_upper_bound():
 def _next_major_or_minor(version: str) -> str:
     major, minor = version.split(".")[:2]
     return f"{major}.{int(minor) + 1}.0"
+
+
+def test_module_docstrings_say_why_in_a_few_lines_and_leave_history_to_the_docs():
+    """Measurements and project history live in docs/; a module says why it is built as it is, and points there."""
+    import re
+
+    long, history = [], []
+    for name, path in MODULES.items():
+        source = path.read_text()
+        doc = ast.get_docstring(ast.parse(source), clean=False) or ""
+        if doc.count("\n") + 1 > 12:  # cli/bench.py's is 12: its usage block is `bench --help`
+            long.append(f"{name}: {doc.count(chr(10)) + 1} lines")
+        history += [f"{name}: {m.group()!r}" for m in re.finditer(r"\b[Ii]ssue \d+|\bissue's\b", source)]
+    assert not long, long
+    assert not history, history

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
-from conftest import TESTS, cli_env
-from test_scaling import _free_port
+from conftest import cli_env, run_pod
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 STEPS = 6
@@ -19,38 +17,19 @@ STEPS = 6
 
 def _pod(work, *extra: str, host1: tuple[str, ...] = (), timeout: int = 150):
     """Two emulated hosts (1 XLA:CPU device each) run one fit; `host1` are arguments for host 1 alone."""
-    port = str(_free_port())
 
-    def host(h: int):
-        d = work / f"host{h}"
-        d.mkdir(parents=True, exist_ok=True)
-        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        args = [
-            "recipe=quickstart",
-            "model.net.class_path=probes.TinyNet",
-            "predict_samples=0",
+    def args(h: int) -> tuple[str, ...]:
+        stop = work / f"host{h}" / "stop.json"
+        fit = (
             "epochs=1",
             "test_after_fit=false",
             f"runs_dir={work / 'runs'}",
             f"--trainer.limit_train_batches={STEPS}",
-            "--trainer.limit_val_batches=1",
-            "--trainer.num_sanity_val_steps=0",
-            "--trainer.callbacks+=probes.StopRecord",
-            f"--trainer.callbacks.init_args.out={d / 'stop.json'}",
-            *extra,
-            *(host1 if h == 1 else ()),
-        ]
-        return subprocess.run(
-            [sys.executable, str(TESTS / "pod_host.py"), *args],
-            cwd=d,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
         )
+        record = ("--trainer.callbacks+=probes.StopRecord", f"--trainer.callbacks.init_args.out={stop}")
+        return (*fit, *record, *extra, *(host1 if h == 1 else ()))
 
-    with ThreadPoolExecutor(2) as pool:
-        return list(pool.map(host, (0, 1)))
+    return run_pod(lambda h: work / f"host{h}", args, timeout)
 
 
 def _last(work, version: int) -> dict:

@@ -130,15 +130,9 @@ def resnet_run(cifar_root, tmp_path_factory):
     are two training graphs, both compiled in epoch 1."""
     work = tmp_path_factory.mktemp("resnet_run")
     proc = run_cli(
-        "fit",
-        "recipe=cifar10_resnet",
-        "accelerator=xla",
-        "devices=1",
-        "epochs=2",
-        "batch_size=32",
-        f"data_dir={cifar_root}",
-        "download=false",
+        *"fit recipe=cifar10_resnet accelerator=xla devices=1 epochs=2 batch_size=32 download=false".split(),
         "test_after_fit=false",
+        f"data_dir={cifar_root}",
         cwd=work,
     )
     return work / "runs" / "cifar10_resnet" / "version_0", proc

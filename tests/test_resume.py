@@ -32,6 +32,14 @@ def final_weights(work):
     return ckpt["global_step"], ckpt["state_dict"]
 
 
+def stopped_at(step: int, *args: str, cwd, sig: str | None = None):
+    """A fit that stops itself after `step` (tests/killer.py): SIGKILL, or `sig`; it must exit as that stop does."""
+    kill = ("--trainer.callbacks+=killer.KillAt", f"--trainer.callbacks.init_args.step={step}")
+    proc = run_cli(*args, *kill, *((f"--trainer.callbacks.init_args.sig={sig}",) if sig else ()), cwd=cwd, check=False)
+    assert proc.returncode == (PREEMPTED_EXIT_CODE if sig else -9), proc.stderr[-2000:]
+    return proc
+
+
 def assert_same_weights(a, b, tol):
     assert a[0] == b[0], f"global_step {a[0]} != {b[0]}"
     for k in a[1]:
@@ -94,16 +102,7 @@ def test_same_seed_same_weights_on_cpu(uninterrupted_cpu, cifar_root, tmp_path):
 
 
 def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu, cifar_root, tmp_path):
-    killed = run_cli(
-        *COMMON,
-        "accelerator=cpu",
-        f"data_dir={cifar_root}",
-        "--trainer.callbacks+=killer.KillAt",
-        "--trainer.callbacks.init_args.step=9",
-        cwd=tmp_path,
-        check=False,
-    )
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    stopped_at(9, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path)
     assert final_weights(tmp_path)[0] == 8  # the step-8 checkpoint, mid epoch 2, survived the kill
     run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
     assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
@@ -122,32 +121,14 @@ def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_ro
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     run_cli(*COMMON, *rng_data, cwd=a)
-    killed = run_cli(
-        *COMMON,
-        *rng_data,
-        "--trainer.callbacks+=killer.KillAt",
-        "--trainer.callbacks.init_args.step=9",
-        cwd=b,
-        check=False,
-    )
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    stopped_at(9, *COMMON, *rng_data, cwd=b)
     assert final_weights(b)[0] == 8
     run_cli(*COMMON, *rng_data, "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-6)
 
 
 def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(uninterrupted_cpu, cifar_root, tmp_path):
-    stopped = run_cli(
-        *COMMON,
-        "accelerator=cpu",
-        f"data_dir={cifar_root}",
-        "--trainer.callbacks+=killer.KillAt",
-        "--trainer.callbacks.init_args.step=9",
-        "--trainer.callbacks.init_args.sig=SIGTERM",
-        cwd=tmp_path,
-        check=False,
-    )
-    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
+    stopped = stopped_at(9, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path, sig="SIGTERM")
     assert "stopped by signal after step 9" in stopped.stderr and "ckpt=last" in stopped.stderr
     assert final_weights(tmp_path)[0] == 9
     resumed = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
@@ -156,18 +137,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(unin
 
 
 def test_sigint_is_a_clean_stop_too(cifar_root, tmp_path):
-    stopped = run_cli(
-        *COMMON,
-        "accelerator=cpu",
-        f"data_dir={cifar_root}",
-        "epochs=1",
-        "--trainer.callbacks+=killer.KillAt",
-        "--trainer.callbacks.init_args.step=3",
-        "--trainer.callbacks.init_args.sig=SIGINT",
-        cwd=tmp_path,
-        check=False,
-    )
-    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
+    stopped_at(3, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "epochs=1", cwd=tmp_path, sig="SIGINT")
     assert final_weights(tmp_path)[0] == 3
 
 
@@ -180,17 +150,7 @@ def test_xla_sigterm_then_resume_matches_the_uninterrupted_run(cifar_root, tmp_p
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     run_cli(*COMMON, "accelerator=xla", f"data_dir={cifar_root}", cwd=a)
-    stopped = run_cli(
-        *COMMON,
-        "accelerator=xla",
-        f"data_dir={cifar_root}",
-        "--trainer.callbacks+=killer.KillAt",
-        "--trainer.callbacks.init_args.step=9",
-        "--trainer.callbacks.init_args.sig=SIGTERM",
-        cwd=b,
-        check=False,
-    )
-    assert stopped.returncode == PREEMPTED_EXIT_CODE, stopped.stderr[-2000:]
+    stopped_at(9, *COMMON, "accelerator=xla", f"data_dir={cifar_root}", cwd=b, sig="SIGTERM")
     resumed = run_cli(*COMMON, "accelerator=xla", f"data_dir={cifar_root}", "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)
     assert "compile" in resumed_epoch_line(resumed.stdout)  # the new process's compiles are counted, not hidden
@@ -213,10 +173,7 @@ def test_xla_resume_on_device_data_with_device_augmentation_ends_at_the_uninterr
     a.mkdir(), b.mkdir()
     first = run_cli(*args, cwd=a)
     assert "data: on the device (" in first.stdout
-    killed = run_cli(
-        *args, "--trainer.callbacks+=killer.KillAt", "--trainer.callbacks.init_args.step=9", cwd=b, check=False
-    )
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    stopped_at(9, *args, cwd=b)
     assert final_weights(b)[0] == 8
     run_cli(*args, "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)

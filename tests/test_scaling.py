@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import TESTS, cli_env
+from conftest import TESTS, cli_env, free_port, run_pod
 
 BATCH = 8  # per device
 GLOBAL_DEVICES = 8
@@ -142,47 +141,16 @@ def test_each_pod_host_loads_a_disjoint_slice_and_together_the_global_batch(host
         assert all(len(s[split]) == len(expected) for s in shares)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_only_the_first_pod_host_writes_and_every_host_resumes(tmp_path):
     """Two emulated hosts run one real fit (2 XLA:CPU devices each, as 1 device on each of 2 hosts), each
     given its own runs_dir: host 0's fills, host 1's stays empty. Host 1 then tests host 0's best checkpoint
     (test_after_fit), which it finds only through the run folder host 0 broadcast. Then both hosts resume
     from host 0's last.ckpt for a second epoch: host 1 loads the file it did not write, and still writes nothing."""
-    port = str(_free_port())
     runs = {h: tmp_path / f"host{h}" / "runs" for h in (0, 1)}
 
-    def host(h: int, *extra: str):
-        work = runs[h].parent
-        work.mkdir(exist_ok=True)
-        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        args = [
-            "recipe=quickstart",
-            "model.net.class_path=probes.TinyNet",
-            "predict_samples=0",
-            f"runs_dir={runs[h]}",
-            "--trainer.limit_train_batches=2",
-            "--trainer.limit_val_batches=1",
-            "--trainer.limit_test_batches=1",
-            "--trainer.num_sanity_val_steps=0",
-            *extra,
-        ]
-        return subprocess.run(
-            [sys.executable, str(TESTS / "pod_host.py"), *args],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
     def both(*extra: str):
-        with ThreadPoolExecutor(2) as pool:
-            p0, p1 = pool.map(lambda h: host(h, *extra), (0, 1))
+        args = ("--trainer.limit_train_batches=2", "--trainer.limit_test_batches=1", *extra)
+        p0, p1 = run_pod(lambda h: runs[h].parent, lambda h: (f"runs_dir={runs[h]}", *args), timeout=120)
         for p in (p0, p1):
             assert p.returncode == 0, p.stderr[-4000:]
         return p0, p1
@@ -216,37 +184,10 @@ def test_pod_hosts_run_steps_per_execution_as_one_step_at_a_time(tmp_path):
     import torch
 
     def fit(k: int) -> dict:
-        port = str(_free_port())
-
-        def host(h: int):
-            work = tmp_path / f"k{k}" / f"host{h}"
-            work.mkdir(parents=True)
-            env = cli_env(
-                2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
-            )
-            args = [
-                "recipe=quickstart",
-                "model.net.class_path=probes.TinyNet",
-                "predict_samples=0",
-                "epochs=1",
-                "test_after_fit=false",
-                f"steps_per_execution={k}",
-                "on_device=true",
-                "--trainer.limit_train_batches=4",
-                "--trainer.limit_val_batches=1",
-                "--trainer.num_sanity_val_steps=0",
-            ]
-            return subprocess.run(
-                [sys.executable, str(TESTS / "pod_host.py"), *args],
-                cwd=work,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-
-        with ThreadPoolExecutor(2) as pool:
-            procs = list(pool.map(host, (0, 1)))
+        args = ("epochs=1", "test_after_fit=false", f"steps_per_execution={k}", "on_device=true")
+        procs = run_pod(
+            lambda h: tmp_path / f"k{k}" / f"host{h}", lambda h: (*args, "--trainer.limit_train_batches=4"), timeout=180
+        )
         for p in procs:
             assert p.returncode == 0, p.stderr[-4000:]
         assert not (tmp_path / f"k{k}" / "host1" / "runs").exists()
@@ -367,7 +308,7 @@ def test_num_nodes_below_one_is_one_line(torchrun_rank, tmp_path, monkeypatch, c
 def test_torchrun_runs_the_module_as_two_nodes(tmp_path):
     """docs/scaling.md's torchrun command, as two nodes of one CPU process each on this machine (accelerator=cpu,
     gloo): torchrun's `-m xla_train`, Lightning's detection of torchrun, and one writer."""
-    port = str(_free_port())
+    port = str(free_port())
 
     def node(n: int):
         work = tmp_path / f"node{n}"

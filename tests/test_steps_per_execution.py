@@ -193,25 +193,23 @@ def test_adam_and_dropout_in_the_while_loop_train_as_one_step_at_a_time(tiny_run
     assert_same_training(runs["adam_k1"], runs["adam_while"], steps=18)
 
 
-def test_the_lstm_scan_inside_the_while_loop_trains_as_one_step_at_a_time(tmp_path):
-    """The scan LSTM is itself an XLA While loop: here it runs inside the K-step one, with a remainder."""
-    data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
-    args = (
-        "recipe=imdb",
-        "accelerator=xla",
-        "maxlen=16",
-        "model.net.embed_dim=8",
-        "model.net.hidden_size=8",
-        "lr=0.01",
-        "download=false",
-        "batch_size=8",
-        "epochs=2",
-        "trainer.max_steps=16",
+def lstm_fit(data, *size: str) -> tuple[str, ...]:
+    """The LSTM on XLA for 16 steps of 8 reviews over two epochs (81 training reviews: 10 steps an epoch)."""
+    fixed = "recipe=imdb accelerator=xla lr=0.01 download=false batch_size=8 epochs=2 trainer.max_steps=16"
+    return (
+        *fixed.split(),
+        *size,
         "test_after_fit=false",
         "trainer.limit_val_batches=1",
         f"data_dir={data}",
         NO_HOLDOUT,
     )
+
+
+def test_the_lstm_scan_inside_the_while_loop_trains_as_one_step_at_a_time(tmp_path):
+    """The scan LSTM is itself an XLA While loop: here it runs inside the K-step one, with a remainder."""
+    data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
+    args = lstm_fit(data, "maxlen=16", "model.net.embed_dim=8", "model.net.hidden_size=8")
     fit(tmp_path / "k1", *args, "steps_per_execution=1")
     fit(tmp_path / "while", *args, "steps_per_execution=4", "execution_loop=while")
     assert_same_training(tmp_path / "k1", tmp_path / "while")
@@ -317,20 +315,7 @@ def test_a_sigterm_inside_a_group_saves_every_counted_step(cifar_root, tmp_path)
 @pytest.mark.slow  # default-suite time; the CNN's K=8 comparison stays in the default suite
 def test_eight_steps_per_execution_train_as_one_at_a_time_lstm(tmp_path):
     data = write_aclimdb(tmp_path / "data", per_class=40)  # 81 training reviews: 10 steps of 8 an epoch
-    args = (
-        "recipe=imdb",
-        "accelerator=xla",
-        "maxlen=64",
-        "model.net.embed_dim=32",
-        "lr=0.01",
-        "download=false",
-        "batch_size=8",
-        "epochs=2",
-        "trainer.max_steps=16",
-        "test_after_fit=false",
-        f"data_dir={data}",
-        NO_HOLDOUT,
-    )
+    args = lstm_fit(data, "maxlen=64", "model.net.embed_dim=32")  # validation on one batch, as above
     for k in (1, 8):
         fit(tmp_path / f"k{k}", *args, f"steps_per_execution={k}")
     assert_same_training(tmp_path / "k1", tmp_path / "k8")
@@ -349,52 +334,27 @@ def test_eight_steps_per_execution_train_as_one_at_a_time_resnet(cifar_root, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("net", ["lstm", "resnet"])
-def test_eight_steps_per_execution_under_spmd_lstm_and_resnet(net, cifar_root, tmp_path):
-    """The scan LSTM and the ResNet's BatchNorm (reduction form under SPMD) on 8 devices, with SGD as below."""
+@pytest.mark.parametrize("net", ["cnn", "lstm", "resnet"])
+def test_eight_steps_per_execution_under_spmd_on_eight_devices(net, tmp_path):
+    """8 devices: the CNN (1,025 fixture images: 8 steps of 8 x 16 an epoch), the scan LSTM and the ResNet's
+    BatchNorm (reduction form under SPMD), with SGD. With Adam the partitioner's differently split reductions
+    meet a near-zero gradient's last bits, which Adam answers with up to a whole learning-rate step
+    (docs/feeding.md), which would hide what this test is for."""
     if net == "lstm":
         data = write_aclimdb(tmp_path / "data", per_class=256)  # 513 reviews: 8 steps of 8 x 8 an epoch
-        args = ("recipe=imdb", "maxlen=64", "model.net.embed_dim=32", "epochs=2")
+        args = ("recipe=imdb", "maxlen=64", "model.net.embed_dim=32", "batch_size=8")
     else:
         data = write_cifar10(tmp_path / "data", per_batch=205)
-        args = ("recipe=cifar10_resnet", "depth=8", "epochs=2", "batch_size=16")
+        args = (
+            ("recipe=cifar10_resnet", "depth=8", "batch_size=16")
+            if net == "resnet"
+            else ("recipe=cifar10", "batch_size=16")
+        )
     args = (
         *args,
         "accelerator=xla",
         "devices=8",
-        "model.optimizer=sgd",
-        "lr=0.01",
-        "trainer.limit_val_batches=1",
-        "download=false",
-        "test_after_fit=false",
-        f"data_dir={data}",
-        NO_HOLDOUT,
-    )
-    for k in (1, 8):
-        fit(
-            tmp_path / f"k{k}",
-            *args,
-            *(("batch_size=8",) if net == "lstm" else ()),
-            f"steps_per_execution={k}",
-            devices=8,
-        )
-    assert_same_training(tmp_path / "k1", tmp_path / "k8")
-
-
-@pytest.mark.slow
-def test_eight_steps_per_execution_under_spmd_on_eight_devices(tmp_path):
-    """8 devices x 16 images: 1,025 fixture images make 8 steps an epoch, 16 in two epochs.
-
-    With SGD: the partitioner splits the two programs' reductions differently, and Adam answers a near-zero
-    gradient's last bits with up to a whole learning-rate step (measured 1.3e-4 here after 16 steps, against
-    1.2e-7 with SGD; docs/feeding.md), which would hide what this test is for."""
-    data = write_cifar10(tmp_path / "data", per_batch=205)
-    args = (
-        "recipe=cifar10",
-        "accelerator=xla",
-        "devices=8",
         "epochs=2",
-        "batch_size=16",
         "model.optimizer=sgd",
         "lr=0.01",
         "trainer.limit_val_batches=1",

@@ -44,14 +44,8 @@ print(json.dumps({{"folder": str(run.folder), "last": run.last_checkpoint, "best
 def test_xla_mp_returns_the_workers_metrics_run_folder_and_checkpoints_to_the_parent(tmp_path):
     env = cli_env(1, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     args = [f"--{k}={v}" if k.startswith("trainer.") else f"{k}={v}" for k, v in SETTINGS.items()]
-    cli = subprocess.run(
-        [sys.executable, str(TESTS / "mp_host.py"), "recipe=quickstart", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [sys.executable, str(TESTS / "mp_host.py"), "recipe=quickstart", *args]
+    cli = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stderr[-4000:]
     run = tmp_path / "runs" / "quickstart" / "version_0"
     assert "held-out test accuracy: " in cli.stdout, cli.stdout  # the parent's line, from the worker's metrics

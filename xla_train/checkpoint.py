@@ -1,12 +1,9 @@
 """The checkpoint file: written atomically, read without running code, and self-sufficient for inference.
 
-`atomic_write` is also the one writer for the package's other files that a
-crash must not leave half-written (the IMDB token cache).
-
-A Lightning checkpoint plus one block, "xla_train", that names the net by its
-architecture key (never an import path), its constructor arguments, and the
-preprocessing and labels that raw inputs need. Only torch is imported here, so
-serving a checkpoint needs neither Lightning nor torch_xla.
+A Lightning checkpoint plus one block, "xla_train", naming the net by its architecture key (never an import path),
+its constructor arguments, and the preprocessing and labels raw inputs need. Only torch is imported here, so
+serving needs neither Lightning nor torch_xla. `atomic_write` is also the one writer of the other files a crash
+must not half-write: config.yaml, exports, prediction tables, the IMDB token cache (docs/serving.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Every use of a private API of Lightning, torch_xla, torch, torchvision or jsonargparse, in one place.
+"""Every reach behind a public API (Lightning, torch_xla, torch, jsonargparse, Python's sys), and every process-wide patch.
 
-Each entry says what it relies on and was read in the installed sources of:
+Each entry says what it relies on, and was read in the installed sources of:
 lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0, torchvision 0.24.0, jsonargparse 4.53.0
-(pyproject.toml bounds them). When one of these is upgraded, this file is the
-audit: check each entry against the new source; nothing else in xla_train
-reaches behind a public API. tests/test_layout.py keeps it that way.
+(torchvision has no entry today; pyproject.toml caps each). On an upgrade this file is the audit: check each entry
+against the new source. The patches section lists each process-wide patch with its install and its undo.
+tests/test_layout.py keeps private names out of the rest of xla_train (docs/layout.md).
 """
 
 from __future__ import annotations
@@ -195,8 +195,8 @@ def xla_sharded_across_devices(tensor) -> bool:
 def xla_mark_sharding(tensor, op_sharding) -> None:
     """What `xs.mark_sharding` does for a plain XLA tensor (`torch_xla/distributed/spmd/xla_sharding.py`, 2.9.0):
     `_XLAC._xla_mark_sharding` with the mesh's OpSharding, here built once by the caller. The public function
-    rebuilds it and probes for jax/torchax on every call: 0.26 against 0.004 ms a tensor on XLA:CPU, paid for
-    every state tensor of every K-step execution."""
+    rebuilds it and probes for jax/torchax on every call, a cost paid for every state tensor of every K-step
+    execution (docs/layout.md, "Private APIs and patches")."""
     import torch_xla
 
     torch_xla._XLAC._xla_mark_sharding(tensor, op_sharding)
@@ -395,7 +395,7 @@ def untime_xla_syncs() -> None:
         _SYNC_ORIGINALS = None
 
 
-# --- torch, torchvision, Python -------------------------------------------------------------------------------
+# --- torch, Python --------------------------------------------------------------------------------------------
 
 _INDUCTOR_COMPILES: list | None = None
 

@@ -1,12 +1,9 @@
 """What a net's outputs mean and how it learns: the one definition that training, serving and the benchmarks share.
 
-A net with one output is a binary classifier (BCE on a logit, P(positive) by
-sigmoid); more outputs mean softmax cross-entropy. Rows labelled below zero
-are padding and count nowhere. The learning rate is the recipe's, times
-factors that depend only on the step: a linear warm-up when it is scaled with
-the global batch (Goyal et al., 2017), and a cosine decay. Because the
-Lightning module, CPU inference and the benchmarks' hand-written loop all call
-these functions, "the same work on both sides" holds by construction.
+One output is a binary classifier (BCE on a logit, P(positive) by sigmoid); more mean softmax cross-entropy. Rows
+labelled below zero are padding and count nowhere. The learning rate is the recipe's times factors of the step
+alone: a linear warm-up when scaled with the global batch (Goyal et al., 2017), and a cosine decay. Training, CPU
+inference and the benchmarks' loop all call these functions, so they do the same work by construction.
 Only torch: serving imports this.
 """
 

@@ -1,14 +1,9 @@
 """`bench curves`: real training at each batch size, and validation accuracy per epoch, as the tutorials plot it.
 
-    python -m xla_train bench curves recipe=quickstart batch_sizes=32,128,512 epochs=10
-
-Speed is not the whole story of a batch size: with the learning rate held at the
-recipe's, a large batch takes fewer steps per epoch and converges more slowly
-per epoch. Unlike the sweep, this trains for real, on the recipe's real data,
-through `python -m xla_train fit` itself (one process per batch size, the same
-seed for each), so each curve is exactly what a user's run would log; the fit
-runs' folders are kept under fits/. Needs the data on this machine:
-recipe=quickstart always has it.
+At the recipe's learning rate a large batch takes fewer steps per epoch and converges more slowly, which only
+real training shows. So this runs `fit` itself (one process per batch size, one seed) on the recipe's real
+data, and each curve is what a user's run logs; the fits' folders stay under fits/ (docs/results.md,
+"bench predict, curves and text").
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What benchmarks feed the recipe's own data module when the real data set is not on the machine.
 
-The model and data module come from config/build.py, as fit builds them. The real data sets usually cannot be on a benchmark machine, and speed does
-not depend on pixel values, so `data=synthetic` (the default) swaps only the
-arrays the data module loads for random ones of the recipe's exact shapes and
-dtypes: uint8 NHWC images at the module's size, or front-padded token ids with
-aclImdb-like review lengths (length matters to the CPU LSTM). Batching, the
-host-side transform, the loader and the device transfer are the recipe's own.
+Speed does not depend on pixel values, and the real data sets are seldom on a benchmark machine, so
+`data=synthetic` (the default) swaps only the arrays the data module loads for random ones of the recipe's
+exact shapes and dtypes; batching, transform, loader and device transfer stay the recipe's own. Review lengths
+follow aclImdb's, since length matters to the CPU LSTM (docs/results.md, "Synthetic inputs").
 """
 
 from __future__ import annotations

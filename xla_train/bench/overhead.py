@@ -1,24 +1,10 @@
 """`bench overhead`: what xla_train's Lightning path costs over a plain hand-written torch_xla loop.
 
-    python -m xla_train bench overhead recipe=quickstart [steps=50 warmup=5 rounds=2 batch_size=32]
-
-Both sides get the same net with the same initial weights (built from the
-recipe under its seed), the same batches in the same order (the recipe's data
-module and sampler), the same optimizer and hyperparameters, one XLA device and
-the same number of steps, each in its own process, launched one after the other
-by this one (rounds>1 alternates the order, so slow spells on a shared machine
-fall on both sides). The plain loop is what the torch_xla docs teach:
-`torch_xla.device()`, MpDeviceLoader (host-to-device copies overlapped with
-compute, one graph cut per batch), loss, backward, step. xla_train's side
-additionally keeps its on-device epoch metrics and runs its callbacks; that is
-part of what it costs. Both are timed by the same Stopwatch (bench/timing.py: LightningLoop and PlainLoop), and both take the
-loss, optimizer and schedule from objective.py, so the work is the same by construction.
-The loss each side computed on its first step is printed: equal losses show
-that the two did the same work. The goal is a ratio under 1.05, the margin
-Lightning's own parity benchmarks hold it to. The host's share of a step is
-compared too (bench/timing.py splits it from the device's): on a TPU a step
-costs the larger of the two, so what Lightning adds to the trace is what could
-leave the chip idle; the goal there is at most 1.10.
+Both sides get the same net, initial weights, batches, loss, optimizer and schedule (objective.py) and the
+same steps on one XLA device, each in its own process, timed by the same Stopwatch (bench/timing.py:
+LightningLoop, PlainLoop); equal first-step losses show the work was the same. Goals: steady step < 1.05x
+plain; host share <= 1.10x, as on a TPU a step costs the larger of host and device time (docs/results.md,
+"bench overhead").
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """`bench predict`: how fast a checkpoint serves on a plain CPU, in each form it can be served in, side by side.
 
-    python -m xla_train bench predict ckpt=runs/quickstart/version_0/checkpoints/last.ckpt [threads=4]
-
-The forms, each timed in this process on the same ready input tensors: plain
-eager PyTorch (the unreplicated nn.Module from `load_for_inference`, no
-Lightning, no torch_xla); `torch.compile` (inductor, one static graph per batch
-size); ONNX Runtime on the exported graph (serve/export.py), which has the
-image preprocessing inside, when onnxruntime is installed; and int8
-dynamic quantisation of the LSTM and the dense layers, which is not float32 and
-so may change answers: its accuracy on the checkpoint's own test split (read
-as its run reads it, config/saved_run.py) is reported beside eager's, not
-hidden. Every form's probabilities are compared with eager's (max abs
-difference on the same batch), and one more row times eager end to end from raw
-inputs (resizing and normalising images; tokenising text) to probabilities.
-Inputs are synthetic, shaped like real ones. Untimed warm-up calls come first
-(they include torch.compile's compilation), and the forms' calls alternate, so a
-slow spell on a shared machine falls on all; latency is the median and 95th
-percentile of `repeats` calls at batch 1 (in blocks of 10 per form, so that one
-runtime's spinning threads slow only the first call of the next block), and
-throughput the median of repeats/10 (at least 5) batches.
+The forms are timed in this process on the same ready inputs, their calls taken in turn after untimed warm-up
+(torch.compile's compilation included), so a slow spell falls on all. Each form's probabilities are compared
+with eager's, and int8, not being float32, has its test-split accuracy shown beside eager's, not hidden
+(docs/serving.md, "Inference speed"; docs/results.md, "bench predict, curves and text").
 """
 
 from __future__ import annotations

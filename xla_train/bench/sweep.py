@@ -1,25 +1,11 @@
 """`bench` (the sweep) and its presets: a grid of cells for a recipe, one process each, into a table and charts.
 
     python -m xla_train bench recipe=cifar10 accelerators=cpu,xla batch_sizes=32,128,512,1024 steps=20
-    python -m xla_train bench replicas recipe=quickstart devices=1,8 batch_sizes=16   (1 vs n XLA devices)
-    python -m xla_train bench lstm maxlens=100,200,500                                 (the scan's compile time)
-    python -m xla_train bench pipeline recipe=quickstart progress_every=0,10 rounds=2   (the live bar's cost)
-    python -m xla_train bench recipe=quickstart accelerators=xla batch_sizes=32 steps_per_execution=1,8
-    python -m xla_train bench recipe=cifar10 accelerators=xla batch_sizes=128 steps_per_execution=1,32 on_device=true execution_loop=while
-    python -m xla_train bench recipe=cifar10 accelerators=cpu batch_sizes=128 precision=32,bf16-mixed compile=false,true
 
-Each cell (bench/timing.py says how it is timed) records the first step (trace
-and compile on XLA), the steady step as the median of the timed steps,
-samples/s, the epoch it projects for the recipe's full training set, XLA
-compilations, host syncs, the host's and the device's share of a step, and
-peak host and device memory. With rounds>1 the
-grid runs again in reverse order, so that a slow spell on a shared machine
-falls on every cell, and the steps of all rounds are pooled. A cell that fails
-(out of memory at a large batch, say) is recorded with its error and the rest
-go on. On cpu and gpu, precision=, compile= and channels_last= (lists too) set
-runtime/fast_path.py's knobs, and each cell records what it ran with (its
-default when a key is left unset). This process never starts an XLA runtime: on a TPU only one process at a
-time may hold the chips, and each cell needs them.
+Each cell runs in its own process (bench/timing.py); this one never starts an XLA runtime, since on a TPU
+only one process at a time may hold the chips and every cell needs them. rounds>1 reverses the order each
+round and pools the steps, so a slow spell falls on every cell; a failed cell is a row with its error
+(docs/results.md, "How the benchmarks time").
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """`bench text`: how long the IMDB text pipeline takes: the vocabulary, tokenising every review, reloading the cache.
 
-    python -m xla_train bench text reviews=50000 maxlen=500
-
-The real aclImdb is not needed: the reviews are synthetic but shaped like it
-(bench/data.py), so the work per review is the same. Generating them is not
-timed. Each figure is the median of `repeats` runs of the product's own
-functions (preprocess/text.py), as wall time and as CPU time over all threads:
-`tokenizers` runs on every core, and TPU hosts have dozens.
+Synthetic reviews of aclImdb's lengths (bench/data.py) give the real work per review without the data set;
+generating them is not timed. The product's own functions (preprocess/text.py) are timed as wall time and as
+CPU time over all threads: `tokenizers` runs on every core, and TPU hosts have dozens (docs/results.md,
+"bench predict, curves and text").
 """
 
 from __future__ import annotations

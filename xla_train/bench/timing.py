@@ -1,42 +1,10 @@
 """How every benchmark times: one clock for training steps, one for host calls, one subprocess per cell.
 
-A cell is one recipe on one accelerator at one setting, run in a fresh process
-(`python -m xla_train.bench.timing SPEC`): XLA's compile cache, the runtime's
-device count and a process's peak memory last as long as the process, so a
-shared one would inherit the previous cell's graphs and high-water mark.
-
-`Loop` is the base timing loop: it plans the hardware and builds the recipe's
-own Classifier and data module as fit does, then runs warm-up plus timed steps
-under a Stopwatch. Its variants override one method, `steps`: `LightningLoop`
-drives Lightning's fit loop (what users run), `PlainLoop` a hand-written
-torch_xla loop over the same net, batches and objective (bench overhead).
-
-The Stopwatch reads a clock each time a batch is in hand, before its step. On
-XLA the runtime lets the host trace step n+1 while step n runs, so the gap
-between two readings is one pipelined step, as in a real epoch; on a GPU the
-host could queue many, so each timed step waits for the device there. The
-first step (trace and compile on XLA) is timed to the end of its execution and
-kept out of the steady figure with the rest of the warm-up.
-
-After the timed steps come a few split steps, which start on an idle device:
-host time runs from the end of the previous step's execution (the host's turn
-begins: fetch, hooks, trace) to the step's end, less the time inside XLA syncs,
-and device time is that time in syncs plus the wait for the execution after
-the step. A sync hashes the graph, looks it up and dispatches it (about a
-millisecond), but XLA:CPU at times runs the whole execution inside it, so it
-is counted with the device (runtime/backend.py, sync_clock). A pipelined step
-cannot be split at all: its sync waits for the previous step's execution
-(torch_xla lets one execution per device run at a time), and on XLA:CPU the
-trace competes with that execution for the same cores. On eager CPU the host
-does everything, so there is nothing to split.
-The host's wall time also holds waits for the GIL, which MpDeviceLoader's
-threads take while they load and copy the next batches; where those waits
-fall depends on where a loop lets the GIL go (a long sync hides them from the
-host's share). So the split steps also read the training thread's CPU time
-outside syncs: the work the loop itself does to trace a step, whatever the
-threads beside it do.
-With steps_per_execution=k the clock reads only where an execution of k steps
-begins and ends (the steps inside it only keep their batch) and divides by k.
+A cell runs in a fresh process (`python -m xla_train.bench.timing SPEC`): XLA's compile cache, device count
+and peak memory last as long as a process. `Loop` builds the recipe as fit does; LightningLoop (Lightning's
+fit loop) and PlainLoop (a hand-written torch_xla loop) override its `steps`. The Stopwatch reads its clock
+when a batch is in hand, so on XLA a reading's gap is one pipelined step; split steps after the timed ones,
+each begun on an idle device, give the host's and device's shares (docs/results.md, "How the benchmarks time").
 """
 
 from __future__ import annotations

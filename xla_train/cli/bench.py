@@ -7,12 +7,8 @@
     bench curves   recipe= batch_sizes=32,128,512 epochs=   bench predict  ckpt=PATH forms=eager,compile,onnx,int8
     bench text     reviews=50000 maxlen=500
 
-jsonargparse reads the keys from the typed signatures, so a wrong value gets
-the same one-line type error as `fit`, and a misspelt key the same "did you
-mean". Lists are comma-separated. Keys the subcommand does not have, when it
-has a recipe, are the recipe's model./data. settings (maxlen=200,
-model.net.depth=56). Every error is one line and exit code 2, before any
-cell starts.
+Keys are checked as fit's are (cli/keys.py); with a recipe, keys a subcommand lacks are its model./data. settings
+(maxlen=200). Every error is one line and exit code 2, before any cell starts.
 """
 
 from __future__ import annotations

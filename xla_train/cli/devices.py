@@ -1,11 +1,9 @@
-"""`python -m xla_train devices` and `xla_train.devices()`: what this process can train on.
+"""`python -m xla_train devices` and `xla_train.devices()`: the devices an accelerator= would train on.
 
-A notebook's first cell asks this to pick its settings, so `auto` answers the
-way a fit with accelerator=auto would choose (a TPU on the PCI bus, then a CUDA
-GPU, then the CPU). It never starts the XLA runtime in this process: on a TPU the
-process that does holds the chips until it exits, and the notebook's benchmark
-cells and fits in subprocesses could not have them. A short-lived process counts
-them instead (runtime/accelerators.py, describe_devices).
+The command's default is `xla` (what the PJRT runtime sees); the Python API's is `auto`, which chooses as a fit
+with accelerator=auto would (a TPU on the PCI bus, then a CUDA GPU, then the CPU). Neither starts the XLA runtime in
+this process: on a TPU the process that does holds the chips until it exits, and a notebook's later fits and
+benchmark subprocesses could not have them. A short-lived process counts them (runtime/accelerators.py).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Where a command's logs go: each fit a version_N claimed with an exclusive mkdir, each evaluation an eval_K beside its run.
 
-Lightning's loggers pick `version_N` by listing the folder and adding 1, so two
-fits of one recipe started together can pick the same N and write into one
-folder. Here the folder is created without exist_ok: of two processes that try
-the same N, one gets FileExistsError and takes the next. The claim happens the
-first time the run's folder is asked for (when its config is saved), after
-every input check, so a refused command writes nothing.
-
-fit writes `RUNS/NAME/version_N`. validate and test (and evaluate() in the
-API) measure a checkpoint, they do not train one: their config and metrics go
-beside the checkpoint's run, in `RUNS/NAME/version_N/eval_K`, or for a
-checkpoint outside a run folder (or none, or in a run this user cannot write)
-in `RUNS/NAME/eval_K`. So every `version_N` is a training run, and a run's
-evaluations stay with it.
+Lightning's loggers pick `version_N` by listing the folder and adding 1, so two fits started together could share
+one; here the folder is made without exist_ok and a collision takes the next N. The claim comes when the folder is
+first asked for (its config is saved), after every input check, so a refused command writes nothing. validate and
+test measure a checkpoint, so they write an eval_K in its run, or in RUNS/NAME when there is none or it is not
+writable (docs/serving.md, "Runs, checkpoints and CPU inference").
 """
 
 from __future__ import annotations

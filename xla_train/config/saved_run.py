@@ -1,12 +1,9 @@
 """`predict ckpt=PATH split=test|val|train`: a whole split of the checkpoint's own data, on any accelerator.
 
-The recipe and the data settings are the run's own: LightningCLI saved them as
-config.yaml in the run folder that holds checkpoints/, and they are rebuilt
-here through the same path fit takes (config/build.py), so the split is the
-one the run trained and validated on; data_dir= and batch_size= override. A
-text checkpoint encodes the reviews with its own tokenizer, never one rebuilt
-from the data folder. The hardware is runtime.plan's, and the predicting
-itself is training/split_prediction.py's; the table is serve/table.py's.
+The recipe and data settings are the run's own config.yaml, rebuilt through fit's path (config/build.py), so the
+split is the one the run trained and validated on; data_dir= and batch_size= override. A text checkpoint encodes
+the reviews with its own tokenizer, never one rebuilt from the data folder. Hardware comes from runtime.plan, the
+predicting from training/split_prediction.py, the table from serve/table.py (docs/serving.md, "Predict a split").
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Fixed-shape batches: every step of a run sees one input shape, so XLA compiles once.
 
-Training drops the remainder of each epoch. Evaluation pads the last batch with
-label -1 rows, which the task masks out, so every sample counts exactly once
-and no batch has an odd shape. Sharding across processes happens here too, so
-that every replica gets the same shape on every step.
-
-A batch reaches the step in one of two forms, and the step turns it into the
-net's input on whatever device runs it (`BatchInputs`). Streamed, it carries
-its samples as stored (uint8 images, token ids), and the device normalises
-them. Resident, the splits went to the device once (`data.on_device`), and
-the device gathers, augments and normalises. A resident training batch is only
-the step's number in its epoch: the epoch's order goes to the device once per
-epoch, and the step reads its row there, so a K-step execution needs nothing
-from the host but K step numbers and seeds. A resident evaluation batch carries
-its indices (-1 for padding). Both forms come from the same sampler, so they
-hold the same samples in the same order.
+Training drops each epoch's remainder; evaluation pads the last batch with label -1 rows that the task masks out,
+so every sample counts once. Sharding across processes happens here, so every replica gets the same shape. A batch
+is streamed (samples as stored) or resident (indices into splits already on the device; a training batch is just
+the step's number), both from one sampler, so they hold the same samples in the same order; `BatchInputs` turns
+either into the net's input on the device (docs/feeding.md, "Keep a TPU fed").
 """
 
 from __future__ import annotations

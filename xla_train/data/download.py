@@ -1,15 +1,10 @@
 """Staged, checksummed downloads: a data set is either all there or not there at all.
 
-The archive is fetched into a temporary folder beside the target and checked
-against its MD5, extracted there, and only then is its folder renamed into
-place. A failed or interrupted download or extraction leaves nothing that a
-later run would take for a good data set.
-
-Several processes may share one data folder: the hosts of a pod slice on one
-network file system, or two runs started together. One of them downloads, under
-an exclusive lock on a file in that folder, while the others wait; each checks,
-once it holds the lock, whether the data set is already there, so it is fetched
-once and never replaced while another process reads it.
+The archive is fetched into a temporary folder beside the target, checked against its MD5 and extracted there,
+and only then renamed into place, so a failed download never leaves a folder a later run would trust. Processes
+sharing a data folder (pod hosts, two runs started together) download under an exclusive lock on a file in it, and
+each checks again once it holds the lock, so the data set is fetched once and never replaced while another process
+reads it (docs/reliability.md, "Downloads and caches").
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ def download_lock(root: str, name: str):
     """An exclusive flock on root/LOCK_FILE; says so when it has to wait for another process's download."""
     try:
         import fcntl
-    except ImportError:  # not POSIX: no lock, as before
+    except ImportError:  # not POSIX: no lock
         yield
         return
     Path(root).mkdir(parents=True, exist_ok=True)

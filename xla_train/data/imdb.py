@@ -1,16 +1,10 @@
 """The Stanford Large Movie Review Dataset (IMDB) from its real layout, aclImdb/{train,test}/{pos,neg}/*.txt.
 
-The download is staged like CIFAR-10's: the archive is checked against its MD5,
-extracted beside the target and renamed into place, so a failed download never
-leaves a folder that looks usable. Reviews are read one file at a time; one
-that is not valid UTF-8 is decoded with replacement characters, not refused.
-
-Tokenising 50,000 reviews takes seconds, and the result is cached next to the
-data, keyed on everything that changes it (maxlen, vocabulary size, tokenizer
-and pipeline version, and the files' count and size), so later runs start at
-once. The vocabulary comes from the training split only (its 25,000 reviews' words, the validation
-share included; never the test split). Validation holds out val_fraction (default 0.1: 2,500) of the
-training reviews, stratified; val_fraction=0 validates on the test split, as the Keras tutorial does.
+Downloaded staged and MD5-checked (data/download.py); a review that is not valid UTF-8 is decoded with
+replacement characters, not refused. Tokenised arrays are cached beside the data, keyed on everything that changes
+them, so later runs start at once. The vocabulary comes from the training split only (its validation share
+included); val_fraction holds out a stratified share, and 0 validates on the test split as the Keras tutorial
+does (docs/reliability.md, "Downloads and caches").
 """
 
 from __future__ import annotations

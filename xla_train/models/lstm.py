@@ -1,13 +1,9 @@
 """The Keras IMDB sentiment LSTM: Embedding(10000, 128) -> LSTM(32) -> Dense(1) logit, as a plain nn.Module.
 
-Sequences arrive padded at the front (id 0), so a short review is mostly padding.
-The LSTM skips padded steps: its state is left unchanged where the mask is
-false, which makes the prediction independent of how much padding there is.
-Here that runs on nn.LSTM's own (unpacked) kernel over every step, with no
-packed sequence, no host sync and no shape that depends on the data, so it
-stalls no GPU and torch.export / ONNX can trace it. The parameter names and
-layout are nn.LSTM's, so whatever else runs this recurrence (the XLA runtime
-swaps in a scan) saves and loads the same state dict.
+Sequences are padded at the front (id 0) and the state stays unchanged where the mask is false, so padding never
+changes a prediction. It runs nn.LSTM's own kernel over every step, with no packed sequence, host sync or
+data-dependent shape, so it stalls no GPU and torch.export / ONNX can trace it. Parameter names and layout are
+nn.LSTM's, so the XLA runtime's scan saves and loads the same state dict (docs/hardware.md, "The LSTM on XLA").
 """
 
 from __future__ import annotations

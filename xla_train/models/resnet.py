@@ -1,12 +1,10 @@
 """The CIFAR ResNet of He et al. 2015 (section 4.2): ResNet-20/32/44/56/110, as a plain nn.Module.
 
-Depth is 6n+2: a 3x3 stem, three stages of n basic blocks at 16, 32 and 64
-channels on 32x32, 16x16 and 8x8 maps, global average pooling and one linear
-layer. Shortcuts are the paper's option A by default: identity, and where a
-stage halves the map and doubles the channels, a stride-2 subsample padded
-with zero channels, so shortcuts add no parameters (ResNet-20: 0.27 M).
-Option B (a 1x1 convolution and BatchNorm on those shortcuts only) is there
-for comparison. Every shape is static. Like the CNN, no Lightning or torch_xla.
+Depth is 6n+2: a 3x3 stem, three stages of n basic blocks at 16, 32 and 64 channels on 32x32, 16x16 and 8x8 maps,
+global average pooling and one linear layer. Shortcuts are the paper's option A by default (identity, and where a
+stage halves the map and doubles the channels a stride-2 subsample padded with zero channels: no parameters);
+option B (1x1 convolution and BatchNorm on those shortcuts) is there for comparison. Static shapes; like the CNN,
+no Lightning or torch_xla.
 """
 
 from __future__ import annotations

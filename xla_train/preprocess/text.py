@@ -1,17 +1,10 @@
 """Text to fixed-shape token ids, shared by training and inference.
 
-One tokenizer (Hugging Face `tokenizers`, a WordLevel model) does both jobs, so
-a checkpoint predicts on exactly the ids it was trained on: it travels inside
-the checkpoint as its own JSON string. Normalisation is lower-casing and
-removing the HTML line breaks (`<br />`) that IMDB reviews are full of; words
-and runs of punctuation are tokens. The vocabulary is the most frequent words
-of the training texts; id 0 is padding, id 1 stands for every other word.
-
-Every sequence is cut or padded to `maxlen` at the front, as Keras'
-pad_sequences does: a long review keeps its end, and padding comes first. So
-every batch has one shape and XLA compiles once.
-
-Only numpy and tokenizers: inference imports this.
+One Hugging Face `tokenizers` WordLevel tokenizer does both jobs and travels inside the checkpoint as JSON, so a
+checkpoint predicts on exactly the ids it was trained on. It lower-cases, drops IMDB's `<br />` breaks and splits
+words from punctuation; id 0 is padding, id 1 every word outside the vocabulary. Sequences are cut or padded to
+`maxlen` at the front, as Keras' pad_sequences does, so every batch has one shape and XLA compiles once. Only
+numpy and tokenizers: inference imports this.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """One Backend per kind of device: the only code that asks a device its type.
 
-Training callbacks, the run report, the benchmarks and the device listing ask a
-Backend what they used to ask through `device.type` chains: wait for the device,
-cut and dispatch a lazy graph, save and restore its RNG, count its compiles, read
-its peak memory, name it, and whether it compiles steps itself. A new backend
-(TorchTPU, which needs torch >= 2.11 and so cannot share an environment with
-torch_xla 2.9, is the likely next one) is one more subclass here and a branch in
-runtime/plan.py (docs/layout.md, "Adding a backend").
+Training callbacks, the run report, the benchmarks and the device listing ask a Backend, never a device's
+type: wait for the device, cut and dispatch a lazy graph, save and restore its RNG, count its compiles, read
+its peak memory, name it, and whether it compiles steps itself. So a new backend is one more subclass here and
+a branch in runtime/plan.py (docs/layout.md, "Adding a backend").
 """
 
 from __future__ import annotations

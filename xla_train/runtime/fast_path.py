@@ -1,28 +1,11 @@
 """The eager CPU and GPU fallback at the hardware's speed: precision, memory format and torch.compile, decided here.
 
-`accelerator=cpu|gpu` is plain PyTorch, so its speed depends on three knobs
-that users rarely know: bf16 autocast, which only pays where the hardware
-multiplies bf16 natively (without it autocast emulates bf16, which can cost
-more than it saves); channels_last, which lets oneDNN and cuDNN pick their
-fastest convolutions; and torch.compile (inductor), which fuses the small
-ops between them but costs a first compile of seconds to minutes. Each has
-a default, decided by `choose` below and said in the run report, and each
-key (`precision=`, `channels_last=`, `compile=`) wins over it. An explicit
-`precision=32 channels_last=false compile=false` is the fp32 eager path.
-
-compile=auto compiles only where compiled steps were measured faster, and
-only when the run is long enough for the first compile to pay back: steps x
-saving per step >= compile seconds. Counted in samples, since the saving
-grows with the batch and the compile does not, that is at least
-COMPILE_PAYBACK_SAMPLES samples: issue 18's figures on a Xeon with AMX (CNN,
-batch 128: 10 s compile, 0.23 ms saved per sample) break even near 43,000,
-doubled for margin. On this project's reference machine (AMD EPYC with
-AVX512-BF16, no AMX) compiled steps were slower than bf16 + channels_last
-eager for both the CNN and the ResNet-20 on a quiet machine (docs/hardware.md, "The CPU
-and GPU fallback"), so a CPU without AMX stays eager by default. GPUs take
-the sample rule, not yet measured. Runs under it (the quickstart, every
-test) stay eager. Weights stay float32 and the compiled wrapper lives outside the state
-dict (`nn.Module.compile` compiles in place), so checkpoints load as before.
+`accelerator=cpu|gpu` is plain PyTorch, whose speed hangs on three knobs users rarely set: bf16 autocast pays
+only where the hardware multiplies bf16 natively (elsewhere it is emulated), channels_last lets oneDNN and cuDNN
+pick their fastest convolutions, and torch.compile fuses the ops between them but must pay back its first
+compile, so compile=auto counts the run's samples against COMPILE_PAYBACK_SAMPLES. `choose` sets each default and
+says why (the run report prints it); an explicit key wins. `nn.Module.compile` compiles in place and weights stay
+float32, so checkpoints keep their keys (docs/hardware.md, "The CPU and GPU fallback").
 """
 
 from __future__ import annotations
@@ -37,7 +20,7 @@ from xla_train import compat
 from xla_train.errors import ConfigError
 from xla_train.runtime.backend import backend_for
 
-COMPILE_PAYBACK_SAMPLES = 100_000  # compile seconds / seconds saved per sample, x2 (see above and docs/hardware.md)
+COMPILE_PAYBACK_SAMPLES = 100_000  # break-even samples, doubled (docs/hardware.md, "The CPU and GPU fallback")
 CompileSetting = bool | str  # True, False or "auto"
 
 

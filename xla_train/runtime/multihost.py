@@ -1,22 +1,11 @@
 """Several hosts, one SPMD program: what a TPU pod slice adds to the single-host SPMD strategy.
 
-On a pod slice (a v4-32 is 4 hosts of 4 chips) the same command runs on every
-host, one process per host. torch_xla joins them into one runtime: a global
-mesh over every device of every host, and one compiled program that every
-host executes in lockstep. Each host feeds only its own devices, so it loads
-only its share of each global batch: the input sharding is then torch_xla's
-`minibatch` form, where each host's rows are its slice of the global tensor.
-
-The hosts also need a few host-side answers from each other, which no device
-program carries: the run folder host 0 chose, whether all hosts agree to save,
-and "the checkpoint is on disk". `HostChannel` passes those over the key-value
-store of torch_xla's own `xla://` rendezvous (the store torch.distributed would
-use on a pod), so its messages cost no device work and no extra compiled program.
-Finding that store does, unless the coordinator is known: without MASTER_ADDR,
-torch_xla's rendezvous on a TPU under SPMD finds host 0 by a transfer over every
-device of every host (torch_xla/_internal/rendezvous.py, tpu.py, 2.9.0). So
-`coordinator()` sets MASTER_ADDR first, from the slice's worker list, which the
-metadata server or GKE's TPU_WORKER_HOSTNAMES gives without touching a device.
+Every host runs the same command and executes one compiled program in lockstep, so each loads only its share of
+a global batch (torch_xla's `minibatch` sharding), and a device read by one host alone would hang the slice. The
+few answers the hosts need from each other (the run folder, whether to stop, "the checkpoint is on disk") go over
+the key-value store of torch_xla's `xla://` rendezvous (`HostChannel`): no device work, no extra program.
+`coordinator()` sets MASTER_ADDR from the slice's worker list first: without it the rendezvous finds host 0 by a
+transfer over every device (docs/scaling.md, "TPU pod slices").
 """
 
 from __future__ import annotations

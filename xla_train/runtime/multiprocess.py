@@ -1,13 +1,10 @@
 """strategy=xla_mp: Lightning's XLAStrategy, one process per TPU core, for TPU users who want it.
 
-SPMD (spmd.py) is the default and torch_xla's recommended path. This one is
-refused off a TPU (plan.py): on XLA:CPU its collectives cannot run
-(pytorch/xla#5005).
-
-The training runs in worker processes, and Lightning's launcher brings back to
-the parent only the weights and callback_metrics. What xla_train reads after a
-run (the module's epoch_metrics: the held-out line and evaluate(); the run
-folder's version and its metrics log; the last and preemption checkpoints' paths) comes back too.
+SPMD (spmd.py) is the default and torch_xla's recommended path; this one is refused off a TPU (plan.py), since
+XLA:CPU cannot run its collectives (pytorch/xla#5005). Training runs in worker processes, and Lightning's
+launcher brings back to the parent only the weights and callback_metrics, so what xla_train reads after a run
+(the module's epoch_metrics, the run folder's version and metrics log, the last and preemption checkpoints'
+paths) is brought back too.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""From accelerator=/devices=/strategy= to the Trainer's hardware arguments.
+"""From accelerator=/devices=/strategy= to the Trainer's hardware arguments: the one place that decides what runs where.
 
-This is the one place that decides what runs where. `tpu` and `xla` get the
-PJRT accelerators and an XLA strategy: for one device the single-device
-strategy, for several SPMD data parallelism over all of them in one process
-(or, on a TPU and on request, Lightning's one process per device); on a pod
-slice, one SPMD program over every device of every host, one process per host.
-`cpu` and `gpu` are plain Lightning (several nodes: its DDP, under torchrun or
-SLURM), with the precision, memory format and torch.compile setting that
-runtime/fast_path.py picks for the hardware; `auto` takes a TPU if the PCI
-bus has one, then a GPU, then the CPU.
-Every choice writes checkpoints through the same atomic writer.
+`tpu` and `xla` get the PJRT accelerators and an XLA strategy: the single-device one, SPMD over every device
+(of every host on a pod slice), or on a TPU and on request Lightning's one process per device. `cpu` and `gpu`
+are plain Lightning (its DDP across nodes) with what runtime/fast_path.py picks for the hardware; `auto` takes a
+TPU if the PCI bus has one, then a GPU, then the CPU. Every choice writes checkpoints through the same atomic
+writer (docs/hardware.md, "Each accelerator").
 """
 
 from __future__ import annotations
@@ -30,9 +25,8 @@ XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 DEVICE_DATA_MB = 1024
 EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto where the K steps run as a While loop: its program, compile time and host memory do
-# not grow with K, so K is chosen for the device alone. docs/feeding.md's v5e estimates put the CNNs' host-bound
-# share under the device step at K of 16 to 78 (ResNet-20: 9 to 43, the LSTM: 3 to 5); 32 covers most of that
-# and leaves an epoch of CIFAR-10 at a v5e-8's global batch 1,024 (43 steps) at least one full group.
+# not grow with K, so K is chosen for the device alone, from the TPU estimates in docs/feeding.md ("Keep a TPU
+# fed"), and still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group.
 AUTO_STEPS_PER_EXECUTION = 32
 
 
@@ -73,8 +67,8 @@ class HardwarePlan:
 
 def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str]:
     """(K, what auto chose and why). auto: AUTO_STEPS_PER_EXECUTION steps as a While loop; one step at a time
-    where the steps would be unrolled (XLA:CPU: compile time and host memory grow with K, 5 s at K=1 to 50-62 s
-    at K=32 for the CNNs), and off XLA or under xla_mp, which run one step at a time."""
+    where the steps would be unrolled (XLA:CPU: compile time and host memory grow with K; docs/feeding.md, "Keep a
+    TPU fed"), and off XLA or under xla_mp, which run one step at a time."""
     if setting != "auto":
         return setting, ""
     if kind in ("cpu", "gpu") or strategy == "xla_mp":

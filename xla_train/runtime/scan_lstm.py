@@ -1,27 +1,11 @@
 """The LSTM recurrence as XLA While loops, swapped in for nn.LSTM when a model runs on XLA.
 
-nn.LSTM on an XLA device is traced step by step, so its graph grows with the
-sequence length, and so does its compile time and memory (docs/hardware.md, "The LSTM on XLA"). Here
-the input projection for all steps is one matmul, and only one recurrent step
-is traced, then looped by torch_xla's `scan`; compile time no longer depends on
-the length.
-
-The backward pass is a second scan, written out (the LSTM's gradient is short),
-rather than scan's own autograd, for three reasons: scan's autograd under SPMD
-calls into JAX through torchax (whose 0.0.7 release cannot even be imported
-without flax); its graph cache ignores requires_grad, so a graph first traced in
-a no-grad validation pass silently drops input gradients in training; and both
-loops here are batch-parallel, with the weight gradient taken afterwards as one
-matmul over all steps, so data parallelism puts no collective inside a loop.
-The recurrent weight travels in each scan's carry: a closure over it fails to trace.
-
-ScanLSTM takes over the very Parameter objects of the nn.LSTM it replaces, under
-the same names, so state dicts, optimizers and checkpoints cannot tell the two
-apart, and a model trained here loads into its nn.LSTM on a plain CPU. It
-honours the `mask` argument of models.lstm.MaskedLSTM: where the mask is
-false the state is carried unchanged and the output is zero. When training
-ends, restore_lstm puts the nn.LSTM back, holding the trained weights, so the
-model in memory runs on a CPU again.
+nn.LSTM on XLA is traced step by step, so its compile time grows with the sequence length; here the input
+projection is one matmul and one traced recurrent step is looped by torch_xla's `scan`. The backward is a second
+scan written out, not scan's own autograd, which caches graphs whatever requires_grad and needs torchax under
+SPMD; both loops are batch-parallel, so no collective runs inside a loop. The recurrent weight rides in each
+scan's carry: a closure over it fails to trace. ScanLSTM holds the nn.LSTM's own Parameters under their names,
+so checkpoints load into nn.LSTM, and restore_lstm puts it back (docs/hardware.md, "The LSTM on XLA").
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Lightning strategies for XLA devices.
 
-The single-device strategy is Lightning's own, with four changes: it takes the
-device from the current torch_xla API, it writes checkpoints through the atomic
-writer, it feeds batches through torch_xla's MpDeviceLoader, which overlaps
-host-to-device copies with compute and cuts the lazy graph after every batch
-(training, validation and test alike), so each step is one cached graph, and
-it runs every nn.LSTM as a scan (runtime/scan_lstm.py), whose compile time does
-not grow with the sequence length, and with steps_per_execution > 1 it runs K
-steps as one program (runtime/steps_per_execution.py).
+The single-device strategy is Lightning's own, taking its device from the current torch_xla API and writing
+checkpoints through the atomic writer. Batches go through torch_xla's MpDeviceLoader, which overlaps
+host-to-device copies with compute and cuts the lazy graph after every batch, so each step is one cached graph.
+Every nn.LSTM runs as a scan (runtime/scan_lstm.py), whose compile time does not grow with the sequence length,
+and with steps_per_execution > 1 K steps run as one program (runtime/steps_per_execution.py).
 """
 
 from __future__ import annotations
@@ -70,14 +67,14 @@ def device_loader(dataloader, device, **kwargs):
     It is lazy: a DataLoader reads its sampler only at the first batch, but
     MpDeviceLoader starts threads in `iter()` that read it at once. Lightning
     calls `iter()` before `set_epoch()` when a run resumes (FitLoop.setup_data
-    runs first), so the prefetch read the previous epoch's order and a resumed
-    XLA run trained on the wrong batches.
+    runs first), so an eager prefetch would read the previous epoch's order and
+    a resumed XLA run would train on the wrong batches.
 
     It fails loudly: MpDeviceLoader's thread reads the wrapped loader, and an
     error there ends its queue as if the epoch were over (ParallelLoader's
-    _loader_worker closes it in a `finally`), so a loader that raised trained
-    on the batches before the error and reported success. The error is kept and
-    raised here, in the training thread.
+    _loader_worker closes it in a `finally`), so a loader that raised would
+    leave a run trained on the batches before the error, reporting success. The
+    error is kept and raised here, in the training thread.
     """
     from torch_xla.distributed.parallel_loader import MpDeviceLoader
 

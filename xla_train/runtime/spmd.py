@@ -1,30 +1,11 @@
 """Data parallelism over every XLA device of the host (and of every host of a pod slice): one SPMD program.
 
-`SPMDStrategy` is one process that drives all devices through torch_xla's SPMD
-partitioner: a 1-D `data` mesh over the devices, each batch sharded along its
-first dimension, parameters and optimizer state replicated. The step is traced
-once and compiled once for all devices; the gradient all-reduce, and the sums
-behind the epoch metrics, are collectives inside that one compiled program.
-This is torch_xla's recommended data-parallel path on TPUs, and it is also the
-only one that runs on XLA:CPU, which cannot run collectives between the
-processes or threads of `torch_xla.launch` (pytorch/xla#5005).
-
-Batch normalisation is the one layer that needs help: GSPMD cannot split XLA's
-fused batch-norm ops along the batch, so it would gather the whole batch onto
-every device before each BatchNorm and normalise it n times over (seen in the
-partitioned HLO; docs/hardware.md). While this strategy runs,
-BatchNorm layers compute the same statistics from plain reductions, which the
-partitioner splits into local sums and all-reduces: batch statistics stay
-global, as on one device. The layers keep their parameters, buffers and
-state_dict keys, and get their own class back at teardown.
-
-To Lightning it reports every device (trainer.num_devices == n) in a world of
-one process, so the data module hands this process the whole global batch
-(per-device batch x n), and the sharding splits it evenly. Gradients need no
-extra reduction: xm.reduce_gradients is a no-op when the world is one process.
-On a pod slice (runtime/multihost.py) the world is one process per host: each
-host reports its own devices on one of `process_count` nodes, so the same data
-module hands it only its share of the global batch.
+One process per host drives all devices through torch_xla's SPMD partitioner (a 1-D `data` mesh, each batch
+split along dimension 0, all state replicated), so the step compiles once for every device; it is also the only
+data parallelism XLA:CPU runs (pytorch/xla#5005). To Lightning it is n devices in a world of one process per host,
+so each process gets its host's whole share of the global batch and gradients need no reduction of Lightning's.
+While it runs, BatchNorm computes its statistics from plain reductions: GSPMD cannot split XLA's fused batch norm
+along the batch (docs/scaling.md, "One program for every device (SPMD)").
 """
 
 from __future__ import annotations

@@ -1,38 +1,11 @@
 """K training steps as one XLA program, traced once: what `steps_per_execution=K` runs.
 
-torch_xla traces the whole step in Python on every step, and for the seed
-models that trace costs the host more than the step costs a TPU (docs/feeding.md,
-"Keep a TPU fed"). Here one step is traced once, as a pure function from
-(state, batch, per-step scalars) to the new state, and its HLO is kept. Each
-execution then only stacks K batches and calls that HLO K times in one graph,
-which the runtime finds in its cache: no tracing, one dispatch for K steps.
-
-This is torch_xla's own `experimental.gradient_accumulation` technique (trace a
-step with lazy tensors, take its HLO and graph inputs, wrap it with
-xla_builder) carried to the whole step: forward, backward, optimizer update,
-BatchNorm buffers and the on-device metric sums are all in the state. The K
-calls run in one of two loops (`execution_loop`), chosen per backend
-(runtime/plan.py):
-
-- `while`: an XLA While loop over the one body, as gradient_accumulation
-  builds it. The program, its compile time and its host memory do not grow
-  with K, and the trip count is the number of real steps, so a remainder runs
-  no padding steps.
-- `unroll`: K calls in a row. XLA:CPU does not give a convolution inside a
-  While body its fast layout (docs/feeding.md), so there this is the
-  faster program; its compile time grows with K. The number of real steps is
-  an input: steps past it leave the state as it was (a select per state
-  tensor), so a remainder runs the same compiled program on padding.
-
-Random numbers: the body's one seed input is fed, per step, the seed the
-device would have had at that step without grouping (the caller records it),
-so dropout draws what it would have drawn step by step.
-
-Shared inputs are device tensors every step of an execution reads and that
-change between executions (the epoch's order of device-resident data): they
-are parameters of the program, passed once, not stacked. A tensor the step
-reads that is none of its inputs becomes a constant of the program, the value
-it had when traced.
+Tracing a step in Python can cost the host more than the step costs a TPU, so one step is traced once, as a pure
+function of (state, batch, per-step scalars, seed) to the new state, and its HLO is called K times in one graph,
+as an XLA While loop or unrolled (docs/feeding.md, "Keep a TPU fed"). The number of real steps is an input, so a
+remainder compiles nothing new; each step's seed input is the device seed it would have had alone. Shared inputs
+(the epoch's order of resident data) are parameters passed once, not stacked. A tensor the step reads that is none
+of its inputs becomes a constant of the program, the value it had when traced.
 """
 
 from __future__ import annotations

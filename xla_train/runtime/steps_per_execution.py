@@ -1,21 +1,11 @@
 """`steps_per_execution=K` on the XLA strategies: Lightning still sees every step; XLA runs K at once.
 
-Lightning's loop, its callbacks, progress, `checkpoint_every`, the learning-rate
-scheduler and resume all count single steps, so they stay as they are. What
-changes is the step itself: the strategy keeps each batch, and with it what
-that step would have used, its learning rate and its device seed; every K
-batches it runs them as one program (runtime/step_program.py). The optimizer
-update is part of that program, so it is written here as torch.optim's Adam
-and SGD compute it (torch 2.9.0; the foreach form the recipes build computes
-the same), reading and writing the optimizer's own state: a checkpoint looks
-the same whatever K wrote it. tests/test_functional_optimizer.py holds it to
-torch.optim for every option it accepts; it refuses the rest.
-
-A group runs early, with the steps it has, whenever the state must be true
-before K steps are in: at the end of an epoch (or of max_steps), before a
-checkpoint is taken, before validation. The program takes its number of real
-steps as an input, so that costs no new graph. Between the steps of a group
-the host syncs nothing: it only advances the device seed as a sync would.
+Lightning's loop, callbacks, scheduler, checkpoints and resume all count single steps, so the strategy keeps each
+batch with its learning rate and device seed and runs every K as one program (runtime/step_program.py). The
+optimizer update must be inside that program, so Adam and SGD are written here as torch.optim computes them, on
+the optimizer's own state, and a checkpoint does not show which K wrote it. A group runs early, with the steps it
+has, whenever the state must be true: at the end of an epoch or of max_steps, before a checkpoint, before
+validation (docs/feeding.md, "Keep a TPU fed").
 """
 
 from __future__ import annotations
@@ -30,7 +20,8 @@ from xla_train.runtime.step_program import Layout, StepProgram
 
 
 class FunctionalOptimizer:
-    """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars)."""
+    """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars), computed as torch 2.9.0
+    computes them (its foreach form computes the same); tests/test_functional_optimizer.py holds it to torch.optim."""
 
     # What update() computes, per optimizer: the options it reads, and the settings it cannot compute.
     REFUSED = {

@@ -1,19 +1,10 @@
 """One process per TPU: the rule a TPU VM enforces, and a test mode that enforces it on XLA:CPU.
 
-On a TPU VM the process that starts the PJRT runtime holds the chips until it
-exits. libtpu's own lock file does not stop a second process: torch_xla sets
-ALLOW_MULTIPLE_LIBTPU_LOAD=1 on import (torch_xla/__init__.py, 2.9.0). The second
-process fails where libtpu opens the chips, as the runtime starts, with
-"RuntimeError: Bad StatusOr access: UNKNOWN: TPU initialization failed:
-open(/dev/accel0): Operation not permitted ... Couldn't open device: /dev/accel0"
-(v2 to v4; v5e and later open /dev/vfio; reported in pytorch/xla#5616, #9604,
-#3883). A notebook kernel that asked for its devices, then ran benchmark cells
-or fits in subprocesses, would fail that way on a TPU and nowhere else.
-
-With XLA_TRAIN_EMULATE_TPU_LOCK=PATH, XLA:CPU plays that TPU: `auto` picks it
-(accelerator=xla), and starting the runtime takes an exclusive lock on PATH,
-held for the life of the process; a second process meets the TPU's own error,
-which `starting_runtime` turns into one line, on a TPU as here.
+On a TPU VM the process that starts the PJRT runtime holds the chips until it exits; a second one fails as its
+runtime starts ("TPU initialization failed: open(/dev/accel0): Operation not permitted"), since torch_xla lets
+it past libtpu's lock file. `starting_runtime` turns that error into one line. With XLA_TRAIN_EMULATE_TPU_LOCK=PATH
+XLA:CPU plays that TPU: starting the runtime takes an exclusive lock on PATH for the life of the process, so a
+second process meets the same error here (docs/hardware.md, "One process per TPU").
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """`python -m xla_train export ckpt=PATH format=onnx|pt2 [out=PATH]`: a checkpoint as a self-contained graph.
 
-The exported graph takes what `predict` takes once the inputs are decoded, and
-returns what it prints: uint8 NHWC images at the checkpoint's image size, or
-int64 token ids (N, maxlen) made with the checkpoint's tokenizer (written beside
-the model as tokenizer.json) -> float32 probabilities (N, classes). Scaling and
-normalising are inside the graph, and a binary net's one logit becomes two
-probabilities as in objective.probabilities, so a deployment cannot get
-preprocessing wrong. The batch dimension is dynamic.
-
-Both formats are traced by torch.export, once, at batch 2 (a dimension of size
-1 would be specialised away). ONNX goes through torch.onnx's exporter on that
-ExportedProgram (`dynamo=True`, which needs onnxscript) rather than the
-TorchScript one: the TorchScript exporter is deprecated in torch 2.9 and would
-trace the LSTM's sort and gather with fixed shapes. The LSTM exports because
-models/lstm.py has no packed sequence and no host sync.
-
-Never overwrites: an existing output file is refused with one line (pass
-another out=, or remove it), as is a different tokenizer.json beside it (the
-same one is left as it is, so onnx and pt2 can sit side by side). Every file is
-written to a temp file beside its target and renamed, so a failed export leaves
-nothing behind. Imports neither Lightning nor torch_xla.
+The graph takes what `predict` takes once inputs are decoded (uint8 NHWC images, or int64 token ids made with the
+checkpoint's tokenizer, written beside it) and returns probabilities, with scaling, normalising and the binary
+logit's two probabilities inside, so a deployment cannot get preprocessing wrong. Both formats come from one
+torch.export trace with a dynamic batch; nothing is overwritten and every file is written atomically. Imports
+neither Lightning nor torch_xla (docs/serving.md, "Export").
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""Compile accounting and the recompilation guard.
+"""Compile accounting and the recompilation guard, from torch_xla's own counters.
 
-A run with static shapes compiles its graphs in the first steps of each phase
-and never again. This callback reads torch_xla's own counters (host-side, so
-reading them costs no device sync) and makes that visible: per phase (train,
-validate, test, predict) how many graphs were compiled and how long that took,
-per epoch how the wall time splits into compile and run, how many
-device-to-host transfers the training steps made, and the host's share of a
-step: the median time from a batch's arrival to the end of its step, in which
-Lightning's hooks run and forward, backward and the optimizer are traced.
-Compile time, counted apart, is left out, and so is the time inside the
-step's sync, which waits for the device whenever the previous step still runs
-(runtime/backend.py, sync_clock). No device read happens there, so host clocks
-alone measure it. On a TPU a step costs the larger of this and the
-device's execution: when it is close to the epoch line's ms/step, the chip
-waits on the host. After a phase's first epoch
-(its warm-up), any new compilation is reported as a warning (`xla_guard=warn`,
-the default) or stops the run (`strict`), naming the phase and the batch shapes
-that changed.
+With static shapes a phase compiles only in its first epoch, so a later compilation means a shape changed: the
+guard warns (`xla_guard=warn`) or stops the run (`strict`), naming the phase and the batch shapes. Counters and
+clocks are read on the host, never through a device sync, so the accounting (compiles and compile time per phase
+and epoch, host syncs, the host's share of a step) costs no step time (docs/feeding.md, "Compile once, and show
+it" and "Keep a TPU fed").
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The LightningModule that wraps any net: exact epoch metrics, the optimizer, and what a checkpoint carries.
 
-The loss, the learning-rate factors and the optimizer are objective.py's, so
-that serving and the benchmarks' plain loop share them. Metrics are sums kept
-on the device (loss, correct, count) and read once per epoch, so a step never
-waits on the host. Padded evaluation rows carry label -1 and are masked out of
-both loss and accuracy, so every sample counts once. A batch arrives as the data
-module loads it (uint8 samples, or indices into data already on the device) and
-becomes the net's input inside the step, on the device (data/batching.py). With lr_scaling=linear lr
-is the rate for one device's batch, and k devices train at k x lr.
+Loss, learning-rate factors and optimizer are objective.py's, shared with serving and the benchmarks' loop. Metrics
+are sums kept on the device (loss, correct, count), read once per epoch, so a step never waits on the host; padded
+evaluation rows (label -1) are masked out. A batch becomes the net's input inside the step, on the device
+(data/batching.py). With lr_scaling=linear, lr is the rate for one device's batch: k devices train at k x lr.
 """
 
 from __future__ import annotations

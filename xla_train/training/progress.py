@@ -1,15 +1,10 @@
 """Keras-style progress that never makes a training step wait for the host.
 
-The running loss and accuracy are the task's on-device sums; this callback
-reads them at most every `every` steps (a live bar on a terminal) and once at
-epoch end, where it prints the line Keras users know:
-
-    40/40 - 5s 125ms/step (host 11.8ms) - loss: 0.1585 - acc: 0.9437 - val_loss: 0.1161 - val_acc: 0.9722 - 257 samples/s
-    (the format; README's quick start shows a real run)
-
-A log file (no TTY) gets only the epoch lines. `every=0` turns the live bar off.
-An epoch resumed from a mid-epoch checkpoint says so (`6/6 (3 after resume)`):
-its time and metrics cover only the steps this process ran.
+The running loss and accuracy are the task's on-device sums, read at most every `every` steps for a live bar
+(terminals only; `every=0` turns it off) and once at epoch end for the Keras line: `STEPS/STEPS - TIME MS/step
+(host MS) - loss - acc - val_loss - val_acc - samples/s` (README's quick start shows real ones). A log file gets
+only the epoch lines. An epoch resumed mid-way says so (`6/6 (3 after resume)`): its time and metrics cover only
+the steps this process ran.
 """
 
 from __future__ import annotations

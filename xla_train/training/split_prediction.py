@@ -1,14 +1,10 @@
 """Predicting a whole split through Lightning, on whatever the hardware plan chose: every sample once, in order.
 
-Lightning's own answers lose samples: on several TPU cores its prediction
-writer keeps one core's share (Lightning #11417), and Keras on JAX refuses a
-batch that does not divide over the devices. Here the split is read in fixed
-global batches (data/batching.py): the last is padded with index -1 rows,
-which are dropped after the step, so the shape never changes and XLA compiles
-the step once. Each row carries its sample index, so the result is put back in
-the data's order whatever the batch geometry was. One process only: SPMD feeds
-every device of the host from it, and no prediction has to be gathered between
-processes.
+Lightning's prediction writer keeps one core's share on several TPU cores (Lightning #11417), so here the split is
+read in fixed global batches (data/batching.py) whose last is padded with index -1 rows, dropped after the step:
+the shape never changes and XLA compiles once. Each row carries its sample index, so results go back in the data's
+order. One process only: SPMD feeds every device of the host from it, so nothing is gathered between processes
+(docs/serving.md, "Predict a split").
 """
 
 from __future__ import annotations
