@@ -439,3 +439,22 @@ def test_rounds_pool_every_split_step_for_the_host_and_its_cpu_time():
         "host_bound": False,
         "host_cpu_ms_per_step": 2.75,
     }
+
+
+def test_the_presets_are_the_sweep_with_their_own_keys(monkeypatch):
+    """bench replicas, lstm and pipeline hand every argument they share with the sweep to it, by name."""
+    import functools
+
+    from xla_train.bench import sweep as bench
+
+    calls = []
+    monkeypatch.setattr(bench, "sweep", functools.wraps(bench.sweep)(lambda **kw: calls.append(kw) or (0, None)))
+    bench.lstm(maxlens=[8, 16], batch_sizes=[4], command="c")
+    bench.replicas(devices=[1, 2], steps=7)
+    bench.pipeline(progress_every=[0, 1], rounds=3)
+    lstm, replicas, pipeline = calls
+    assert lstm["grid"] == {"maxlen": [8, 16]} and "maxlens" not in lstm
+    assert (lstm["recipe"], lstm["batch_sizes"], lstm["accelerators"], lstm["command"]) == ("imdb", [4], ["xla"], "c")
+    assert (replicas["accelerators"], replicas["devices"], replicas["steps"]) == (["xla"], [1, 2], 7)
+    assert (replicas["batch_sizes"], replicas["data"]) == ([16], "synthetic")
+    assert (pipeline["progress_every"], pipeline["rounds"], pipeline["timeout"]) == ([0, 1], 3, 900.0)

@@ -10,6 +10,8 @@ round and pools the steps, so a slow spell falls on every cell; a failed cell is
 
 from __future__ import annotations
 
+import inspect
+
 import itertools
 import statistics
 from pathlib import Path
@@ -348,6 +350,12 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     )
 
 
+def _preset(arguments: dict, **fixed) -> tuple[int, Path]:
+    """sweep() with a preset's arguments (each named as sweep names it) and what the preset fixes."""
+    takes = inspect.signature(sweep).parameters
+    return sweep(**{k: v for k, v in arguments.items() if k in takes}, **fixed)
+
+
 def replicas(
     recipe: str = "quickstart",
     devices: list[DeviceCount] = [1, 8],
@@ -361,19 +369,7 @@ def replicas(
     command: str = "",
 ) -> tuple[int, Path]:
     """One against n XLA devices (SPMD), at one per-device batch: the cost of the partitioned program."""
-    return sweep(
-        recipe,
-        ["xla"],
-        batch_sizes,
-        devices,
-        steps=steps,
-        warmup=warmup,
-        data=data,
-        timeout=timeout,
-        runs_dir=runs_dir,
-        overrides=overrides,
-        command=command,
-    )
+    return _preset(locals(), accelerators=["xla"])
 
 
 def lstm(
@@ -389,18 +385,7 @@ def lstm(
     command: str = "",
 ) -> tuple[int, Path]:
     """The LSTM at each sequence length: on XLA the scan's compile time stays flat as maxlen grows."""
-    return sweep(
-        recipe,
-        accelerators,
-        batch_sizes,
-        steps=steps,
-        warmup=warmup,
-        timeout=timeout,
-        runs_dir=runs_dir,
-        overrides=overrides,
-        grid={"maxlen": maxlens},
-        command=command,
-    )
+    return _preset(locals(), grid={"maxlen": maxlens})
 
 
 def pipeline(
@@ -417,16 +402,4 @@ def pipeline(
     command: str = "",
 ) -> tuple[int, Path]:
     """Training with the live progress bar off and on: its host syncs and what they cost per step."""
-    return sweep(
-        recipe,
-        accelerators,
-        batch_sizes,
-        progress_every=progress_every,
-        steps=steps,
-        warmup=warmup,
-        rounds=rounds,
-        timeout=timeout,
-        runs_dir=runs_dir,
-        overrides=overrides,
-        command=command,
-    )
+    return _preset(locals())
