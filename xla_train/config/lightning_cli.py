@@ -9,7 +9,6 @@ write theirs beside the checkpoint's run (config/run_loggers.py).
 from __future__ import annotations
 
 import logging
-from typing import Literal, Optional, Union
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -19,6 +18,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.checkpoint import fit_checkpoint_to, read_inference_block, safe_load
+from xla_train.config.recipes import RUN_SETTINGS
 from xla_train.config.run_loggers import run_logger
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
@@ -72,78 +72,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
 
     @override
     def add_arguments_to_parser(self, parser) -> None:
-        parser.add_argument("--recipe_name", type=str, default="run", help="names the run folder")
-        parser.add_argument("--runs_dir", type=str, default="runs", help="where run folders go")
-        parser.add_argument("--logger_kind", type=Literal["csv", "tensorboard"], default="csv")
-        parser.add_argument(
-            "--test_after_fit",
-            type=bool,
-            default=False,
-            help="after fit, test the best checkpoint on the held-out split",
-        )
-        parser.add_argument(
-            "--predict_samples",
-            type=int,
-            default=0,
-            help="after fit, predict this many held-out inputs on the CPU from the checkpoint",
-        )
-        parser.add_argument(
-            "--xla_guard",
-            type=Literal["warn", "strict", "off"],
-            default="warn",
-            help="after warm-up, a new XLA compilation warns, stops the run, or is ignored",
-        )
-        parser.add_argument(
-            "--progress_every",
-            type=int,
-            default=50,
-            help="on a terminal, refresh the live bar every N steps (each refresh is a host sync)",
-        )
-        parser.add_argument(
-            "--compile_cache",
-            type=Optional[str],
-            default=None,
-            help="a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)",
-        )
-        parser.add_argument(
-            "--checkpoint_every",
-            type=int,
-            default=0,
-            help="also write last.ckpt every N training steps (0: at epoch ends only)",
-        )
-        parser.add_argument(
-            "--steps_per_execution",
-            type=Union[PositiveInt, Literal["auto"]],
-            default="auto",
-            help="on XLA, run K training steps as one compiled program (one trace, one dispatch); "
-            "auto: 32 as an XLA While loop, else 1",
-        )
-        parser.add_argument(
-            "--execution_loop",
-            type=Literal["auto", "unroll", "while"],
-            default="auto",
-            help="on XLA with steps_per_execution > 1: an XLA While loop over the step, or K "
-            "unrolled calls (auto: While, except on XLA:CPU)",
-        )
-        parser.add_argument(
-            "--matmul_precision",
-            type=Literal["default", "high", "highest"],
-            default="default",
-            help="XLA: float32 matmuls and convolutions on a TPU as one bf16 pass (default, the "
-            "Keras tutorials' TPU setting), three, or six (about float32)",
-        )
-        parser.add_argument(
-            "--compile",
-            type=Union[bool, Literal["auto"]],
-            default="auto",
-            help="cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)",
-        )
-        parser.add_argument(
-            "--channels_last",
-            type=Union[bool, Literal["auto"]],
-            default="auto",
-            help="cpu/gpu: channels_last weights and image batches (auto: for conv nets)",
-        )
+        for name, (kind, default, what) in RUN_SETTINGS.items():
+            parser.add_argument(f"--{name}", type=kind, default=default, help=what)
         # trainer.limit_*_batches=1 means one batch, and 1.0 all of them: the PEP 604 union keeps int first
         compat.set_type(parser, "trainer.limit_", int | float | None)
         compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed

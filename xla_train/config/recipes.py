@@ -14,8 +14,10 @@ import importlib
 import inspect
 import os
 from pathlib import Path
+from typing import Literal, Optional, Union
 
 import yaml
+from jsonargparse.typing import PositiveInt
 
 from xla_train.errors import ConfigError
 
@@ -35,23 +37,47 @@ ALIASES = {
     "ckpt": "ckpt_path",
     "logger": "logger_kind",
 }
-TOP_LEVEL = (
-    "seed_everything",
-    "ckpt_path",
-    "runs_dir",
-    "logger_kind",
-    "test_after_fit",
-    "predict_samples",
-    "checkpoint_every",
-    "xla_guard",
-    "progress_every",
-    "compile_cache",
-    "steps_per_execution",
-    "execution_loop",
-    "matmul_precision",
-    "compile",
-    "channels_last",
-)
+RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: name -> (type, default, help)
+    "recipe_name": (str, "run", "names the run folder"),
+    "runs_dir": (str, "runs", "where run folders go"),
+    "logger_kind": (Literal["csv", "tensorboard"], "csv", "metrics.csv, or TensorBoard event files"),
+    "test_after_fit": (bool, False, "after fit, test the best checkpoint on the held-out split"),
+    "predict_samples": (int, 0, "after fit, predict this many held-out inputs on the CPU from the checkpoint"),
+    "xla_guard": (
+        Literal["warn", "strict", "off"],
+        "warn",
+        "after warm-up, a new XLA compilation warns, stops the run, or is ignored",
+    ),
+    "progress_every": (int, 50, "on a terminal, refresh the live bar every N steps (each refresh is a host sync)"),
+    "compile_cache": (Optional[str], None, "a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)"),
+    "checkpoint_every": (int, 0, "also write last.ckpt every N training steps (0: at epoch ends only)"),
+    "steps_per_execution": (
+        Union[PositiveInt, Literal["auto"]],
+        "auto",
+        "on XLA, run K training steps as one compiled program (one trace, one dispatch); auto: 32 as an XLA While loop, else 1",
+    ),
+    "execution_loop": (
+        Literal["auto", "unroll", "while"],
+        "auto",
+        "on XLA with steps_per_execution > 1: an XLA While loop over the step, or K unrolled calls (auto: While, except on XLA:CPU)",
+    ),
+    "matmul_precision": (
+        Literal["default", "high", "highest"],
+        "default",
+        "XLA: float32 matmuls and convolutions on a TPU as one bf16 pass (default, the Keras tutorials' TPU setting), three, or six (about float32)",
+    ),
+    "compile": (
+        Union[bool, Literal["auto"]],
+        "auto",
+        "cpu/gpu: torch.compile the net (auto: when the run is long enough to pay back)",
+    ),
+    "channels_last": (
+        Union[bool, Literal["auto"]],
+        "auto",
+        "cpu/gpu: channels_last weights and image batches (auto: for conv nets)",
+    ),
+}
+TOP_LEVEL = ("seed_everything", "ckpt_path", *(k for k in RUN_SETTINGS if k != "recipe_name"))  # key -> --key
 
 
 def recipes_dir() -> Path:
