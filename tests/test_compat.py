@@ -44,3 +44,22 @@ def test_a_swapped_forward_keeps_the_state_and_undoes():
     assert list(net.state_dict()) == keys and not net(torch.ones(3, 2)).any()
     compat.restore_classes(changed)
     assert type(net[1]) is nn.BatchNorm1d
+
+
+def test_the_inductor_compile_clock_installs_once_counts_each_compilation_and_undoes():
+    from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
+
+    args = CallbackArgs(CallbackTrigger.DYNAMO, "test")
+    before = (len(callback_handler.start_callbacks), len(callback_handler.end_callbacks))
+    compat.untime_inductor_compiles()  # a clean start, whatever ran before in this process
+    clock = compat.inductor_compile_clock()
+    assert compat.inductor_compile_clock()() == clock() == (0, 0.0)  # asked twice, installed once
+    callback_handler.run_start_callbacks(args)
+    callback_handler.run_end_callbacks(args)
+    count, seconds = clock()
+    assert count == 1 and seconds >= 0
+    compat.untime_inductor_compiles()
+    callback_handler.run_start_callbacks(args)
+    callback_handler.run_end_callbacks(args)
+    assert clock()[0] == 1  # no longer counting
+    assert (len(callback_handler.start_callbacks), len(callback_handler.end_callbacks)) <= before

@@ -1,8 +1,8 @@
 """Every reach behind a public API (Lightning, torch_xla, torch, jsonargparse, Python's sys), and every process-wide patch.
 
 Each entry says what it relies on, and was read in the installed sources of:
-lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0, torchvision 0.24.0, jsonargparse 4.53.0
-(torchvision has no entry today; pyproject.toml caps each). On an upgrade this file is the audit: check each entry
+lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0, jsonargparse 4.53.0
+(pyproject.toml caps each). On an upgrade this file is the audit: check each entry
 against the new source. The patches section lists each process-wide patch with its install and its undo.
 tests/test_layout.py keeps private names out of the rest of xla_train (docs/layout.md).
 """
@@ -395,24 +395,21 @@ def untime_xla_syncs() -> None:
         _SYNC_ORIGINALS = None
 
 
-# --- torch, Python --------------------------------------------------------------------------------------------
-
-_INDUCTOR_COMPILES: list | None = None
+_INDUCTOR_CALLBACKS: tuple | None = None  # (start, end, [count, seconds, start of the open compilation])
 
 
 def inductor_compile_clock():
-    """A function returning (compilations, seconds) of torch.compile so far in this process.
-
-    torch._dynamo.callback's on_compile_start/on_compile_end (torch 2.9) bracket each compilation, nested ones
-    counted once: a frame that Dynamo traces and inductor compiles, and the backward graph that AOTAutograd
-    compiles lazily at the first backward (CallbackTrigger.LAZY_BACKWARD). Installed once per process."""
-    global _INDUCTOR_COMPILES
-    if _INDUCTOR_COMPILES is None:
+    """Install: torch._dynamo.callback's on_compile_start/on_compile_end (torch 2.9) bracket each compilation,
+    nested ones counted once: a frame that Dynamo traces and inductor compiles, and the backward graph that
+    AOTAutograd compiles lazily at the first backward. Returns a function giving (compilations, seconds) so far;
+    installed once per process however often it is asked. Undo: untime_inductor_compiles()."""
+    global _INDUCTOR_CALLBACKS
+    if _INDUCTOR_CALLBACKS is None:
         import time
 
         from torch._dynamo.callback import on_compile_end, on_compile_start
 
-        _INDUCTOR_COMPILES = totals = [0, 0.0, 0.0]  # count, seconds, start of the open compilation
+        totals = [0, 0.0, 0.0]
 
         def start(_args) -> None:
             totals[2] = time.perf_counter()
@@ -421,9 +418,23 @@ def inductor_compile_clock():
             totals[0] += 1
             totals[1] += time.perf_counter() - totals[2]
 
-        on_compile_start(start)
-        on_compile_end(end)
-    return lambda: (_INDUCTOR_COMPILES[0], _INDUCTOR_COMPILES[1])
+        _INDUCTOR_CALLBACKS = (on_compile_start(start), on_compile_end(end), totals)
+    totals = _INDUCTOR_CALLBACKS[2]
+    return lambda: (totals[0], totals[1])
+
+
+def untime_inductor_compiles() -> None:
+    """Undo inductor_compile_clock()."""
+    global _INDUCTOR_CALLBACKS
+    if _INDUCTOR_CALLBACKS is not None:
+        from torch._dynamo.callback import callback_handler
+
+        callback_handler.remove_start_callback(_INDUCTOR_CALLBACKS[0])
+        callback_handler.remove_end_callback(_INDUCTOR_CALLBACKS[1])
+        _INDUCTOR_CALLBACKS = None
+
+
+# --- torch, Python --------------------------------------------------------------------------------------------
 
 
 def caller_site(depth: int = 2) -> str:
