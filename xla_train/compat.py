@@ -402,12 +402,13 @@ def inductor_compile_clock():
     """Install: torch._dynamo.callback's on_compile_start/on_compile_end (torch 2.9) bracket each compilation,
     nested ones counted once: a frame that Dynamo traces and inductor compiles, and the backward graph that
     AOTAutograd compiles lazily at the first backward. Returns a function giving (compilations, seconds) so far;
-    installed once per process however often it is asked. Undo: untime_inductor_compiles()."""
+    installed once per process however often it is asked, and again after torch._dynamo.reset(), which
+    clears every compile callback. Undo: untime_inductor_compiles()."""
     global _INDUCTOR_CALLBACKS
+    from torch._dynamo.callback import callback_handler, on_compile_end, on_compile_start
+
     if _INDUCTOR_CALLBACKS is None:
         import time
-
-        from torch._dynamo.callback import on_compile_end, on_compile_start
 
         totals = [0, 0.0, 0.0]
 
@@ -418,8 +419,11 @@ def inductor_compile_clock():
             totals[0] += 1
             totals[1] += time.perf_counter() - totals[2]
 
-        _INDUCTOR_CALLBACKS = (on_compile_start(start), on_compile_end(end), totals)
-    totals = _INDUCTOR_CALLBACKS[2]
+        _INDUCTOR_CALLBACKS = (start, end, totals)
+    start, end, totals = _INDUCTOR_CALLBACKS
+    if start not in callback_handler.start_callbacks:
+        on_compile_start(start)
+        on_compile_end(end)
     return lambda: (totals[0], totals[1])
 
 
@@ -429,8 +433,10 @@ def untime_inductor_compiles() -> None:
     if _INDUCTOR_CALLBACKS is not None:
         from torch._dynamo.callback import callback_handler
 
-        callback_handler.remove_start_callback(_INDUCTOR_CALLBACKS[0])
-        callback_handler.remove_end_callback(_INDUCTOR_CALLBACKS[1])
+        start, end, _ = _INDUCTOR_CALLBACKS
+        if start in callback_handler.start_callbacks:  # torch._dynamo.reset() may have cleared them already
+            callback_handler.remove_start_callback(start)
+            callback_handler.remove_end_callback(end)
         _INDUCTOR_CALLBACKS = None
 
 
