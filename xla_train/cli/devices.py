@@ -11,11 +11,6 @@ from __future__ import annotations
 from xla_train.cli.keys import read_keys
 
 
-def devices_command(pairs: dict[str, str], flags: list[str]) -> int:
-    fn, kwargs = parse(pairs, flags)
-    return fn(**kwargs)
-
-
 def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
     return devices, read_keys(devices, pairs, flags, prog="devices")
 

@@ -5,11 +5,6 @@ from __future__ import annotations
 from xla_train.cli.keys import read_keys
 
 
-def export_command(pairs: dict[str, str], flags: list[str]) -> int:
-    fn, kwargs = parse(pairs, flags)
-    return fn(**kwargs)
-
-
 def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
     return export, read_keys(export, pairs, flags, prog="export")
 

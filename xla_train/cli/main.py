@@ -10,6 +10,7 @@ on the CPU. The Python API (api.py) goes through the same path as fit/validate/t
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 from xla_train.errors import ConfigError, find_user_error
@@ -63,18 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
-        if command == "predict":  # plain torch on the CPU; with split=, a whole split through Lightning
-            from xla_train.cli.predict import predict_command
-
-            return predict_command(pairs, flags)
-        if command == "export":  # plain torch too
-            from xla_train.cli.export import export_command
-
-            return export_command(pairs, flags)
-        if command == "devices":
-            from xla_train.cli.devices import devices_command
-
-            return devices_command(pairs, flags)
+        if command in ("predict", "export", "devices"):  # typed keys (cli/keys.py); predict and export: plain torch
+            fn, kwargs = importlib.import_module(f"xla_train.cli.{command}").parse(pairs, flags)
+            return fn(**kwargs)
         from xla_train.cli.fit import lightning_command
 
         return lightning_command(command, pairs, flags)

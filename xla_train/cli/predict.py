@@ -18,15 +18,10 @@ from xla_train.cli.keys import read_keys
 from xla_train.errors import ConfigError
 
 
-def predict_command(pairs: dict[str, str], flags: list[str]) -> int:
-    if "split" in pairs and {"inputs", "text"} & set(pairs):
-        raise ConfigError("split= predicts the run's own data; give either inputs= or split=, not both")
-    fn, kwargs = parse(pairs, flags)
-    return fn(**kwargs)
-
-
 def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
     """(the predict form's function, its keyword arguments): split= picks the whole-split form."""
+    if "split" in pairs and {"inputs", "text"} & set(pairs):
+        raise ConfigError("split= predicts the run's own data; give either inputs= or split=, not both")
     fn = predict_split if "split" in pairs else predict
     return fn, read_keys(fn, pairs, flags, prog="predict with split=" if fn is predict_split else "predict")
 
