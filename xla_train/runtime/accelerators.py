@@ -19,7 +19,7 @@ from typing_extensions import override
 
 from xla_train.errors import HardwareError
 from xla_train.runtime.tpu_lock import starting_runtime
-from xla_train.runtime.probe import require_cuda, require_tpu, resolve_accelerator, tpu_chips
+from xla_train.runtime.probe import pjrt_device, require_cuda, require_tpu, resolve_accelerator
 
 
 def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
@@ -32,8 +32,7 @@ def configure_pjrt(kind: str, devices: int | str | None = None) -> None:
         require_tpu()
         os.environ["PJRT_DEVICE"] = "TPU"
         return
-    if not os.environ.get("PJRT_DEVICE"):  # unset or empty: choose
-        os.environ["PJRT_DEVICE"] = "TPU" if tpu_chips() else "CPU"
+    os.environ["PJRT_DEVICE"] = pjrt_device(kind)  # the one answer every default was chosen from
     if os.environ["PJRT_DEVICE"].upper() == "CPU" and "CPU_NUM_DEVICES" not in os.environ:
         if isinstance(devices, int) and devices > 0:
             os.environ["CPU_NUM_DEVICES"] = str(devices)

@@ -52,7 +52,7 @@ class Backend:
         """A host tensor on the device as data."""
         return t.to(device)
 
-    def sync_clock(self, cpu: bool = False):
+    def sync_clock(self, cpu: bool = False, compiling: bool = False):
         """A function returning the seconds spent so far inside graph syncs (none here)."""
         return lambda: 0.0
 
@@ -102,6 +102,17 @@ class Backend:
             return False, "compiled steps were not faster on a CPU without AMX"
         return "auto", ""
 
+    def execution_loop(self, setting: str = "auto", accelerator: str = "") -> str:
+        """How K steps run as one program (runtime/step_program.py): what execution_loop=auto means here."""
+        if setting not in EXECUTION_LOOPS:
+            raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
+        return "unroll" if setting == "auto" else setting
+
+    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
+        """(K, what auto chose and why, whether the run's length may still change it) for steps_per_execution=auto
+        on a backend that runs `loop`; run_steps is the run's training steps where known."""
+        return 1, "", False
+
 
 class CUDABackend(Backend):
     """Plain Lightning on CUDA (torch-xla 2.9 has no CUDA backend)."""
@@ -139,7 +150,7 @@ class CUDABackend(Backend):
         return "auto", ""  # the samples rule; compiled GPU steps not yet measured here
 
 
-_SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds] inside XLA syncs
+_SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds, compile seconds] in XLA syncs
 
 
 class XLABackend(Backend):
@@ -148,6 +159,38 @@ class XLABackend(Backend):
     device_type = "xla"
     compiles_steps = groups_steps = exclusive_runtime = True
     runs_on_host = False
+
+    def platform(self, accelerator: str = "xla") -> str:
+        """The PJRT device the runtime will use (or uses): TPU, CPU, ...; resolved once, before any default."""
+        from xla_train.runtime.probe import pjrt_device
+
+        return pjrt_device(accelerator)
+
+    def execution_loop(self, setting: str = "auto", accelerator: str = "xla") -> str:
+        """auto: an XLA While loop, whose program does not grow with K, except on XLA:CPU, which runs a conv net's
+        step inside a While body many times slower than unrolled (docs/feeding.md); there the K calls unroll."""
+        loop = super().execution_loop(setting)
+        if setting != "auto":
+            return loop
+        return "unroll" if self.platform(accelerator) == "CPU" else "while"
+
+    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
+        """A While program's compile time and host memory do not grow with K, so K is chosen for the device alone.
+        An unrolled program's do, so K=UNROLLED_K only where the run is long enough to pay back its longer compile
+        and first execution (UNROLL_PAYBACK_STEPS: docs/results.md, "What steps_per_execution=auto chooses")."""
+        if loop == "while":
+            return WHILE_K, f"{WHILE_K} (auto)", False
+        if run_steps is None:
+            return UNROLLED_K, f"{UNROLLED_K} (auto)", True
+        steps = "an unbounded number of" if run_steps == float("inf") else f"{int(run_steps):,}"
+        if run_steps >= UNROLL_PAYBACK_STEPS:
+            why = f"{steps} training steps >= {UNROLL_PAYBACK_STEPS}, enough to pay back the longer compile"
+            return UNROLLED_K, f"{UNROLLED_K} (auto: {why})", False
+        why = (
+            f"{steps} training steps < {UNROLL_PAYBACK_STEPS}, too few to pay back the longer compile of "
+            f"{UNROLLED_K} unrolled steps; steps_per_execution={UNROLLED_K} groups them anyway"
+        )
+        return 1, f"1 (auto: {why})", False
 
     def no_peak_memory(self, devices: int, described: str) -> str:
         """torch_xla reads no peak under SPMD (pjrt_computation_client.cpp answers for real devices, not the SPMD
@@ -182,16 +225,16 @@ class XLABackend(Backend):
 
         return xm.send_cpu_data_to_device([t], device)[0]
 
-    def sync_clock(self, cpu: bool = False):
-        """Wall seconds (or with cpu=True the calling threads' CPU seconds) spent so far inside torch_xla.sync and
-        xm.mark_step.
+    def sync_clock(self, cpu: bool = False, compiling: bool = False):
+        """Wall seconds (or with cpu=True the calling threads' CPU seconds, with compiling=True the seconds compiling)
+        spent so far inside torch_xla.sync and xm.mark_step.
 
         Such a call hashes the graph, looks it up and dispatches it, but it also waits for the device while the
         previous step's execution still runs, and XLA:CPU sometimes runs the whole execution inside it, so a host
         clock around a step cannot tell the host's share from the device's without knowing this. The timing
         wrappers are installed once, for the life of the process (compat.py lists the patch)."""
         global _SYNC_SECONDS
-        which = 1 if cpu else 0
+        which = 2 if compiling else 1 if cpu else 0
         if _SYNC_SECONDS is None:
             from xla_train import compat
 
@@ -274,6 +317,14 @@ class XLABackend(Backend):
             log.setLevel(level)
 
 
+EXECUTION_LOOPS = ("auto", "unroll", "while")
+# steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
+# which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
+# run unrolled (XLA:CPU), UNROLLED_K once the run trains UNROLL_PAYBACK_STEPS steps: measured on XLA:CPU, K=8's
+# longer compile and first execution paid back after 100 to 250 steps for the three recipes (docs/results.md).
+WHILE_K = 32
+UNROLLED_K = 8
+UNROLL_PAYBACK_STEPS = 300
 MATMUL_PRECISIONS = ("default", "high", "highest")
 MATMUL_MEANING = {
     "default": "one bf16 pass for float32 on a TPU",

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from xla_train.runtime import fast_path as fast
 from xla_train.errors import ConfigError, HardwareError
-from xla_train.runtime.probe import require_cuda, resolve_accelerator
+from xla_train.runtime.backend import backend_for
+from xla_train.runtime.probe import pjrt_device, require_cuda, resolve_accelerator
 
 XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 # Device-resident data (data.on_device): what the splits may take on each device, where every device holds all
@@ -23,22 +24,12 @@ XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 # TPU core's memory (v2: 8 GiB) and a sixteenth of a v5e chip's, and holds CIFAR-10 (184 MB) and IMDB at
 # maxlen 500 (200 MB) with room to spare. XLA_TRAIN_DEVICE_DATA_MB sets another.
 DEVICE_DATA_MB = 1024
-EXECUTION_LOOPS = ("auto", "unroll", "while")
-# steps_per_execution=auto where the K steps run as a While loop: its program, compile time and host memory do
-# not grow with K, so K is chosen for the device alone, from the TPU estimates in docs/feeding.md ("Keep a TPU
-# fed"), and still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group.
-AUTO_STEPS_PER_EXECUTION = 32
 
 
-def resolve_execution_loop(setting: str = "auto") -> str:
-    """How K steps run as one program (runtime/step_program.py). auto: an XLA While loop, whose program does not
-    grow with K, except on XLA:CPU, which runs a conv net's step inside a While body many times slower than
-    unrolled (docs/feeding.md); there the K calls are unrolled."""
-    if setting not in EXECUTION_LOOPS:
-        raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
-    if setting != "auto":
-        return setting
-    return "unroll" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else "while"
+def resolve_execution_loop(setting: str = "auto", kind: str = "xla") -> str:
+    """How K steps run as one program on accelerator=`kind`: what its backend answers for the PJRT device the
+    runtime will use (runtime/probe.py, pjrt_device), decided before the runtime starts."""
+    return backend_for(kind).execution_loop(setting, kind)
 
 
 @dataclass
@@ -65,21 +56,24 @@ class HardwarePlan:
         return self.is_xla, budget
 
 
-def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str]:
-    """(K, what auto chose and why). auto: AUTO_STEPS_PER_EXECUTION steps as a While loop; one step at a time
-    where the steps would be unrolled (XLA:CPU: compile time and host memory grow with K; docs/feeding.md, "Keep a
-    TPU fed"), and off XLA or under xla_mp, which run one step at a time."""
+def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str, bool]:
+    """(K, what auto chose and why, whether the run's length still decides it: runtime/steps_per_execution.py,
+    fit_to_run). auto is the backend's answer for the loop; off XLA and under xla_mp, one step at a time."""
     if setting != "auto":
-        return setting, ""
+        return setting, "", False
     if kind in ("cpu", "gpu") or strategy == "xla_mp":
-        return 1, ""
-    if loop == "while":
-        return AUTO_STEPS_PER_EXECUTION, f"{AUTO_STEPS_PER_EXECUTION} (auto)"
-    return (
-        1,
-        "1 (auto: the steps would run unrolled, execution_loop=unroll, whose compile time grows with K; "
-        "steps_per_execution=8 groups them)",
-    )
+        return 1, "", False
+    return backend_for(kind).auto_steps(loop)
+
+
+def run_steps(epoch_steps: int, max_epochs=None, max_steps=-1) -> float:
+    """The training steps of a run of `epoch_steps` an epoch under Lightning's max_epochs and max_steps (None and
+    -1 as the Trainer reads them: both unset is 1,000 epochs, -1 epochs is no end)."""
+    limit = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+    if max_epochs is None:
+        max_epochs = 1000 if limit is None else -1
+    run = float("inf") if max_epochs < 0 else float(epoch_steps * max_epochs)
+    return min(run, limit) if limit is not None else run
 
 
 def plan_hardware(
@@ -102,8 +96,8 @@ def plan_hardware(
     ):
         raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
     kind = resolve_accelerator(str(accelerator))
-    loop = resolve_execution_loop(execution_loop)
-    steps_per_execution, note = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
+    loop = resolve_execution_loop(execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
+    steps_per_execution, note, pending = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
     if steps_per_execution > 1 and (kind in ("cpu", "gpu") or strategy == "xla_mp"):
         where = "strategy=xla_mp" if strategy == "xla_mp" else f"accelerator={kind}"
         raise ConfigError(
@@ -147,7 +141,7 @@ def plan_hardware(
     plan.matmul_precision = matmul_precision
     strat = plan.trainer_kwargs["strategy"]
     strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop
-    strat.auto_steps, strat.grouping_note = bool(note), note
+    strat.auto_steps, strat.grouping_note, strat.auto_pending = bool(note), note, pending
     return plan
 
 
@@ -235,7 +229,7 @@ def configure_compile_cache(path: str | None) -> bool | None:
     writing it a second time). Returns whether this host reads only; None where no cache is set up."""
     if not path:
         return None
-    if os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
+    if pjrt_device() == "CPU":
         warnings.warn(
             f"compile_cache={path} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
             f"read it back); it is for TPUs",
@@ -318,7 +312,7 @@ def _check_spmd_devices(n: int, topo) -> None:
         )
     total = topo.global_devices
     if not topo.multi_host and n != total:
-        how = f", or set CPU_NUM_DEVICES={n}" if os.environ.get("PJRT_DEVICE", "").upper() == "CPU" else ""
+        how = f", or set CPU_NUM_DEVICES={n}" if pjrt_device() == "CPU" else ""
         raise HardwareError(
             f"devices={n} but data parallelism (SPMD) spans every XLA device and this runtime has "
             f"{total}; use devices=auto (all {total}) or devices=1{how}"

@@ -17,12 +17,23 @@ ACCELERATORS = ("auto", "tpu", "xla", "gpu", "cpu")
 
 def tpu_chips() -> int:
     """TPU chips attached to this host (0 where torch_xla is not installed)."""
-    # torch_xla picks a PJRT_DEVICE on import unless told not to; accelerators.configure_pjrt picks it instead.
-    os.environ.setdefault("PJRT_SELECT_DEFAULT_DEVICE", "0")
     try:
         return compat.tpu_chips_on_pci_bus()
     except ImportError:
         return 0
+
+
+def pjrt_device(accelerator: str = "xla") -> str:
+    """The PJRT device the XLA runtime will start on, decided before anything is chosen from it (the loop, K, the
+    data path, the benchmark cells): TPU for accelerator=tpu; else the user's PJRT_DEVICE where set, else TPU where
+    the PCI bus has TPU chips, else CPU. It sets nothing, and accelerators.configure_pjrt writes this same answer
+    into PJRT_DEVICE, so a second run in the process (a notebook) is answered alike."""
+    if accelerator == "tpu":
+        return "TPU"
+    chosen = os.environ.get("PJRT_DEVICE", "").strip()
+    if chosen:
+        return chosen.upper()
+    return "TPU" if tpu_chips() else "CPU"
 
 
 def require_cuda(what: str = "accelerator=gpu") -> None:

@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
-from xla_train.runtime.backend import backend_of
+from xla_train.runtime.backend import backend_of, xla
 from xla_train.runtime.step_program import Layout, StepProgram
 
 
@@ -106,6 +106,7 @@ class StepsPerExecution:
     steps_per_execution = 1
     execution_loop = "unroll"  # or "while" (runtime/step_program.py); runtime/plan.py resolves auto
     auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
+    auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
     grouping_note = ""  # what auto chose, and why (the run report prints it)
 
     @property
@@ -141,12 +142,16 @@ class StepsPerExecution:
         except ConfigError as e:
             if not self.auto_steps:
                 raise
-            self.steps_per_execution, self.grouping_note = 1, f"1 (auto: {e})"
+            self.steps_per_execution, self.grouping_note, self.auto_pending = 1, f"1 (auto: {e})", False
 
-    def fit_to_epoch(self, steps: int) -> None:
-        """K against an epoch of `steps` training steps: auto's K shrinks to the epoch (one execution each); a K the
-        user set that is longer is refused. The CLI asks before any run folder exists; on_train_start asks again
-        for runs built elsewhere (the benchmarks)."""
+    def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
+        """K against the run: where auto still waits for the run's length (`run_steps` training steps in all), the
+        backend's payback rule decides it; then against an epoch of `steps` training steps, auto's K shrinks to the
+        epoch (one execution each) and a K the user set that is longer is refused. The CLI asks before any run
+        folder exists, and the benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
+        if self.auto_pending and run_steps is not None:
+            k, self.grouping_note, self.auto_pending = xla().auto_steps(self.execution_loop, run_steps)
+            self.steps_per_execution = k
         if not self._grouping or self.steps_per_execution <= steps:
             return
         if not self.auto_steps:
@@ -160,7 +165,8 @@ class StepsPerExecution:
     @override
     def on_train_start(self) -> None:
         super().on_train_start()
-        self.fit_to_epoch(self.lightning_module.trainer.num_training_batches)
+        trainer = self.lightning_module.trainer
+        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches)
 
     @override
     def training_step(self, *args, **kwargs):

@@ -1,0 +1,91 @@
+"""The PJRT device is decided once, before any default is chosen from it, whatever ran before and in any order.
+
+A new user sets nothing: no PJRT_DEVICE, no CPU_NUM_DEVICES. The loop, K and the data path must then be chosen
+for the device the runtime will really start on, not for an unset variable that a later step fills in.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from xla_train import compat
+from xla_train.runtime import probe
+from xla_train.runtime.backend import UNROLL_PAYBACK_STEPS, UNROLLED_K, WHILE_K
+from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution, run_steps
+
+
+@pytest.fixture
+def new_user(monkeypatch):
+    """Nothing set in the environment; the TPU probe answers `chips` (0: no TPU on the PCI bus)."""
+    for key in [k for k in os.environ if k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))]:
+        monkeypatch.delenv(key)
+
+    def with_chips(chips: int):
+        monkeypatch.setattr(compat, "tpu_chips_on_pci_bus", lambda: chips)
+
+    with_chips(0)
+    return with_chips
+
+
+def planned(accelerator="xla", loop="auto", setting="auto", strategy="auto"):
+    loop = resolve_execution_loop(loop, accelerator)
+    return (loop, *resolve_steps_per_execution(setting, accelerator, strategy, loop))
+
+
+def test_with_nothing_set_and_no_tpu_the_plan_is_xla_cpus(new_user):
+    assert probe.pjrt_device() == "CPU" and "PJRT_DEVICE" not in os.environ  # decided, and nothing written
+    loop, k, note, pending = planned()
+    assert (loop, k, pending) == ("unroll", UNROLLED_K, True)  # unrolled; the run's length decides K
+    assert planned("tpu")[:3] == ("while", WHILE_K, f"{WHILE_K} (auto)")  # accelerator=tpu is a TPU's plan
+
+
+def test_a_tpu_on_the_pci_bus_gets_the_while_loop(new_user):
+    new_user(4)
+    assert probe.pjrt_device() == "TPU"
+    assert planned()[:4] == ("while", WHILE_K, f"{WHILE_K} (auto)", False)
+
+
+@pytest.mark.parametrize("setting, chips, device, loop", [("TPU", 0, "TPU", "while"), ("cpu", 4, "CPU", "unroll")])
+def test_the_users_pjrt_device_wins_over_the_probe(new_user, monkeypatch, setting, chips, device, loop):
+    new_user(chips)
+    monkeypatch.setenv("PJRT_DEVICE", setting)
+    assert probe.pjrt_device() == device and planned()[0] == loop
+
+
+def test_a_second_run_in_the_process_is_planned_alike(new_user):
+    """configure_pjrt writes the answer it was planned from, so a notebook's second fit reads the same one."""
+    from xla_train.runtime.accelerators import configure_pjrt
+
+    first = planned()
+    configure_pjrt("xla")
+    assert os.environ["PJRT_DEVICE"] == "CPU"
+    assert planned() == first
+
+
+def test_auto_k_on_unrolled_steps_pays_back_its_compile():
+    from xla_train.runtime.backend import xla
+
+    k, note, pending = xla().auto_steps("unroll", UNROLL_PAYBACK_STEPS)
+    assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note
+    k, note, pending = xla().auto_steps("unroll", UNROLL_PAYBACK_STEPS - 1)
+    assert (k, pending) == (1, False) and "too few to pay back" in note
+    assert xla().auto_steps("unroll", float("inf"))[0] == UNROLLED_K
+    assert xla().auto_steps("while", 1)[0] == WHILE_K  # a While program does not grow with K
+    # the run's length as the Trainer reads max_epochs and max_steps
+    assert run_steps(40, 12, -1) == 480 and run_steps(40, 12, 100) == 100
+    assert run_steps(40, None, -1) == 40_000 and run_steps(40, None, 16) == 16 and run_steps(40, -1, -1) == float("inf")
+
+
+def test_torch_xla_imported_after_xla_train_picks_no_device_of_its_own():
+    """Importing torch_xla first used to set PJRT_DEVICE as a side effect (its own default pick), which then read
+    as the user's choice; xla_train's runtime package stops that, so import order changes nothing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
+    code = (
+        "import os, xla_train.runtime.plan as plan, torch_xla; "
+        "print(os.environ.get('PJRT_DEVICE'), plan.resolve_execution_loop('auto', 'xla'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["None", "unroll"], out.stdout + out.stderr[-2000:]
