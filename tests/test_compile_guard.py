@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, write_cifar10
 
 PROBE = Path(__file__).with_name("guard_probe.py")
 
@@ -87,3 +87,37 @@ def test_a_loader_that_raises_mid_epoch_fails_the_run_on_xla(tmp_path):
     )
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert "ValueError: the loader broke at batch 2" in proc.stderr
+
+
+def test_the_host_share_counts_a_compile_once_and_is_never_negative(tmp_path):
+    """K=32 over an epoch of 40 steps: two executions, the first of them compiling inside its sync. The compile
+    is inside the sync's seconds, so taking both out subtracted it twice and drove the epoch's host figure below
+    zero; counted once, each epoch line's host share is at least 0 and below its step time."""
+    import csv
+    import re
+
+    proc = run_cli(
+        "fit",
+        "recipe=cifar10_resnet",
+        "model.net.class_path=probes.TinyNet",
+        "accelerator=xla",
+        "epochs=2",
+        "batch_size=8",  # 320 images: 40 steps an epoch
+        "steps_per_execution=32",
+        "execution_loop=while",
+        "trainer.limit_val_batches=1",
+        "download=false",
+        "test_after_fit=false",
+        "val_fraction=0",
+        f"data_dir={write_cifar10(tmp_path / 'data', per_batch=64)}",
+        cwd=tmp_path,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if re.match(r"40/40 - ", ln)]
+    assert len(lines) == 2, proc.stdout
+    for line in lines:
+        host, step = (float(re.search(p, line).group(1)) for p in (r"\(host (-?[\d.]+)ms\)", r"(\d+)ms/step"))
+        assert 0 <= host <= step + 1, line
+    with open(sorted(tmp_path.glob("runs/*/version_*/metrics.csv"))[-1]) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("xla_host_ms_per_step")]
+    assert [int(r["xla_executions"]) for r in rows] == [2, 2]
+    assert all(float(r["xla_host_ms_per_step"]) >= 0 for r in rows), rows

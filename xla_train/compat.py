@@ -296,21 +296,26 @@ _SYNC_ORIGINALS: tuple | None = None
 
 
 def time_xla_syncs() -> list[float]:
-    """Install: torch_xla.sync and xm.mark_step rebound to wrappers that add their wall and CPU seconds to the
-    returned [wall, cpu] (runtime/backend.py, XLABackend.sync_clock). mark_step calls sync: the outer call counts
-    once. Undo: untime_xla_syncs()."""
+    """Install: torch_xla.sync and xm.mark_step rebound to wrappers that add their wall and CPU seconds, and the
+    compile seconds spent inside them, to the returned [wall, cpu, compile] (runtime/backend.py,
+    XLABackend.sync_clock). mark_step calls sync: the outer call counts once. Undo: untime_xla_syncs()."""
     global _SYNC_ORIGINALS
     import time
 
     import torch_xla
     import torch_xla.core.xla_model as xm
+    from torch_xla.debug import metrics as met
 
-    spent, depth = [0.0, 0.0], [0]
+    spent, depth = [0.0, 0.0, 0.0], [0]
+
+    def compiled_s() -> float:
+        data = met.metric_data("CompileTime")
+        return data[1] / 1e9 if data else 0.0
 
     def timed(fn):
         def wrapper(*args, **kwargs):
             depth[0] += 1
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0, c0, k0 = time.perf_counter(), time.thread_time(), compiled_s()
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -318,6 +323,7 @@ def time_xla_syncs() -> list[float]:
                 if not depth[0]:
                     spent[0] += time.perf_counter() - t0
                     spent[1] += time.thread_time() - c0
+                    spent[2] += compiled_s() - k0
 
         return wrapper
 
