@@ -273,6 +273,29 @@ def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys
     assert not (tmp_path / "runs").exists()
 
 
+def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_became(tiny_recipe, tmp_path):
+    """bench's default steps_per_execution=auto is decided against the recipe's own run, as fit decides it, not
+    against the few steps a cell times: the tiny recipe trains 1,000 epochs of IMDB's 22,500 reviews (Lightning's
+    default), so K=8 unrolled on XLA:CPU; a recipe capped at 100 steps runs one step at a time. The CSV keeps each
+    setting next to what it became, and the host's CPU time per step."""
+    short_recipe = tmp_path / "short_lstm.yaml"
+    short_recipe.write_text(tiny_recipe.read_text().replace("devices: 1}", "devices: 1, max_steps: 100}"))
+    settings = "accelerators=xla batch_sizes=8 steps=8 warmup=8".split()
+    for recipe in (tiny_recipe, short_recipe):
+        run_cli("bench", f"recipe={recipe}", *settings, cwd=tmp_path, timeout=400)
+    (long,), (short,) = (
+        read_table(tmp_path / "runs" / "bench" / v / "bench.csv")[1] for v in ("version_0", "version_1")
+    )
+    for r in (long, short):
+        assert not r["error"] and r["timed_compiles"] == "0", r
+        assert (r["steps_per_execution"], r["execution_loop"], r["on_device"]) == ("auto", "auto", "True")
+        assert 0 < float(r["host_cpu_ms_per_step"]) <= float(r["host_ms_per_step"]) * 1.05 + 0.1, r
+    assert (long["steps_per_execution_used"], long["execution_loop_used"]) == ("8", "unroll")
+    assert (short["steps_per_execution_used"], short["execution_loop_used"]) == ("1", "")
+    md = (tmp_path / "runs" / "bench" / "version_0" / "bench.md").read_text()
+    assert "| 8 (auto) | unroll (auto) |" in md
+
+
 @pytest.mark.slow  # default-suite time; SPMD itself: test_spmd.py
 def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
     settings = "devices=1,2 batch_sizes=8 steps=2 warmup=2".split()

@@ -32,6 +32,7 @@ DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
 Setting = Union[bool, Literal["auto"]]
 Loop = Literal["auto", "unroll", "while"]
+StepsSetting = Union[PositiveInt, Literal["auto"]]  # auto: what fit would choose for the recipe, batch and device
 FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
 COLUMNS = [
     "recipe",
@@ -41,7 +42,9 @@ COLUMNS = [
     "batch",
     "global_batch",
     "steps_per_execution",
+    "steps_per_execution_used",
     "execution_loop",
+    "execution_loop_used",
     "on_device",
     "matmul_precision",
     "progress_every",
@@ -60,6 +63,7 @@ COLUMNS = [
     "step_ms",
     "step_ms_mean",
     "host_ms_per_step",
+    "host_cpu_ms_per_step",
     "device_ms_per_step",
     "host_bound",
     "split_steps",
@@ -152,7 +156,7 @@ def sweep(
     batch_sizes: list[PositiveInt] = [32, 128, 512, 1024],
     devices: list[DeviceCount] = [1],
     progress_every: list[NonNegativeInt] = [0],
-    steps_per_execution: list[PositiveInt] = [1],
+    steps_per_execution: list[StepsSetting] = ["auto"],
     execution_loop: list[Loop] = ["auto"],
     on_device: Optional[list[Setting]] = None,
     steps: PositiveInt = 20,
@@ -198,13 +202,13 @@ def sweep(
     ):
         backend = backend_for(a)
         d = 1 if backend.runs_on_host else d
-        k = k if backend.groups_steps else 1  # K steps as one program
+        k = k if backend.groups_steps else 1  # K steps as one program; auto is decided in the cell, as fit does
         loop = "auto" if k == 1 else loop
         comp, cl = ("auto", "auto") if backend.compiles_steps else (comp, cl)  # it compiles the step itself
         keys = dict(zip(grid, map(str, values)))
         name = (
             f"{a}-d{d}-b{b}"
-            + (f"-k{k}" if k > 1 else "")
+            + (f"-k{k}" if k != 1 else "")
             + (f"-{loop}" if loop != "auto" else "")
             + (f"-p{p}" if p else "")
             + (f"-{prec}" if prec else "")
@@ -227,6 +231,7 @@ def sweep(
             "warmup": warmup,
             "steps": steps,
             "data": data,
+            "train_size": n_train,  # with the recipe's epochs, the run that steps_per_execution=auto is chosen for
             **keys,
         }
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
@@ -264,7 +269,7 @@ def table_row(r: dict, grid: list[str]) -> list:
         )
     )
     own = ("steps_per_execution", "execution_loop", "progress_every")
-    extra = [r.get(k) or "-" for k in own if k in grid]
+    extra = [shown_setting(r, k) for k in own if k in grid]
     return [
         r["accelerator"],
         r.get("device", "-"),
@@ -285,6 +290,14 @@ def table_row(r: dict, grid: list[str]) -> list:
     ]
 
 
+def shown_setting(r: dict, key: str) -> str:
+    """A grid cell: the setting, and what it resolved to in the cell where it was auto (`8 (auto)`)."""
+    setting, used = r.get(key), r.get(f"{key}_used")
+    if setting == "auto" and used is not None:
+        return f"{used} (auto)"
+    return str(setting) if setting not in (None, "") else "-"
+
+
 def device_mb(r: dict) -> str:
     """The peak device memory cell: blank only where nothing ran; where the runtime reads none, why."""
     if r.get("device_peak_mb") is not None:
@@ -295,8 +308,9 @@ def device_mb(r: dict) -> str:
 
 
 def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:
+    grouped = any((r.get("steps_per_execution_used") or 1) > 1 for r in rows)
     for key in ("progress_every", "execution_loop", "steps_per_execution"):
-        if len(opts[key]) > 1 or (key == "execution_loop" and opts[key] != ["auto"]):
+        if len(opts[key]) > 1 or (key != "progress_every" and (opts[key] != ["auto"] or grouped)):
             grid = [key, *grid]
     grid += [key for key in FAST_KEYS if len(opts[key] or []) > 1]
     names = {"progress_every": "bar every", "steps_per_execution": "steps/execution", "execution_loop": "loop"}
@@ -328,7 +342,7 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
             else ""
         ),
     ]
-    if any((r.get("steps_per_execution") or 1) > 1 for r in rows):
+    if grouped:
         notes.append(
             "steps/execution k > 1: k training steps traced once and run as one XLA program; its cells "
             "time whole executions and divide by k, and their first step is the first execution of k"

@@ -183,7 +183,7 @@ class Loop:
         from xla_train import compat
         from xla_train.bench.data import use_data
         from xla_train.bench.report import cpu_model
-        from xla_train.config.build import build_parts
+        from xla_train.config.build import build_run
         from xla_train.runtime.backend import backend_of
         from xla_train.runtime.plan import plan_hardware
 
@@ -199,10 +199,11 @@ class Loop:
             compile=s.get("compile", "auto"),
             channels_last=s.get("channels_last", "auto"),
         )
-        model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
+        model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
-        self.k = s.get("steps_per_execution", 1)
+        strategy = plan.trainer_kwargs.get("strategy")
+        self.k = self.steps_per_execution(strategy, s, length, n)
         self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         dm.place(*plan.resident_data)  # data.on_device: resident or streamed, as fit decides
@@ -214,10 +215,11 @@ class Loop:
             out.update(precision=fp.precision, compile=fp.compile, channels_last=fp.channels_last)
             if fp.compile:
                 out["compiles"], out["compile_s"] = inductor()
-        strategy = plan.trainer_kwargs.get("strategy")
         out.update(
             on_device=dm.resident,
-            execution_loop=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
+            steps_per_execution_used=self.k,
+            execution_loop_used=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
+            grouping_note=getattr(strategy, "grouping_note", "") or None,  # what auto chose, and why
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
         out.update(
@@ -233,6 +235,17 @@ class Loop:
     def steps(self, plan, model, dm) -> Stopwatch:
         raise NotImplementedError
 
+    @staticmethod
+    def steps_per_execution(strategy, spec: dict, length: tuple, devices: int) -> int:
+        """K as fit would run this recipe: auto decided against the recipe's own run (its epochs of its training
+        set at this global batch, the spec's train_size), not against the few steps a cell times."""
+        if getattr(strategy, "auto_pending", False):
+            from xla_train.runtime.plan import run_steps
+
+            epoch = max(1, spec["train_size"] // (spec["batch"] * devices))
+            strategy.fit_to_run(epoch, run_steps(epoch, *length))
+        return getattr(strategy, "steps_per_execution", 1)
+
 
 class LightningLoop(Loop):
     """The product's path: Lightning's fit loop with the planned strategy and the run's XLA callback."""
@@ -245,12 +258,12 @@ class LightningLoop(Loop):
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
 
-        s = self.spec
+        s, k = self.spec, self.k
 
         class Clock(pl.Callback):
             @override
             def on_train_start(self, trainer, pl_module):
-                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, s.get("steps_per_execution", 1))
+                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, k)
 
             @override
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
