@@ -74,6 +74,13 @@ def cli_env(devices: int = 1, **extra) -> dict:
     return env
 
 
+def new_user_env(**extra) -> dict:
+    """The environment a new user has: none of the suite's XLA or pip settings (README command 1 as written)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_", "PIP_"))}
+    env.pop("PYTHONPATH", None)
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

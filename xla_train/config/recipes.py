@@ -81,7 +81,13 @@ TOP_LEVEL = ("seed_everything", "ckpt_path", *(k for k in RUN_SETTINGS if k != "
 
 
 def recipes_dir() -> Path:
-    return Path(os.environ.get("XLA_TRAIN_RECIPES", Path(__file__).resolve().parents[2] / "recipes"))
+    """XLA_TRAIN_RECIPES where set; else the recipes an installed wheel carries (xla_train/recipes/, mapped there by
+    pyproject.toml from the repository's top-level recipes/), else that top-level folder of a checkout."""
+    if os.environ.get("XLA_TRAIN_RECIPES"):
+        return Path(os.environ["XLA_TRAIN_RECIPES"])
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "recipes"
+    return installed if installed.is_dir() else package.parent / "recipes"
 
 
 def available_recipes() -> list[str]:
