@@ -12,7 +12,7 @@ import pytest
 
 from xla_train import compat
 from xla_train.runtime import probe
-from xla_train.runtime.backend import UNROLL_PAYBACK_STEPS, UNROLLED_K, WHILE_K
+from xla_train.runtime.backend import UNROLL_PAYBACK_STEPS, UNROLLED_K, WHILE_K, xla
 from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution, run_steps
 
 
@@ -39,6 +39,8 @@ def test_with_nothing_set_and_no_tpu_the_plan_is_xla_cpus(new_user):
     loop, k, note, pending = planned()
     assert (loop, k, pending) == ("unroll", UNROLLED_K, True)  # unrolled; the run's length decides K
     assert planned("tpu")[:3] == ("while", WHILE_K, f"{WHILE_K} (auto)")  # accelerator=tpu is a TPU's plan
+    # a benchmark cell gets the answer, not the unset variable, and its devices= sets the CPU device count
+    assert xla().child_env({"CPU_NUM_DEVICES": "8", "HOME": "/h"}) == {"PJRT_DEVICE": "CPU", "HOME": "/h"}
 
 
 def test_a_tpu_on_the_pci_bus_gets_the_while_loop(new_user):
@@ -65,8 +67,6 @@ def test_a_second_run_in_the_process_is_planned_alike(new_user):
 
 
 def test_auto_k_on_unrolled_steps_pays_back_its_compile():
-    from xla_train.runtime.backend import xla
-
     k, note, pending = xla().auto_steps("unroll", UNROLL_PAYBACK_STEPS)
     assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note
     k, note, pending = xla().auto_steps("unroll", UNROLL_PAYBACK_STEPS - 1)

@@ -200,13 +200,12 @@ class XLABackend(Backend):
         return "n/a (XLA:CPU)" if "XLA:CPU" in described else "n/a"
 
     def runtime_setting(self) -> str:
-        import os
-
-        return f"PJRT_DEVICE={os.environ.get('PJRT_DEVICE', 'auto')}"
+        return f"PJRT_DEVICE={self.platform()}"  # as resolved, whether set or probed
 
     def child_env(self, env: dict) -> dict:
-        """Without CPU_NUM_DEVICES: the child's devices= sets XLA:CPU's device count (runtime/accelerators.py)."""
-        return {k: v for k, v in env.items() if k != "CPU_NUM_DEVICES"}
+        """The device this process resolved, so every cell runs on it; without CPU_NUM_DEVICES, because the child's
+        devices= sets XLA:CPU's device count (runtime/accelerators.py)."""
+        return {**{k: v for k, v in env.items() if k != "CPU_NUM_DEVICES"}, "PJRT_DEVICE": self.platform()}
 
     def wait(self, device) -> None:
         import torch_xla.core.xla_model as xm
