@@ -320,7 +320,7 @@ EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
 # which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
 # run unrolled (XLA:CPU), UNROLLED_K once the run trains UNROLL_PAYBACK_STEPS steps: measured on XLA:CPU, K=8's
-# longer compile and first execution paid back after 100 to 250 steps for the three recipes (docs/results.md).
+# longer compile and first execution paid back after 47 to 227 steps for the three recipes (docs/results.md).
 WHILE_K = 32
 UNROLLED_K = 8
 UNROLL_PAYBACK_STEPS = 300
