@@ -151,7 +151,10 @@ def test_an_unsafe_checkpoint_is_called_unsafe_by_every_command(tmp_path, monkey
     err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.startswith("xla_train: error:")]
     assert len(err) == 1, err
     line = err[0]
-    assert f"{name}.ckpt is unsafe: it holds objects that a weights-only load refuses (Unsupported global: {found})" in line
+    assert (
+        f"{name}.ckpt is unsafe: it holds objects that a weights-only load refuses (Unsupported global: {found})"
+        in line
+    )
     assert "re-save it with xla_train, or convert it to plain tensors in a process you trust" in line
     assert "weights_only" not in line and "likely succeed" not in line and "not a readable" not in line
     assert not marker.exists()
