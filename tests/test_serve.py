@@ -6,6 +6,7 @@ answers differ from input to input far more than the 1e-5 they are held to, and 
 """
 
 import base64
+import contextlib
 import http.client
 import io
 import json
@@ -15,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -92,6 +92,7 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its own process group: the test can see, and end, every process it started
         )
 
     def wait_ready(self, timeout=90):
@@ -107,13 +108,20 @@ class Server:
         raise AssertionError("the server was not ready in time")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
         try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
             return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # anything the server left behind
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
 
 
 def request(port, method, path, body=None, conn=None):
@@ -325,7 +333,13 @@ def test_sigterm_finishes_the_requests_in_flight_and_frees_the_port(servers):
         results = [f.result(timeout=30) for f in futures]
     code = server.proc.wait(timeout=30)
     took = time.monotonic() - t0
-    out, err = server.proc.communicate()
+    deadline = time.monotonic() + 5
+    while server.group_alive() and time.monotonic() < deadline:  # its workers, manager and HTTP process too
+        time.sleep(0.1)
+    leftover = server.group_alive()
+    server.stop()  # ends any leftover, so that its output can be read
+    out, err = server.proc.communicate(timeout=10)
+    assert not leftover, "processes of the server outlived it"
     assert [s for s, _ in results] == [200] * 12, results
     assert code == 0 and took < 15, (code, took, err[-2000:])
     assert "finishing requests in flight" in out and "stopped" in out
