@@ -113,3 +113,58 @@ def test_a_folder_that_cannot_be_fsynced_at_all_is_not_an_error(tmp_path, monkey
     good(tmp_path / "last.ckpt")
     monkeypatch.undo()
     assert safe_load(tmp_path / "last.ckpt")["state_dict"]["w"][0] == 1.0
+
+
+class _Callable:
+    """Pickles as a call of `open`: a weights-only load must refuse it, and nothing may run it."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _unsafe_files(folder):
+    import pickle
+
+    marker = folder / "pwned"
+    torch.save({"state_dict": {}, "payload": _Callable(marker)}, folder / "zip.ckpt")  # torch's zip format
+    with open(folder / "bare.ckpt", "wb") as f:  # a bare pickle, as torch.save(_use_new_zipfile_serialization=False)
+        pickle.dump({"state_dict": {}, "payload": _Callable(marker)}, f)
+    torch.save({"state_dict": {}, "hook": print}, folder / "function.ckpt")
+    return marker
+
+
+@pytest.mark.parametrize("name,found", [("zip", "io.open"), ("bare", "io.open"), ("function", "print")])
+@pytest.mark.parametrize(
+    "command", [["predict", "text=a film"], ["export", "format=pt2"], ["fit", "recipe=quickstart", "accelerator=cpu"]]
+)
+def test_an_unsafe_checkpoint_is_called_unsafe_by_every_command(tmp_path, monkeypatch, capsys, name, found, command):
+    """predict, export and resume (fit ckpt=) all read through safe_load: one line naming what was found and a
+    safe way on, never torch's advice to load with weights_only=False."""
+    from xla_train.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    marker = _unsafe_files(tmp_path)
+    assert main([*command, f"ckpt={tmp_path / f'{name}.ckpt'}"]) == 2
+    err = [ln for ln in capsys.readouterr().err.strip().splitlines() if ln.startswith("xla_train: error:")]
+    assert len(err) == 1, err
+    line = err[0]
+    assert (
+        f"{name}.ckpt is unsafe: it holds objects that a weights-only load refuses (Unsupported global: {found})"
+        in line
+    )
+    assert "re-save it with xla_train, or convert it to plain tensors in a process you trust" in line
+    assert "weights_only" not in line and "likely succeed" not in line and "not a readable" not in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content", [b"garbage", b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94."])
+def test_a_damaged_file_is_not_called_unsafe_and_torch_advice_is_never_quoted(tmp_path, content):
+    (tmp_path / "x.ckpt").write_bytes(content)
+    with pytest.raises(CheckpointError) as e:
+        safe_load(tmp_path / "x.ckpt")
+    line = str(e.value)
+    assert "is not a readable checkpoint" in line and "unsafe" not in line, line
+    assert "weights_only" not in line and "likely succeed" not in line and "\n" not in line

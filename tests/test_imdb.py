@@ -189,6 +189,35 @@ def test_inference_info_carries_everything_a_text_checkpoint_needs(imdb_root):
     assert len(held.arrays("val")[0]) == 12 and len(held.arrays("train")[0]) == 49 - 12
 
 
+def test_predict_feeds_the_lstm_the_ids_training_built(imdb_root, tmp_path):
+    """The same reviews, read as predict reads them (files, one review each) and as serve reads them (JSON text),
+    become the very ids the data module trained on: same shape, same values. The fixture's reviews run past
+    maxlen=64, so a cut or a pad that differs shows; probabilities would not (a small LSTM barely moves)."""
+    from xla_train.checkpoint import atomic_save, inference_block
+    from xla_train.models import build_net
+    from xla_train.serve.inputs import read_texts
+    from xla_train.serve.predictor import load_for_inference
+
+    dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)
+    trained, _ = dm.arrays("test")
+    net = build_net("lstm", {"vocab_size": dm.vocab_size, "embed_dim": 4, "hidden_size": 4})
+    state = {f"net.{k}": v for k, v in net.state_dict().items()}
+    atomic_save({"state_dict": state, "xla_train": inference_block(net, dm.inference_info())}, tmp_path / "t.ckpt")
+    predictor = load_for_inference(tmp_path / "t.ckpt")
+
+    files, _, _ = imdb.list_split(imdb.find_folder(str(imdb_root)), "test")  # the data module's order
+    _, reviews = read_texts([str(f) for f in files])
+    fed = predictor.preprocess(reviews).numpy()
+    assert fed.shape == trained.shape == (len(files), 64) and fed.dtype == trained.dtype
+    np.testing.assert_array_equal(fed, trained)
+    assert (text.token_counts(trained) == 64).any()  # some reviews were cut: the cut is tested too
+
+    from xla_train.serve.http import decode_item
+
+    served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews])
+    np.testing.assert_array_equal(served, trained)
+
+
 def test_imdb_validation_is_held_out_of_train_and_the_vocabulary_never_sees_test(imdb_root):
     dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)  # val_fraction=0.1
     raw = load_imdb(str(imdb_root), download=False, maxlen=64, vocab_size=10000)

@@ -108,8 +108,8 @@ def _bad_files(tmp_path, ckpt):
         ("foreign.ckpt", "not an xla_train checkpoint"),
         ("lightning_only.ckpt", "not from xla_train"),
         ("other_model.ckpt", "do not fit the cnn net"),
-        ("evil.ckpt", "(Unsupported global: GLOBAL io.open), and loading them would run code from the file"),
-        ("evil_raw.ckpt", "is not a readable checkpoint"),
+        ("evil.ckpt", "is unsafe: it holds objects that a weights-only load refuses (Unsupported global: io.open)"),
+        ("evil_raw.ckpt", "is unsafe: it holds objects that a weights-only load refuses (Unsupported global: io.open)"),
     ],
 )
 def test_bad_checkpoints_are_refused_in_one_line(ckpt, tmp_path, capsys, name, message):

@@ -1,11 +1,11 @@
 """xla_train: the Keras-on-TPU tutorial models, trained with PyTorch/XLA and Lightning, served on a plain CPU.
 
-From Python (a notebook): fit, evaluate, devices, benchmark and load_for_inference
+From Python (a notebook): fit, evaluate, devices, benchmark, serve and load_for_inference
 mirror the commands of `python -m xla_train`. Importing the package imports
 neither Lightning nor torch_xla; each function imports what it needs.
 """
 
-from xla_train.api import Run, benchmark, devices, evaluate, fit
+from xla_train.api import Run, benchmark, devices, evaluate, fit, serve
 
 __version__ = "0.1.0"
 
@@ -17,4 +17,4 @@ def load_for_inference(path):
     return _load(path)
 
 
-__all__ = ["Run", "benchmark", "devices", "evaluate", "fit", "load_for_inference", "__version__"]
+__all__ = ["Run", "benchmark", "devices", "evaluate", "fit", "load_for_inference", "serve", "__version__"]

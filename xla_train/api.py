@@ -173,6 +173,19 @@ def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool 
     return _raising(lambda: run(**kwargs)[0])
 
 
+def serve(run_or_checkpoint, **settings) -> int:
+    """Serve a checkpoint over HTTP, as `python -m xla_train serve ckpt=...` does, until SIGTERM or Ctrl+C (it
+    blocks; in a notebook, run it in a subprocess). Settings: host, port, max_batch_size, batch_timeout, workers,
+    max_body_mb. Returns 0 once the requests in flight are answered."""
+    from xla_train.cli.keys import read_keys
+    from xla_train.cli.serve import serve as command  # its signature is the keys
+
+    ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
+    given = {"ckpt": ckpt, **settings}
+    kwargs = read_keys(command, {k: _cli_value(v) for k, v in given.items() if v is not None}, prog="serve")
+    return _raising(lambda: command(**kwargs))
+
+
 def devices(accelerator: str = "auto"):
     """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU."""
     from xla_train.runtime.accelerators import describe_devices

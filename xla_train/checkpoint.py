@@ -110,21 +110,54 @@ def safe_load(path: str | os.PathLike) -> dict:
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a corrupt file can fail anywhere inside the unpickler
         text = str(e).strip()
-        unsafe = next((ln.strip() for ln in text.splitlines() if "Unsupported global" in ln), None)
-        if isinstance(e, pickle.UnpicklingError) and unsafe:
-            why = unsafe.replace("WeightsUnpickler error: ", "").split(" was not an allowed global")[0]
-            raise CheckpointError(
-                f"checkpoint {path} was refused: it holds objects outside torch's weights-only "
-                f"allow-list ({why.rstrip('.')}), and loading them would run code from the "
-                f"file; only weight files are accepted"
-            ) from None
-        first = text.splitlines()[0] if text else type(e).__name__
+        refused = next((ln.strip() for ln in text.splitlines() if "Unsupported global" in ln), None)
+        if isinstance(e, pickle.UnpicklingError) and refused:
+            found = refused.replace("WeightsUnpickler error: ", "").replace("GLOBAL ", "")
+            raise unsafe_checkpoint(path, found.split(" was not an allowed global")[0].rstrip(".")) from None
+        callable_ = pickled_global(path) if isinstance(e, pickle.UnpicklingError) else None
+        if callable_:  # a bare pickle (not torch's zip format) that names a callable
+            raise unsafe_checkpoint(path, f"Unsupported global: {callable_}") from None
+        detail = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("Unsupported")), None)
+        first = detail or (text.splitlines()[0] if text else type(e).__name__)
+        if "weights_only" in first.lower() or "weights only" in first.lower():  # torch's advice: never repeated
+            first = "torch's weights-only loader refused it"
         raise CheckpointError(
             f"{path} is not a readable checkpoint (truncated, or not a torch file: {first})"
         ) from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is a torch file but not an xla_train checkpoint (no state_dict)")
     return ckpt
+
+
+def unsafe_checkpoint(path, found: str) -> CheckpointError:
+    """One line for every command that loads a checkpoint: what was found, and a safe way on (never the unsafe
+    load torch's own message suggests)."""
+    return CheckpointError(
+        f"checkpoint {path} is unsafe: it holds objects that a weights-only load refuses ({found}), and loading "
+        f"them could run code from the file, so it was not loaded; re-save it with xla_train, or convert it to "
+        f"plain tensors in a process you trust"
+    )
+
+
+def pickled_global(path, limit: int = 1 << 20) -> str | None:
+    """The first callable a plain pickle names ("io.open"), read from its opcodes without running any."""
+    import pickletools
+
+    strings: list[str] = []
+    try:
+        with open(path, "rb") as f:
+            for op, arg, pos in pickletools.genops(f):
+                if pos > limit:
+                    return None
+                if op.name in ("GLOBAL", "INST"):
+                    return str(arg).replace(" ", ".")
+                if op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    return f"{strings[-2]}.{strings[-1]}"
+                if isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:  # not a pickle, or a damaged one: nothing can be said of what it holds
+        return None
+    return None
 
 
 def read_inference_block(ckpt: dict, path) -> dict:

@@ -5,7 +5,7 @@
     bench replicas recipe= devices=1,8 batch_sizes=16       bench lstm     recipe=imdb maxlens=100,200,500
     bench pipeline recipe= progress_every=0,10 rounds=2     bench overhead recipe= accelerator=xla|tpu rounds=
     bench curves   recipe= batch_sizes=32,128,512 epochs=   bench predict  ckpt=PATH forms=eager,compile,onnx,int8
-    bench text     reviews=50000 maxlen=500
+    bench text     reviews=50000 maxlen=500                 bench serve    ckpt=PATH concurrency=1,8,32 max_batch_sizes=1,32
 
 Keys are checked as fit's are (cli/keys.py); with a recipe, keys a subcommand lacks are its model./data. settings
 (maxlen=200). Every error is one line and exit code 2, before any cell starts.
@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "curves": "curves:curves",
     "predict": "predict:predict",
     "text": "text:text",
+    "serve": "serve:serve",
 }
 INTERNAL = {"overrides", "grid", "command"}  # filled in here, not by the user
 

@@ -1,4 +1,4 @@
-"""python -m xla_train [fit|validate|test|predict|export|devices] recipe=NAME key=value ... [--lightning.flags]
+"""python -m xla_train [fit|validate|test|predict|serve|export|devices] recipe=NAME key=value ... [--lightning.flags]
 
 key=value pairs become LightningCLI flags, so every Trainer option is reachable
 and jsonargparse checks every type. Before that, each key is checked against
@@ -16,9 +16,9 @@ import sys
 from xla_train.errors import ConfigError, find_user_error
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
-COMMANDS = LIGHTNING_COMMANDS + ("predict", "export", "devices", "bench")
+COMMANDS = LIGHTNING_COMMANDS + ("predict", "serve", "export", "devices", "bench")
 USAGE = (
-    "usage: python -m xla_train [fit|validate|test|predict|export|devices|bench] recipe=NAME key=value ... "
+    "usage: python -m xla_train [fit|validate|test|predict|serve|export|devices|bench] recipe=NAME key=value ... "
     "[--lightning.flag=value]"
 )
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         print(
-            "commands: fit (default), validate, test, predict, export (ckpt=PATH format=onnx|pt2 [out=PATH]), "
+            "commands: fit (default), validate, test, predict, serve (ckpt=PATH [port=8000]: HTTP, docs/serving.md), export (ckpt=PATH format=onnx|pt2 [out=PATH]), "
             "devices, bench (`bench --help`); "
             "recipe=NAME picks recipes/NAME.yaml; `fit --help` lists every Lightning option"
         )
@@ -64,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return bench_command(argv[1:])
         command, pairs, flags = split_argv(argv)
-        if command in ("predict", "export", "devices"):  # typed keys (cli/keys.py); predict and export: plain torch
+        if command in (
+            "predict",
+            "serve",
+            "export",
+            "devices",
+        ):  # typed keys (cli/keys.py); predict, serve, export: plain torch
             fn, kwargs = importlib.import_module(f"xla_train.cli.{command}").parse(pairs, flags)
             return fn(**kwargs)
         from xla_train.cli.fit import lightning_command

@@ -43,20 +43,26 @@ def unreadable(path: Path) -> UserError:
 
 
 def read_image(path: Path, size: int) -> np.ndarray:
+    return decode_image(path, size, str(path))
+
+
+def decode_image(source, size: int, name: str) -> np.ndarray:
+    """A PNG, JPEG, ... (a path, or a file object of its bytes, as the HTTP server has it) -> uint8 (size, size, 3):
+    one decoder, so a file and the same bytes sent to the server become the same pixels."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
+        with Image.open(source) as im:
             return np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
     except PermissionError:
-        raise unreadable(path) from None
+        raise unreadable(name) from None
     except Image.DecompressionBombError as e:  # PIL refuses to decode it: it would take gigabytes of memory
         raise UserError(
-            f"{path} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
+            f"{name} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
             f"decompression-bomb limit); downscale it first (the model reads {size}x{size} images)"
         ) from None
     except (UnidentifiedImageError, OSError) as e:
-        raise UserError(f"{path} is not a readable image ({type(e).__name__}); use PNG or JPEG files") from None
+        raise UserError(f"{name} is not a readable image ({type(e).__name__}); use PNG or JPEG files") from None
 
 
 def read_array(path: Path) -> np.ndarray:

@@ -1,0 +1,360 @@
+"""`serve`: real servers on loopback answer as offline predict does, refuse bad requests alone, drain on SIGTERM.
+
+Three servers start once for the module (a digits CNN, a small text LSTM, and a CNN with a long batch_timeout
+so that requests are surely in flight when SIGTERM comes). Random-weight checkpoints with scaled logits: the
+answers differ from input to input far more than the 1e-5 they are held to, and nothing needs training.
+"""
+
+import base64
+import contextlib
+import http.client
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import cli_env, free_port, require
+from xla_train.checkpoint import atomic_save, inference_block
+from xla_train.cli.main import main
+from xla_train.models import build_net
+from xla_train.preprocess import text
+from xla_train.serve.inputs import read_images
+from xla_train.serve.predictor import load_for_inference
+
+require("litserve")
+
+DIGITS = {
+    "kind": "image",
+    "labels": [str(i) for i in range(10)],
+    "image_size": 32,
+    "mean": [0.5] * 3,
+    "std": [0.25] * 3,
+}
+WORDS = "a wonderful superb film the plot was awful boring and tedious actor scene story moving mess".split()
+REVIEWS = [
+    "A wonderful, superb film.<br />Moving!",
+    "the plot was awful and boring",
+    "tedious mess " * 40,
+    "An actor, a scene, a story: superb.",
+    "Nothing here is in the vocabulary",
+]
+MAX_BODY_MB = 0.05  # 52,428 bytes: a 32x32 PNG is about 3 KB
+
+
+def write_checkpoint(path, arch):
+    torch.manual_seed(0)
+    if arch == "lstm":
+        net = build_net("lstm", {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8})
+        tok = text.build_tokenizer([" ".join(WORDS)] * 3, 100)
+        info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": 40, "tokenizer": text.tokenizer_to_json(tok)}
+    else:
+        net, info = build_net("cnn", {}), DIGITS
+    with torch.no_grad():
+        [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(30.0 if arch == "lstm" else 100.0)
+    atomic_save(
+        {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": inference_block(net, info)},
+        path,
+    )
+    return path
+
+
+def held_out_digits(n=24):
+    from xla_train.data.digits import load_digits_rgb32
+
+    images, _ = load_digits_rgb32()
+    return images[-n:]  # the end of scikit-learn's set; the checkpoints here never trained on any digit
+
+
+def png(image) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+class Server:
+    def __init__(self, ckpt, workdir, *keys):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "xla_train", "serve", f"ckpt={ckpt}", f"port={self.port}", *keys],
+            cwd=workdir,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group: the test can see, and end, every process it started
+        )
+
+    def wait_ready(self, timeout=90):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.communicate()
+            try:
+                if request(self.port, "GET", "/health")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("the server was not ready in time")
+
+    def stop(self):
+        try:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+            return self.proc.wait(timeout=30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # anything the server left behind
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+
+def request(port, method, path, body=None, conn=None):
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, body=body, headers={"Content-Type": "application/json"} if body is not None else {})
+    r = c.getresponse()
+    data = r.read()
+    if conn is None:
+        c.close()
+    return r.status, json.loads(data) if data.startswith((b"{", b"[")) else data.decode()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    work = tmp_path_factory.mktemp("serve")
+    cnn, lstm = write_checkpoint(work / "cnn.ckpt", "cnn"), write_checkpoint(work / "lstm.ckpt", "lstm")
+    running = {
+        "image": Server(cnn, work, f"max_body_mb={MAX_BODY_MB}"),
+        "text": Server(lstm, work),
+        "drain": Server(cnn, work, "batch_timeout=0.6", "max_batch_size=64"),
+    }
+    try:
+        yield {name: s.wait_ready() for name, s in running.items()}, {"image": cnn, "text": lstm}, work
+    finally:
+        for s in running.values():
+            s.stop()
+
+
+def test_a_start_that_cannot_serve_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ckpt = write_checkpoint(tmp_path / "cnn.ckpt", "cnn")
+    torch.save({"state_dict": {}, "hook": print}, tmp_path / "unsafe.ckpt")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases = [
+            ([f"ckpt={tmp_path / 'unsafe.ckpt'}"], "unsafe.ckpt is unsafe"),
+            ([f"ckpt={tmp_path / 'missing.ckpt'}"], "does not exist"),
+            ([f"ckpt={ckpt}", f"port={port}"], f"port {port} on 127.0.0.1 is taken"),
+            ([f"ckpt={ckpt}", "port=80"], "port=80 must be in 1024..65535"),
+            ([f"ckpt={ckpt}", "host=example.com"], "use host=127.0.0.1"),
+            ([f"ckpt={ckpt}", "max_batch_size=0"], "max_batch_size"),
+            ([f"ckpt={ckpt}", "batch_timout=0.1"], "did you mean batch_timeout"),
+        ]
+        for args, message in cases:
+            assert main(["serve", *args]) == 2, args
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and message in err[0], (args, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnn.ckpt", "unsafe.ckpt"]  # nothing written
+
+
+def test_concurrent_clients_get_offline_answers_and_bad_requests_are_refused_alone(servers):
+    """16 clients x 20 requests: digits as PNG, reviews against the text model, and every kind of bad request."""
+    running, ckpts, _ = servers
+    offline = {kind: load_for_inference(ckpt) for kind, ckpt in ckpts.items()}
+    digits = held_out_digits()
+    good = [("image", {"image": base64.b64encode(png(d)).decode()}, ("image", i)) for i, d in enumerate(digits)]
+    good += [("text", {"text": r}, ("text", i)) for i, r in enumerate(REVIEWS)]
+    expected = {("image", i): offline["image"].probabilities(digits[i : i + 1])[0] for i in range(len(digits))}
+    expected |= {("text", i): offline["text"].probabilities([r])[0] for i, r in enumerate(REVIEWS)}
+    big = json.dumps({"image": "A" * int(MAX_BODY_MB * 2**20 + 4)})
+    bad = [
+        ("image", "{not json", 400, "the body is not JSON"),
+        ("image", json.dumps({}), 400, 'missing field "image"'),
+        ("image", json.dumps({"text": "a film"}), 400, 'classifies images: send "image"'),
+        ("text", json.dumps({"image": "aGk="}), 400, 'classifies texts: send "text"'),
+        ("image", json.dumps({"image": "not base64!"}), 400, "is not valid base64"),
+        ("image", json.dumps({"image": base64.b64encode(b"GIF89a no image").decode()}), 400, "is not a readable image"),
+        ("text", json.dumps({"text": "   "}), 400, '"text" is empty'),
+        ("text", json.dumps({"text": "<br /><br />"}), 400, "has no words once tokenised"),
+        ("image", big, 413, "over the limit"),
+    ]
+
+    def client(k):
+        conns = {kind: http.client.HTTPConnection("127.0.0.1", s.port, timeout=30) for kind, s in running.items()}
+        results = []
+        for j in range(20):
+            n = k * 20 + j
+            if n % 4 == 3:
+                kind, body, status, message = bad[n // 4 % len(bad)]
+                results.append(("bad", status, message, request(running[kind].port, "POST", "/predict", body)))
+            else:
+                kind, body, key = good[(n * 7) % len(good)]
+                results.append(("good", key, None, request(0, "POST", "/predict", json.dumps(body), conns[kind])))
+        return results
+
+    with ThreadPoolExecutor(16) as pool:
+        results = [r for rs in pool.map(client, range(16)) for r in rs]
+    assert len(results) == 320
+    for what, key, message, (status, answer) in results:
+        if what == "bad":
+            assert status == key and message in answer["detail"] and "\n" not in answer["detail"], (key, answer)
+            continue
+        assert status == 200, answer
+        want = expected[key]
+        labels = offline[key[0]].labels
+        assert answer["label"] == int(want.argmax()) and answer["class"] == labels[answer["label"]]
+        np.testing.assert_allclose(answer["probabilities"], want.numpy(), atol=1e-5, rtol=0)
+    formed = request(running["image"].port, "GET", "/info")[1]["batching"]["batches_formed"]
+    assert max(map(int, formed)) > 1, formed  # requests were batched, bad ones among good ones
+
+
+def test_a_bad_request_in_a_batch_fails_only_itself(servers):
+    """The worker's loop, given one batch of good and bad requests together: each gets its own answer."""
+    import multiprocessing as mp
+
+    from litserve.utils import LitAPIStatus
+
+    from xla_train.serve.worker import PerItemLoop, PredictorAPI
+
+    _, ckpts, _ = servers
+    api = PredictorAPI(str(ckpts["image"]), mp.Array("q", 9), max_batch_size=8, batch_timeout=0.0)
+    api.setup("cpu")
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # setup() ignored it, as a worker does
+    digits = held_out_digits(3)
+    bodies = [
+        {"image": base64.b64encode(png(digits[0])).decode()},
+        {"image": "%%%"},
+        {"image": base64.b64encode(png(digits[1])).decode()},
+        {"text": "a film"},
+        {"image": base64.b64encode(b"\x89PNG broken").decode()},
+        {"image": base64.b64encode(png(digits[2])).decode()},
+    ]
+    requests = queue.Queue()
+    for i, body in enumerate(bodies):
+        requests.put((0, f"uid{i}", time.monotonic(), body))
+    sent = {}
+
+    class Transport:
+        def send(self, item, consumer_id):
+            uid, (data, status, _, _) = item
+            sent[uid] = (data, status)
+
+    PerItemLoop().run(api, "cpu", 0, requests, Transport(), {}, None)
+    assert list(api.counts) == [0, 0, 0, 0, 0, 0, 1, 0, 0]  # one batch of all six
+    offline = load_for_inference(ckpts["image"]).probabilities(digits)
+    for i, row in zip((0, 2, 5), offline):
+        data, status = sent[f"uid{i}"]
+        assert status == LitAPIStatus.OK
+        np.testing.assert_allclose(data["probabilities"], row.numpy(), atol=1e-5, rtol=0)
+    for i in (1, 3, 4):
+        data, status = sent[f"uid{i}"]
+        assert status == LitAPIStatus.ERROR and data.status_code == 400, (i, data)
+
+
+def test_one_input_gets_one_answer_from_predict_and_from_serve(servers, tmp_path, capsys):
+    running, ckpts, _ = servers
+    digit = held_out_digits(1)[0]
+    (tmp_path / "d.png").write_bytes(png(digit))
+    assert main(["predict", f"ckpt={ckpts['image']}", f"inputs={tmp_path / 'd.png'}", "--probs"]) == 0
+    _, label, _, printed = capsys.readouterr().out.strip().split("\t")
+    status, answer = request(
+        running["image"].port, "POST", "/predict", json.dumps({"image": base64.b64encode(png(digit)).decode()})
+    )
+    assert status == 200 and answer["class"] == label
+    np.testing.assert_allclose(answer["probabilities"], [float(kv.split("=")[1]) for kv in printed.split()], atol=5e-5)
+    names, pixels = read_images([str(tmp_path / "d.png")], 32)  # predict's own reading, unrounded
+    offline = load_for_inference(ckpts["image"]).probabilities(pixels)[0].numpy()
+    np.testing.assert_allclose(answer["probabilities"], offline, atol=1e-5, rtol=0)
+
+
+def test_info_describes_the_checkpoint_and_the_batching(servers):
+    running, ckpts, _ = servers
+    status, info = request(running["text"].port, "GET", "/info")
+    assert status == 200 and info["checkpoint"] == str(ckpts["text"].resolve()) and info["recipe"] is None
+    assert info["model"]["arch"] == "lstm" and info["model"]["labels"] == ["neg", "pos"]
+    assert info["input"]["field"] == "text" and info["input"]["maxlen"] == 40
+    assert info["batching"]["max_batch_size"] == 32 and info["batching"]["batch_timeout"] == 0.005
+    assert info["batching"]["workers"] == 1
+
+
+def process_tree_cpu_seconds(pid) -> float:
+    """utime + stime of pid and every descendant, from /proc."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            children = open(f"/proc/{p}/task/{p}/children").read().split()
+        except OSError:
+            continue
+        todo += [int(c) for c in children]
+    return total
+
+
+def test_an_idle_server_uses_next_to_no_cpu(servers):
+    running, _, _ = servers
+    pid = running["text"].proc.pid
+    time.sleep(1.5)  # the last test's requests are answered
+    before, t0 = process_tree_cpu_seconds(pid), time.monotonic()
+    time.sleep(3)
+    share = (process_tree_cpu_seconds(pid) - before) / (time.monotonic() - t0)
+    assert share < 0.05, f"the idle server's processes used {share:.1%} of a core"
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_frees_the_port(servers):
+    """batch_timeout=0.6 holds the requests in the worker's batch when SIGTERM comes."""
+    running, _, _ = servers
+    server = running["drain"]
+    body = json.dumps({"image": base64.b64encode(png(held_out_digits(1)[0])).decode()})
+    with ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(request, server.port, "POST", "/predict", body) for _ in range(12)]
+        time.sleep(0.3)
+        assert not any(f.done() for f in futures)  # all in flight
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        results = [f.result(timeout=30) for f in futures]
+    code = server.proc.wait(timeout=30)
+    took = time.monotonic() - t0
+    deadline = time.monotonic() + 5
+    while server.group_alive() and time.monotonic() < deadline:  # its workers, manager and HTTP process too
+        time.sleep(0.1)
+    leftover = server.group_alive()
+    server.stop()  # ends any leftover, so that its output can be read
+    out, err = server.proc.communicate(timeout=10)
+    assert not leftover, "processes of the server outlived it"
+    assert [s for s, _ in results] == [200] * 12, results
+    assert code == 0 and took < 15, (code, took, err[-2000:])
+    assert "finishing requests in flight" in out and "stopped" in out
+    with socket.socket() as s:  # the port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", server.port))
+
+
+def test_the_serve_extra_pins_litserve_to_its_audited_series():
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    for extra in ("serve", "test"):
+        (pin,) = [Requirement(r) for r in extras["optional-dependencies"][extra] if r.startswith("litserve")]
+        assert pin.specifier.contains("0.2.19") and not pin.specifier.contains("0.3.0"), (extra, pin)

@@ -1,0 +1,44 @@
+"""`python -m xla_train serve ckpt=PATH [host= port= max_batch_size= batch_timeout= workers= max_body_mb=]`.
+
+Its keys are serve()'s typed signature (cli/keys.py); the server itself is serve/server.py, on LitServe
+(pip install 'xla_train[serve]'). The recipe shown by /info comes from the checkpoint's run folder, if any.
+"""
+
+from __future__ import annotations
+
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
+
+from xla_train.cli.keys import read_keys
+
+
+def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
+    return serve, read_keys(serve, pairs, flags, prog="serve")
+
+
+def serve(
+    ckpt: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_batch_size: PositiveInt = 32,
+    batch_timeout: NonNegativeFloat = 0.005,
+    workers: PositiveInt = 1,
+    max_body_mb: PositiveFloat = 4.0,
+) -> int:
+    """Serve the checkpoint over HTTP until SIGTERM or Ctrl+C."""
+    from xla_train.serve.server import serve as run
+
+    return run(ckpt, host, port, max_batch_size, batch_timeout, workers, max_body_mb, recipe=recipe_of(ckpt))
+
+
+def recipe_of(ckpt: str) -> str | None:
+    import yaml
+
+    from xla_train.training.run_folder import RunFolder  # no Lightning: a folder and its files
+
+    run = RunFolder.of_checkpoint(ckpt)
+    if run is None:
+        return None
+    try:
+        return (yaml.safe_load(run.config.read_text()) or {}).get("recipe_name") or run.path.parent.name
+    except (OSError, yaml.YAMLError):
+        return None
