@@ -261,7 +261,7 @@ def test_int8_lstm_keeps_the_masked_recurrence():
         (["replicas", "devices=1,none"], "devices:"),
         (
             ["recipe=quickstart", "overhead"],
-            "bench's subcommand (sweep, replicas, lstm, pipeline, overhead, curves, predict, text) must come first",
+            "bench's subcommand (sweep, replicas, lstm, pipeline, overhead, curves, predict, text, serve) must come first",
         ),
     ],
 )
