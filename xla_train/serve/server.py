@@ -72,15 +72,16 @@ def info(ckpt, recipe, predictor, settings: dict, counts) -> dict:
 
 def serve(
     ckpt: str,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    max_batch_size: int = 32,
-    batch_timeout: float = 0.005,
-    workers: int = 1,
-    max_body_mb: float = 4.0,
+    host: str,
+    port: int,
+    max_batch_size: int,
+    batch_timeout: float,
+    workers: int,
+    max_body_mb: float,
     recipe: str | None = None,
 ) -> int:
-    """Serve until SIGTERM or Ctrl+C; then finish the requests in flight and return 0."""
+    """Serve until SIGTERM or Ctrl+C; then finish the requests in flight and return 0. The keys' defaults and
+    checks are cli/serve.py's typed signature, which the command line and xla_train.serve() both read."""
     predictor = load_for_inference(ckpt)  # a bad or unsafe checkpoint: one line, before anything starts
     check_address(host, port)
     ls = litserve()
