@@ -25,6 +25,7 @@ import torch
 from PIL import Image
 
 from conftest import cli_env, free_port, require
+from xla_train.bench.serve import tree_cpu_seconds  # the bench's idle measure, the same /proc sums
 from xla_train.checkpoint import atomic_save, inference_block
 from xla_train.cli.main import main
 from xla_train.models import build_net
@@ -294,28 +295,13 @@ def test_info_describes_the_checkpoint_and_the_batching(servers):
     assert info["batching"]["workers"] == 1
 
 
-def process_tree_cpu_seconds(pid) -> float:
-    """utime + stime of pid and every descendant, from /proc."""
-    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            children = open(f"/proc/{p}/task/{p}/children").read().split()
-        except OSError:
-            continue
-        todo += [int(c) for c in children]
-    return total
-
-
 def test_an_idle_server_uses_next_to_no_cpu(servers):
     running, _, _ = servers
     pid = running["text"].proc.pid
     time.sleep(1.5)  # the last test's requests are answered
-    before, t0 = process_tree_cpu_seconds(pid), time.monotonic()
+    before, t0 = tree_cpu_seconds(pid), time.monotonic()
     time.sleep(3)
-    share = (process_tree_cpu_seconds(pid) - before) / (time.monotonic() - t0)
+    share = (tree_cpu_seconds(pid) - before) / (time.monotonic() - t0)
     assert share < 0.05, f"the idle server's processes used {share:.1%} of a core"
 
 
