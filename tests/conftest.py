@@ -67,6 +67,17 @@ def relaxed_cifar_checks(monkeypatch):
         monkeypatch.setattr(module, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath))
 
 
+def save_checkpoint(path, net, init_args: dict | None, info: dict):
+    """A checkpoint as fit writes one: the net's weights under `net.`, its name and init arguments (models/
+    reference.py), and what inference needs (`info`, a data module's inference_info())."""
+    from xla_train.checkpoint import atomic_save
+    from xla_train.models.reference import NetRef
+
+    block = {**NetRef.of(type(net), init_args).block(), **info}
+    atomic_save({"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": block}, path)
+    return path
+
+
 def cli_env(devices: int = 1, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})

@@ -86,14 +86,12 @@ class LibraryLoads(pl.Callback):
 
 
 class TinyNet(torch.nn.Module):
-    """A net that compiles in about a second, for real runs whose subject is not the model."""
-
-    arch = "tiny"
+    """A net that compiles in about a second, for real runs whose subject is not the model: a user's net, with no
+    attribute xla_train would read."""
 
     def __init__(self, num_classes: int = 10, dropout: float = 0.0):
         super().__init__()
         require_positive("model.net.", num_classes=num_classes)
-        self.config = {"num_classes": num_classes, **({"dropout": dropout} if dropout else {})}
         self.body = torch.nn.Sequential(
             torch.nn.BatchNorm2d(3),
             torch.nn.AvgPool2d(4),

@@ -37,8 +37,10 @@ def test_key_values_aliases_and_native_flags_become_lightning_args():
 
 
 def test_every_documented_alias_resolves():
-    args = lightning_args("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a != "ckpt"}}, [])
-    assert len(args) == 5 + len(ALIASES) - 1
+    args = lightning_args("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a not in ("ckpt", "net")}}, [])
+    assert len(args) == 5 + len(ALIASES) - 2
+    args = lightning_args("fit", {"recipe": "cifar10", "net": "xla_train.models.CifarResNet"}, [])
+    assert args[-1] == "--model.net.class_path=xla_train.models.CifarResNet"
 
 
 def test_command_comes_first_and_defaults_to_fit():
@@ -52,7 +54,7 @@ def test_command_comes_first_and_defaults_to_fit():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["recipe=nope"], "unknown recipe 'nope'; the recipes are: cifar10"),
+        (["recipe=nope"], "unknown recipe 'nope'; the recipes are: arrays, cifar10"),
         (["recipe=cifar10", "epochz=3"], "unknown key 'epochz'; did you mean epochs"),
         (["recipe=cifar10", "trainer.max_epoch=3"], "did you mean trainer.max_epochs"),
         (["recipe=cifar10", "trainer.max_epochs=abc"], "trainer.max_epochs: expected int or null, got 'abc'"),
@@ -111,7 +113,8 @@ def test_command_comes_first_and_defaults_to_fit():
         (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
         (
             ["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],
-            "the net has 1 output class(es) but the data 10 labels; set model.net.num_classes=10",
+            "the net (CifarCNN) gives 1 logit(s) per sample but the data has 10 classes (0, 1, 2, 3, 4, ...); its last "
+            "layer must give 10; set model.net.num_classes=10",
         ),
     ],
 )

@@ -114,6 +114,7 @@ def parse(argv: list[str]) -> None:
 
 def test_every_command_line_in_the_docs_parses(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # ckpt= paths and runs_dir= are only parsed, never opened
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))  # the docs' PYTHONPATH=examples: my_nets.py
     shown = [(page.name, argv) for page in PAGES for argv in commands(page) if argv and argv[0] != "import"]
     shown = [(p, a) for p, a in shown if not a[0].startswith("-")]
     assert len(shown) >= 20, shown  # the docs show that many concrete commands; a broken extractor finds none

@@ -10,15 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from xla_train.checkpoint import atomic_save, inference_block
 from xla_train.cli.main import main
-from xla_train.models import build_net
+from xla_train.models import NETS as BUILTIN
 from xla_train.preprocess import text
 from xla_train.serve import export as export_module
 from xla_train.serve.export import OPSET, export
 from xla_train.serve.predictor import load_for_inference
 
-from conftest import require
+from conftest import require, save_checkpoint
 
 
 def onnx_packages():
@@ -47,7 +46,7 @@ ATOL = 1e-4
 def write_checkpoint(path: Path, arch: str) -> Path:
     """A checkpoint as fit writes it, with random weights and BatchNorm statistics far from the identity."""
     torch.manual_seed(0)
-    net = build_net(arch, NETS[arch])
+    net = BUILTIN[arch](**NETS[arch])
     with torch.no_grad():
         for m in net.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -59,9 +58,7 @@ def write_checkpoint(path: Path, arch: str) -> Path:
         info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": MAXLEN, "tokenizer": text.tokenizer_to_json(tok)}
     else:
         info = IMAGE_INFO
-    state = {f"net.{k}": v for k, v in net.state_dict().items()}
-    atomic_save({"state_dict": state, "xla_train": inference_block(net, info)}, path)
-    return path
+    return save_checkpoint(path, net, NETS[arch], info)
 
 
 def inputs(arch: str, n: int, seed: int = 0) -> np.ndarray:
@@ -227,7 +224,7 @@ def cnn_ckpt(tmp_path):
         (["format=tflite"], "format='tflite' is not one export writes; give format=onnx or format=pt2"),
         (["format=onnx", "ckpt="], "export needs ckpt="),
         (["ckpt={ckpt}"], "export needs format="),
-        (["format=onnx", "ckpt={ckpt}", "opset=17"], "export takes ckpt=, format=, out=; not opset"),
+        (["format=onnx", "ckpt={ckpt}", "opset=17"], "export takes ckpt=, format=, out=, net=, net_args=; not opset"),
         (["format=onnx", "ckpt={dir}/missing.ckpt"], "missing.ckpt does not exist"),
         (["format=onnx", "ckpt={dir}/bad.ckpt"], "bad.ckpt is not a readable checkpoint"),
         (["format=onnx", "ckpt={ckpt}", "out={dir}/last.ckpt/m.onnx"], "is not a folder"),

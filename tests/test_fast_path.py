@@ -140,10 +140,10 @@ def test_compile_auto_compiles_only_a_run_long_enough_to_pay_back(monkeypatch, c
     assert not cb.channels_last and "not a conv net" in cb.fast_path.summary()
 
 
-def _check_checkpoint_serves_like_fp32(ckpt_path, images):
+def _check_checkpoint_serves_like_fp32(ckpt_path, images, net=None):
     """float32 weights, no compiled wrapper's keys, and load_for_inference predicts as a plain fp32 load does."""
     from xla_train.checkpoint import net_state_dict, read_inference_block
-    from xla_train.models import build_net
+    from xla_train.models.reference import NetRef, build
     from xla_train.objective import probabilities
     from xla_train.serve.predictor import load_for_inference
 
@@ -151,9 +151,9 @@ def _check_checkpoint_serves_like_fp32(ckpt_path, images):
     floats = {v.dtype for v in ckpt["state_dict"].values() if v.is_floating_point()}
     assert floats == {torch.float32}
     assert not [k for k in ckpt["state_dict"] if "_orig_mod" in k]
-    predictor = load_for_inference(ckpt_path)
+    predictor = load_for_inference(ckpt_path, net=net)
     block = read_inference_block(ckpt, ckpt_path)
-    plain = build_net(block["arch"], block["config"])
+    plain = build(NetRef.from_block(block, ckpt_path), ckpt_path, given=net)
     plain.load_state_dict({k: v.contiguous() for k, v in net_state_dict(ckpt).items()})
     plain.eval()
     x = predictor.preprocess(images)
@@ -204,11 +204,10 @@ def test_compile_true_trains_the_quickstart_to_95_percent_and_serves_eagerly(tmp
     _check_checkpoint_serves_like_fp32(ckpt, _digits_images())
 
 
-def test_compile_true_on_a_tiny_net_writes_plain_keys_and_serves_eagerly(tmp_path, monkeypatch):
+def test_compile_true_on_a_tiny_net_writes_plain_keys_and_serves_eagerly(tmp_path):
     """The fast form of the slow quickstart test above: compile=true really compiles (inductor's graphs are
     counted), and the checkpoint holds the plain net's keys and serves eagerly on the CPU."""
     from probes import TinyNet
-    from xla_train.models import NETS
 
     proc = run_cli(
         "fit",
@@ -226,5 +225,5 @@ def test_compile_true_on_a_tiny_net_writes_plain_keys_and_serves_eagerly(tmp_pat
     assert "compiled (inductor) (compile= as given)" in proc.stdout
     epoch = next(ln for ln in proc.stdout.splitlines() if "ms/step" in ln)
     assert re.search(r"compile [\d.]+ s \(inductor, [1-9]\d* graphs?\)", epoch), epoch
-    monkeypatch.setitem(NETS, "tiny", TinyNet)  # a test-only net: served as the registry would serve a recipe's
-    _check_checkpoint_serves_like_fp32(tmp_path / "runs/quickstart/version_0/checkpoints/last.ckpt", _digits_images())
+    ckpt = tmp_path / "runs/quickstart/version_0/checkpoints/last.ckpt"
+    _check_checkpoint_serves_like_fp32(ckpt, _digits_images(), net=TinyNet)  # a user's net: named to load

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, save_checkpoint
 from xla_train.cli.main import main
 from xla_train.data import imdb
 from xla_train.preprocess import text
@@ -193,16 +193,13 @@ def test_predict_feeds_the_lstm_the_ids_training_built(imdb_root, tmp_path):
     """The same reviews, read as predict reads them (files, one review each) and as serve reads them (JSON text),
     become the very ids the data module trained on: same shape, same values. The fixture's reviews run past
     maxlen=64, so a cut or a pad that differs shows; probabilities would not (a small LSTM barely moves)."""
-    from xla_train.checkpoint import atomic_save, inference_block
-    from xla_train.models import build_net
     from xla_train.serve.inputs import read_texts
     from xla_train.serve.predictor import load_for_inference
 
     dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)
     trained, _ = dm.arrays("test")
-    net = build_net("lstm", {"vocab_size": dm.vocab_size, "embed_dim": 4, "hidden_size": 4})
-    state = {f"net.{k}": v for k, v in net.state_dict().items()}
-    atomic_save({"state_dict": state, "xla_train": inference_block(net, dm.inference_info())}, tmp_path / "t.ckpt")
+    args = {"vocab_size": dm.vocab_size, "embed_dim": 4, "hidden_size": 4}
+    save_checkpoint(tmp_path / "t.ckpt", SentimentLSTM(**args), args, dm.inference_info())
     predictor = load_for_inference(tmp_path / "t.ckpt")
 
     files, _, _ = imdb.list_split(imdb.find_folder(str(imdb_root)), "test")  # the data module's order
@@ -389,7 +386,7 @@ def test_padding_does_not_change_the_prediction():
 SCAN_CHECK = """
 import sys, torch, torch_xla
 from xla_train.models.lstm import MaskedLSTM, SentimentLSTM
-from xla_train.runtime.scan_lstm import ScanLSTM, restore_lstm, use_scan_lstm
+from xla_train.runtime.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 torch.manual_seed(0)
 dev = torch_xla.device()
 
@@ -408,7 +405,7 @@ for m in (mask, None):
     cpu = MaskedLSTM(5, 7, batch_first=True)
     xla = MaskedLSTM(5, 7, batch_first=True)
     xla.load_state_dict(cpu.state_dict())
-    scan = ScanLSTM(xla).to(dev)
+    scan = ScanRNN(xla).to(dev)
     assert list(scan.state_dict()) == list(cpu.state_dict())
     with torch.no_grad():  # as Lightning's sanity check does: must not leave a gradient-less graph in scan's cache
         scan(x.to(dev), mask=None if m is None else m.to(dev))
@@ -422,7 +419,7 @@ keys = list(net.state_dict())
 ids = torch.randint(2, 50, (3, 10))
 with torch.no_grad():
     expected = net(torch.nn.functional.pad(ids, (6, 0)))
-    assert use_scan_lstm(net) == ["lstm"] and isinstance(net.lstm, ScanLSTM) and list(net.state_dict()) == keys
+    assert use_scan_rnn(net) == ["lstm"] and isinstance(net.lstm, ScanRNN) and list(net.state_dict()) == keys
     net.to(dev)
     for pad in (6, 30):
         got = net(torch.nn.functional.pad(ids, (pad, 0)).to(dev)).cpu()
@@ -430,8 +427,8 @@ with torch.no_grad():
     net.lstm.weight_hh_l0.mul_(0.5)  # "training" on the device
     padded = torch.nn.functional.pad(ids, (6, 0))
     expected = net(padded.to(dev)).cpu()
-    net.cpu()  # as Lightning's teardown does, then restore_lstm as the strategy's
-    assert restore_lstm(net) == ["lstm"] and type(net.lstm) is MaskedLSTM and list(net.state_dict()) == keys
+    net.cpu()  # as Lightning's teardown does, then restore_rnn as the strategy's
+    assert restore_rnn(net) == ["lstm"] and type(net.lstm) is MaskedLSTM and list(net.state_dict()) == keys
     assert (net(padded) - expected).abs().max().item() < 1e-5  # the device's weights, on nn.LSTM, on the CPU
 
 # Every XLA strategy swaps the scan in on the device and nn.LSTM back at teardown (xla_mp as in a spawned worker).
@@ -445,7 +442,7 @@ for strategy in (XLASingleDeviceStrategy(0, PJRTAccelerator()), XLAMultiProcessS
     task = Classifier(SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6))
     strategy.connect(task)
     strategy.model_to_device()
-    assert isinstance(task.net.lstm, ScanLSTM) and task.net.lstm.weight_hh_l0.device.type == "xla", strategy
+    assert isinstance(task.net.lstm, ScanRNN) and task.net.lstm.weight_hh_l0.device.type == "xla", strategy
     strategy.teardown()
     assert type(task.net.lstm) is MaskedLSTM and task.net.lstm.weight_hh_l0.device.type == "cpu", strategy
 print("ok")
@@ -526,7 +523,7 @@ def test_xla_and_cpu_train_alike_and_save_the_same_keys(xla_run, cpu_run):
     cpu = torch.load(cpu_run / "checkpoints" / "last.ckpt", weights_only=True)
     assert list(xla["state_dict"]) == list(cpu["state_dict"])
     assert "net.lstm.weight_hh_l0" in cpu["state_dict"]
-    assert xla["xla_train"]["kind"] == "text" and xla["xla_train"]["arch"] == "lstm"
+    assert xla["xla_train"]["kind"] == "text" and xla["xla_train"]["arch"] == "lstm"  # a built-in net: by its key
 
 
 @pytest.mark.slow  # default-suite time; SPMD equality stays in test_spmd.py
@@ -646,10 +643,8 @@ def test_a_model_that_is_too_small_for_the_vocabulary_is_refused(imdb_root, tmp_
 
 
 def test_an_image_checkpoint_refuses_text(tmp_path, capsys):
-    from xla_train.checkpoint import atomic_save, inference_block
     from xla_train.models import CifarCNN
 
-    net = CifarCNN()
     info = {
         "kind": "image",
         "labels": [str(i) for i in range(10)],
@@ -657,10 +652,7 @@ def test_an_image_checkpoint_refuses_text(tmp_path, capsys):
         "mean": [0.5] * 3,
         "std": [0.25] * 3,
     }
-    atomic_save(
-        {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": inference_block(net, info)},
-        tmp_path / "cnn.ckpt",
-    )
+    save_checkpoint(tmp_path / "cnn.ckpt", CifarCNN(), {}, info)
     assert main(["predict", f"ckpt={tmp_path / 'cnn.ckpt'}", "text=A wonderful film"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "classifies images" in err[0], err

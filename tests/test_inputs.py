@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import save_checkpoint
 from xla_train.cli.main import main
 from xla_train.errors import UserError
 from xla_train.serve.inputs import read_images, read_texts
@@ -64,15 +65,10 @@ def test_a_file_without_read_permission_is_one_line(tmp_path, monkeypatch, capsy
 
 def test_predict_on_an_unreadable_file_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
     """Through the command, with a real (untrained) checkpoint: predict loads it before it reads the inputs."""
-    from xla_train.checkpoint import atomic_save, inference_block
-    from xla_train.models import build_net
+    from xla_train.models import CifarCNN
 
-    net = build_net("cnn", {})
     info = {"kind": "image", "labels": list("0123456789"), "image_size": 32, "mean": [0.5] * 3, "std": [0.25] * 3}
-    atomic_save(
-        {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": inference_block(net, info)},
-        tmp_path / "m.ckpt",
-    )
+    save_checkpoint(tmp_path / "m.ckpt", CifarCNN(), {}, info)
     path = tmp_path / "x.png"
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
     _unreadable(monkeypatch, path)

@@ -16,14 +16,31 @@ def parsed(argv):
 def test_each_key_is_typed_by_its_signature_and_a_text_key_is_taken_as_written():
     fn, kwargs = parsed(["predict", "ckpt=m.ckpt", "text=null", "batch_size=16", "--probs"])
     assert fn is predict.predict
-    assert kwargs == {"ckpt": "m.ckpt", "inputs": "", "text": "null", "batch_size": 16, "probs": True, "lines": False}
+    assert kwargs == {
+        "ckpt": "m.ckpt",
+        "inputs": "",
+        "text": "null",
+        "batch_size": 16,
+        "probs": True,
+        "lines": False,
+        "net": None,
+        "net_args": None,
+    }
     for review in ("#1 film of the year", "~", "Verdict: great", "[1, 2]", "true"):  # YAML would read these
         assert parsed(["predict", "ckpt=m.ckpt", f"text={review}"])[1]["text"] == review
     fn, kwargs = parsed(["predict", "ckpt=m.ckpt", "split=val", "devices=4", "probs=true"])
     assert fn is predict.predict_split and kwargs["devices"] == 4 and kwargs["probs"] is True
     assert kwargs["batch_size"] is None and kwargs["data_dir"] is None
     assert parsed(["predict", "ckpt=m.ckpt", "split=val"])[1]["devices"] == "auto"
-    assert parsed(["export", "ckpt=m.ckpt", "format=pt2"])[1] == {"ckpt": "m.ckpt", "format": "pt2", "out": None}
+    assert parsed(["export", "ckpt=m.ckpt", "format=pt2"])[1] == {
+        "ckpt": "m.ckpt",
+        "format": "pt2",
+        "out": None,
+        "net": None,
+        "net_args": None,
+    }
+    given = parsed(["export", "ckpt=m.ckpt", "format=pt2", "net=a.B", "model.net.init_args.width=64"])[1]
+    assert given["net"] == "a.B" and given["net_args"] == {"width": 64}  # fit's spelling of a net's arguments
     assert parsed(["devices"])[1] == {"accelerator": "xla"}
 
 
@@ -32,7 +49,7 @@ def test_each_key_is_typed_by_its_signature_and_a_text_key_is_taken_as_written()
     [
         (
             ["predict", "ckpt=m.ckpt", "inptus=a.png", "inputz=b.png"],
-            "predict takes ckpt=, inputs=, text=, batch_size=, --probs, --lines; not inptus, inputz; "
+            "predict takes ckpt=, inputs=, text=, batch_size=, --probs, --lines, net=, net_args=; not inptus, inputz; "
             "did you mean inputs?",  # each candidate once
         ),
         (

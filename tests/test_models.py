@@ -3,7 +3,8 @@ import sys
 
 import torch
 
-from xla_train.models import NETS, CifarCNN, build_net
+from xla_train.models import NETS, CifarCNN
+from xla_train.models.reference import NetRef, build
 
 
 def test_cnn_has_the_keras_parameter_count():
@@ -16,10 +17,11 @@ def test_cnn_maps_cifar_images_to_class_logits():
     assert net(torch.randn(3, 3, 32, 32)).shape == (3, 10)
 
 
-def test_build_net_rebuilds_from_the_recorded_config():
-    net = CifarCNN(dropout=0.3)
-    again = build_net(net.arch, net.config)
-    assert isinstance(again, CifarCNN) and again.config == net.config
+def test_a_builtin_net_is_named_by_its_key_with_every_init_argument():
+    block = NetRef.of(CifarCNN, {"dropout": 0.3}).block()
+    assert block == {"format": 1, "arch": "cnn", "config": {"num_classes": 10, "dropout": 0.3, "dense_dropout": 0.5}}
+    again = build(NetRef.from_block(block, "x.ckpt"), "x.ckpt")
+    assert isinstance(again, CifarCNN) and again.features[6].p == 0.3
     assert set(NETS) >= {"cnn"}
 
 

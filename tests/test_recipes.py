@@ -7,6 +7,7 @@ so nothing is downloaded and no device is touched).
 """
 
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
@@ -15,6 +16,7 @@ from xla_train.cli.main import main, split_argv
 from xla_train.config.recipes import available_recipes, lightning_args, load_recipe, recipe_path
 
 RECIPES = available_recipes()
+EXAMPLES = str(Path(__file__).resolve().parents[1] / "examples")  # the headers' PYTHONPATH=examples: my_nets.py
 
 
 def header(name: str) -> list[str]:
@@ -64,15 +66,17 @@ def node(config: dict, flag: str):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_documented_commands_parse_with_jsonargparse(name, capsys):
+def test_documented_commands_parse_with_jsonargparse(name, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(EXAMPLES)
     recipe = load_recipe(recipe_path(name))
     for argv in documented_commands(name):
         assert main(argv + ["--print_config"]) == 0, argv
         out = capsys.readouterr().out
         config = yaml.safe_load(out)
-        assert config["model"]["net"]["class_path"] == recipe["model"]["net"]["class_path"], out
-        assert config["data"]["class_path"] == recipe["data"]["class_path"], out
         command, pairs, flags = split_argv(argv)
+        net = pairs.get("net") or recipe["model"]["net"]["class_path"]  # a user's net, named on the command line
+        assert config["model"]["net"]["class_path"] == net, out
+        assert config["data"]["class_path"] == recipe["data"]["class_path"], out
         for arg in lightning_args(command, pairs, flags)[5:]:  # each override landed where it was meant to
             flag, value = arg.split("=", 1)
             assert node(config, flag) == yaml.safe_load(value), (argv, flag, node(config, flag))

@@ -11,7 +11,8 @@ import yaml
 from conftest import run_cli
 from xla_train.cli.main import main
 from xla_train.errors import ConfigError
-from xla_train.models import NETS, CifarResNet, build_net
+from xla_train.models import NETS, CifarResNet
+from xla_train.models.reference import NetRef, build
 
 # He et al. 2015, Table 6: 0.27 M, 0.46 M, 0.66 M, 0.85 M parameters with option A shortcuts.
 PAPER_PARAMS = {20: 269_722, 32: 464_154, 44: 658_586, 56: 853_018}
@@ -46,10 +47,12 @@ def test_option_b_shortcuts_add_only_the_two_projection_layers():
     assert b.eval()(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
-def test_resnet_rebuilds_from_its_recorded_config():
-    net = CifarResNet(depth=32, num_classes=5, shortcut="B")
-    again = build_net("resnet", net.config)
-    assert NETS["resnet"] is CifarResNet and again.config == net.config
+def test_resnet_rebuilds_from_its_recorded_init_arguments():
+    args = {"depth": 32, "num_classes": 5, "shortcut": "B"}
+    net = CifarResNet(**args)
+    ref = NetRef.from_block(NetRef.of(CifarResNet, args).block(), "x.ckpt")
+    again = build(ref, "x.ckpt")
+    assert NETS["resnet"] is CifarResNet and ref.init_args == args and ref.key == "resnet"
     again.load_state_dict(net.state_dict(), strict=True)
 
 
@@ -172,7 +175,7 @@ def test_resnet_checkpoint_predicts_on_cpu_alike_at_batch_sizes_1_and_64(resnet_
 
     run, _ = resnet_run
     predictor = load_for_inference(run / "checkpoints" / "last.ckpt")
-    assert isinstance(predictor.model, CifarResNet) and predictor.model.config["depth"] == 20
+    assert isinstance(predictor.model, CifarResNet) and predictor.init_args["depth"] == 20
     assert not predictor.model.training
     dm = CIFAR10DataModule(data_dir=str(cifar_root), download=False)
     test_images, _ = dm.arrays("test")

@@ -24,11 +24,10 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import cli_env, free_port, require
+from conftest import cli_env, free_port, require, save_checkpoint
 from xla_train.bench.serve import tree_cpu_seconds  # the bench's idle measure, the same /proc sums
-from xla_train.checkpoint import atomic_save, inference_block
 from xla_train.cli.main import main
-from xla_train.models import build_net
+from xla_train.models import CifarCNN, SentimentLSTM
 from xla_train.preprocess import text
 from xla_train.serve.inputs import read_images
 from xla_train.serve.predictor import load_for_inference
@@ -56,18 +55,15 @@ MAX_BODY_MB = 0.05  # 52,428 bytes: a 32x32 PNG is about 3 KB
 def write_checkpoint(path, arch):
     torch.manual_seed(0)
     if arch == "lstm":
-        net = build_net("lstm", {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8})
+        args = {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8}
+        net = SentimentLSTM(**args)
         tok = text.build_tokenizer([" ".join(WORDS)] * 3, 100)
         info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": 40, "tokenizer": text.tokenizer_to_json(tok)}
     else:
-        net, info = build_net("cnn", {}), DIGITS
+        net, info, args = CifarCNN(), DIGITS, {}
     with torch.no_grad():
         [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(30.0 if arch == "lstm" else 100.0)
-    atomic_save(
-        {"state_dict": {f"net.{k}": v for k, v in net.state_dict().items()}, "xla_train": inference_block(net, info)},
-        path,
-    )
-    return path
+    return save_checkpoint(path, net, args, info)
 
 
 def held_out_digits(n=24):
@@ -84,12 +80,12 @@ def png(image) -> bytes:
 
 
 class Server:
-    def __init__(self, ckpt, workdir, *keys):
+    def __init__(self, ckpt, workdir, *keys, env=None):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xla_train", "serve", f"ckpt={ckpt}", f"port={self.port}", *keys],
             cwd=workdir,
-            env=cli_env(),
+            env=env or cli_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -289,7 +285,7 @@ def test_info_describes_the_checkpoint_and_the_batching(servers):
     running, ckpts, _ = servers
     status, info = request(running["text"].port, "GET", "/info")
     assert status == 200 and info["checkpoint"] == str(ckpts["text"].resolve()) and info["recipe"] is None
-    assert info["model"]["arch"] == "lstm" and info["model"]["labels"] == ["neg", "pos"]
+    assert info["model"]["net"] == "lstm" and info["model"]["labels"] == ["neg", "pos"]
     assert info["input"]["field"] == "text" and info["input"]["maxlen"] == 40
     assert info["batching"]["max_batch_size"] == 32 and info["batching"]["batch_timeout"] == 0.005
     assert info["batching"]["workers"] == 1

@@ -189,7 +189,7 @@ def test_adam_and_dropout_in_the_while_loop_train_as_one_step_at_a_time(tiny_run
     """Each step in the While body draws its dropout mask from the seed it would have had one step at a time: a
     wrong seed moves the weights by far more than 1e-5 here."""
     runs, _ = tiny_runs
-    assert last_checkpoint(runs["adam_while"])["xla_train"]["config"]["dropout"] == 0.25
+    assert last_checkpoint(runs["adam_while"])["xla_train"]["init_args"]["dropout"] == 0.25
     assert_same_training(runs["adam_k1"], runs["adam_while"], steps=18)
 
 

@@ -10,11 +10,12 @@ from xla_train.api import Run, benchmark, devices, evaluate, fit, serve
 __version__ = "0.1.0"
 
 
-def load_for_inference(path):
-    """The checkpoint's plain nn.Module (eval mode, CPU), its preprocessing and its labels."""
+def load_for_inference(path, net=None, args: dict | None = None):
+    """The checkpoint's plain nn.Module (eval mode, CPU), its preprocessing and its labels. A checkpoint of your own
+    net needs net=: its class, or an instance built as for training (its weights are loaded into it)."""
     from xla_train.serve.predictor import load_for_inference as _load
 
-    return _load(path)
+    return _load(path, net=net, args=args)
 
 
 __all__ = ["Run", "benchmark", "devices", "evaluate", "fit", "load_for_inference", "serve", "__version__"]

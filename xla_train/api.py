@@ -114,9 +114,24 @@ class Run:
         return f"Run({str(self.folder)!r}, recipe={self.recipe!r}, checkpoint={self.best_checkpoint or self.last_checkpoint!r})"
 
 
-def fit(recipe: str, **settings) -> Run:
-    """Train a recipe, as `python -m xla_train fit recipe=... key=value ...` does; returns its run."""
-    cli = _lightning("fit", recipe, settings)
+def fit(
+    recipe: str | None = None,
+    *,
+    net=None,
+    x=None,
+    y=None,
+    validation_data=None,
+    test_data=None,
+    data=None,
+    **settings,
+) -> Run:
+    """Train a recipe, as `python -m xla_train fit recipe=... key=value ...` does; returns its run.
+
+    Your own model and data (docs/own_model.md): `net` is an nn.Module instance, its class, or a class path;
+    `x`, `y` (and `validation_data=(x, y)`, `test_data=(x, y)`) are arrays in memory (recipe "arrays"); `data` is
+    a folder of class folders or a file (.npz, .csv; recipe "images", "texts" or "arrays" by what it holds)."""
+    recipe, given, settings = _own(recipe, net, x, y, validation_data, test_data, data, settings)
+    cli = _lightning("fit", recipe, settings, given)
     trainer = cli.trainer
     best, last = trainer.checkpoint_callback.best_model_path, cli.last_checkpoint.path
     # absolute, so that the run is still found after the notebook changes its working directory
@@ -128,13 +143,15 @@ def fit(recipe: str, **settings) -> Run:
     )
 
 
-def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, float]:
+def evaluate(run_or_checkpoint, split: str = "test", *, net=None, data=None, **settings) -> dict[str, float]:
     """Metrics of a run's best checkpoint (or of a checkpoint file) on the test or validation split.
 
     The run's own saved config supplies the recipe and the settings it was trained with (data
     folder, vocabulary, ...); keyword settings override them, as key=value does on the CLI. Like the
     validate and test commands, it files its config and metrics with the run it measured, in the run's
     eval_K folder (config/run_loggers.py), never as a new version_N that would look like a training run.
+    A checkpoint of your own net needs `net` (its class, class path or an instance); `data` points a run whose
+    data were arrays in memory at a file or folder to evaluate on.
     """
     from xla_train.training.run_folder import RunFolder
 
@@ -154,15 +171,19 @@ def evaluate(run_or_checkpoint, split: str = "test", **settings) -> dict[str, fl
                 f"settings it was trained with"
             )
         recipe = str(RunFolder(folder).config)
-    cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings})
+    _, given, settings = _own(recipe, net, None, None, None, None, data, settings)
+    cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings}, given)
     return {k: v for k, v in cli.model.epoch_metrics.items() if k.startswith(split + "_")}
 
 
-def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool = False, **settings) -> Path:
+def predict_split(
+    run_or_checkpoint, split: str = "test", out=None, probs: bool = False, *, net=None, **settings
+) -> Path:
     """Predict a whole split of the checkpoint's own data, as `python -m xla_train predict ckpt=... split=...`
     does: on accelerator= and devices= (auto by default), every sample once and in order; returns the CSV
     (index, label, predicted, probability, and with probs=True one p_<label> column per class).
-    Settings: accelerator, devices, batch_size, data_dir."""
+    Settings: accelerator, devices, batch_size, data_dir. A checkpoint of your own net needs `net` (its class, class
+    path or an instance)."""
     from xla_train.cli.keys import read_keys
     from xla_train.cli.predict import predict_split as command  # its signature is the keys
     from xla_train.config.saved_run import predict_split as run
@@ -170,17 +191,22 @@ def predict_split(run_or_checkpoint, split: str = "test", out=None, probs: bool 
     ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
     given = {"ckpt": ckpt, "split": split, "out": out, "probs": probs, **settings}
     kwargs = read_keys(command, {k: _cli_value(v) for k, v in given.items() if v is not None}, prog="predict_split")
-    return _raising(lambda: run(**kwargs)[0])
+    return _raising(lambda: run(**{**kwargs, "net": net})[0])
 
 
 def serve(run_or_checkpoint, **settings) -> int:
     """Serve a checkpoint over HTTP, as `python -m xla_train serve ckpt=...` does, until SIGTERM or Ctrl+C (it
     blocks; in a notebook, run it in a subprocess). Settings: host, port, max_batch_size, batch_timeout, workers,
-    max_body_mb. Returns 0 once the requests in flight are answered."""
+    max_body_mb, and for your own net net= (its class path or class: the worker processes import it) with net_args=
+    (a dict) where the checkpoint records no init arguments. Returns 0 once the requests in flight are answered."""
     from xla_train.cli.keys import read_keys
     from xla_train.cli.serve import serve as command  # its signature is the keys
 
     ckpt = run_or_checkpoint.checkpoint if isinstance(run_or_checkpoint, Run) else str(run_or_checkpoint)
+    if isinstance(settings.get("net"), type):
+        from xla_train.models.reference import class_path_of
+
+        settings["net"] = class_path_of(settings["net"])
     given = {"ckpt": ckpt, **settings}
     kwargs = read_keys(command, {k: _cli_value(v) for k, v in given.items() if v is not None}, prog="serve")
     return _raising(lambda: command(**kwargs))
@@ -207,13 +233,58 @@ def benchmark(subcommand: str = "sweep", **settings) -> Path:
     return results
 
 
-def _lightning(command: str, recipe, settings: dict):
+def _lightning(command: str, recipe, settings: dict, given: dict | None = None):
     from xla_train.config.build import run_lightning
 
     if "recipe" in settings:
         raise ConfigError("give the recipe once, as the first argument")
     pairs = {"recipe": str(recipe), **{k: _cli_value(v) for k, v in settings.items()}}
-    return _raising(run_lightning, command, pairs, [])
+    return _raising(run_lightning, command, pairs, [], given)
+
+
+def _own(recipe, net, x, y, validation_data, test_data, data, settings: dict) -> tuple:
+    """(recipe, objects for XlaTrainCLI, settings) from fit's own-model keywords: an instance travels as an object,
+    a class as its path; arrays in memory pick recipe "arrays"; a folder or file picks its recipe by what it holds."""
+    from xla_train.data.folders import recipe_for
+
+    settings, given = dict(settings), {}
+    if net is not None:
+        given.update(_net_setting(net, settings))
+    if x is not None or y is not None:
+        if x is None or y is None or data is not None:
+            raise ConfigError("give the training arrays as x= and y= together (or data= a folder or file, not both)")
+        given["arrays"] = {"x": x, "y": y, "validation_data": validation_data, "test_data": test_data}
+        recipe = recipe or "arrays"
+    elif validation_data is not None or (test_data is not None and data is None):
+        raise ConfigError("validation_data= and test_data= come with the arrays x= and y=")
+    elif data is not None:
+        found, path = recipe_for(data)
+        recipe = recipe or found
+        settings["data.path"] = str(path)
+        if test_data is not None:  # a CSV's test rows
+            settings["data.test"] = str(test_data)
+    if recipe is None:
+        raise ConfigError(
+            "which recipe? give one (fit('cifar10')), or your data: fit(net=..., x=..., y=...) or fit(net=..., data=PATH)"
+        )
+    return recipe, given, settings
+
+
+def _net_setting(net, settings: dict) -> dict:
+    """net= as an object for XlaTrainCLI (an instance) or as model.net.class_path (a class or its path)."""
+    from torch import nn
+
+    from xla_train.models.reference import class_path_of
+
+    if isinstance(net, nn.Module):
+        return {"net": net}
+    if isinstance(net, type) and issubclass(net, nn.Module):
+        settings["model.net.class_path"] = class_path_of(net)
+    elif isinstance(net, str):
+        settings["model.net.class_path"] = net
+    else:
+        raise ConfigError(f"net= takes an nn.Module, its class or its class path, not {type(net).__name__}")
+    return {}
 
 
 def _raising(fn, *args):

@@ -1,7 +1,8 @@
 """The checkpoint file: written atomically, read without running code, and self-sufficient for inference.
 
-A Lightning checkpoint plus one block, "xla_train", naming the net by its architecture key (never an import path),
-its constructor arguments, and the preprocessing and labels raw inputs need. Only torch is imported here, so
+A Lightning checkpoint plus one block, "xla_train", naming the net (models/reference.py: a built-in net by its key,
+a user's by its import path, which loading never imports unasked), its init arguments, and the preprocessing and
+labels raw inputs need. Only torch is imported here, so
 serving needs neither Lightning nor torch_xla. `atomic_write` is also the one writer of the other files a crash
 must not half-write: config.yaml, exports, prediction tables, the IMDB token cache (docs/serving.md).
 """
@@ -20,11 +21,7 @@ import torch
 
 from xla_train.errors import CheckpointError
 
-FORMAT = 1
-
-
-def inference_block(net: torch.nn.Module, info: dict) -> dict:
-    return {"format": FORMAT, "arch": net.arch, "config": dict(net.config), **info}
+FORMATS = (1, 2)  # 1: a built-in net by key; 2: any net by its class path (models/reference.py)
 
 
 def to_cpu(obj):
@@ -162,11 +159,12 @@ def pickled_global(path, limit: int = 1 << 20) -> str | None:
 
 def read_inference_block(ckpt: dict, path) -> dict:
     block = ckpt.get("xla_train")
-    if not isinstance(block, dict) or "arch" not in block:
+    if not isinstance(block, dict) or not ({"arch", "class_path"} & set(block)):
         raise CheckpointError(f"{path} is a Lightning checkpoint but not from xla_train (no 'xla_train' block)")
-    if block.get("format") != FORMAT:
+    if block.get("format") not in FORMATS:
         raise CheckpointError(
-            f"{path} has checkpoint format {block.get('format')!r}; this xla_train reads format {FORMAT}"
+            f"{path} has checkpoint format {block.get('format')!r}; this xla_train reads formats "
+            f"{' and '.join(map(str, FORMATS))}"
         )
     return block
 
@@ -174,18 +172,3 @@ def read_inference_block(ckpt: dict, path) -> dict:
 def net_state_dict(ckpt: dict) -> dict[str, torch.Tensor]:
     """The net's own weights: the LightningModule's `net.` prefix removed."""
     return {k[len("net.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
-
-
-def fit_checkpoint_to(block: dict, net, dm, ckpt, builder: str, advice: str = "") -> None:
-    """Make a rebuilt net and data module take a checkpoint, or refuse in one line: validate, test, resume and a
-    split's prediction all come through here. The net must be the checkpoint's (arch and config); a text
-    checkpoint's own tokenizer encodes the data, so its token ids stay the model's; the data must fit the net.
-    `builder` names what built the net ("recipe NAME", "its run config PATH")."""
-    theirs, ours = (block["arch"], block.get("config")), (net.arch, net.config)
-    if theirs != ours:
-        raise CheckpointError(
-            f"{ckpt} holds a {theirs[0]} net {theirs[1]}, but {builder} builds a {ours[0]} net {ours[1]}{advice}"
-        )
-    if block.get("kind") == "text":
-        dm.use_tokenizer(block["tokenizer"])
-    dm.check_net(net)

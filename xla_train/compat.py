@@ -446,6 +446,32 @@ def untime_inductor_compiles() -> None:
         _INDUCTOR_CALLBACKS = None
 
 
+_TORCH_XLA_GRU = None
+
+
+def keep_torch_gru() -> None:
+    """Install: torch.nn.GRU back to torch's own class where importing torch_xla replaced it with torch_xla's scan
+    GRU (torch_xla/_patched_functions.py, _apply_patches), which runs on XLA tensors only: an nn.GRU built after a
+    fit on XLA (a notebook's next cell, a CPU run, load_for_inference) would fail on the CPU. Every nn.GRU still
+    runs as a loop on XLA: runtime/scan_rnn.py swaps it in on the device. Nothing happens before torch_xla is
+    imported."""
+    global _TORCH_XLA_GRU
+    from torch import nn
+    from torch.nn.modules import rnn
+
+    if nn.GRU is not rnn.GRU and getattr(nn.GRU, "_orig", None) is rnn.GRU:
+        _TORCH_XLA_GRU, nn.GRU = nn.GRU, rnn.GRU
+
+
+def unkeep_torch_gru() -> None:
+    """Undo keep_torch_gru(): torch_xla's GRU in torch.nn.GRU again."""
+    global _TORCH_XLA_GRU
+    if _TORCH_XLA_GRU is not None:
+        from torch import nn
+
+        nn.GRU, _TORCH_XLA_GRU = _TORCH_XLA_GRU, None
+
+
 # --- torch, Python --------------------------------------------------------------------------------------------
 
 

@@ -78,7 +78,8 @@ def one_line(message: str) -> str:
         got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
         subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), "")[len("Subtypes: [") : -1]
         members = re.findall(r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes)
-        if members and "[" not in re.sub(r"typing\.Literal\[[^\]]*\]", "", subtypes):
+        nested = message.count('Parser key "') > 1  # a class's own argument failed: its line is the one to keep
+        if members and not nested and "[" not in re.sub(r"typing\.Literal\[[^\]]*\]", "", subtypes):
             # a union of plain types: name every member, not only the first (compile: bool or 'auto'); a union
             # with a list in it keeps the first line, which names what each element should be
             expected = "Expected " + " or ".join(_type_name(t) for t in members)

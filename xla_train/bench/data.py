@@ -66,7 +66,7 @@ def synthetic_arrays(dm, net, n: int, seed: int = 0) -> dict:
     if kind == "image":
         s = dm.image_size
         x = rng.integers(0, 256, (n, s, s, 3), dtype=np.uint8)
-        classes = int(net.config.get("num_classes", 10))
+        classes = output_classes(dm, net, x)
     elif kind == "text":
         from xla_train.preprocess.text import PAD_ID
 
@@ -79,6 +79,19 @@ def synthetic_arrays(dm, net, n: int, seed: int = 0) -> dict:
     y = rng.integers(0, classes, n).astype(np.int64)
     small = (x[: max(1, n // 10)], y[: max(1, n // 10)])
     return {"train": (x, y), "val": small, "test": small}
+
+
+def output_classes(dm, net, x: np.ndarray) -> int:
+    """How many classes the net tells apart: its logits on two samples, on the CPU (one logit: two classes)."""
+    import torch
+
+    was_training = net.training
+    try:
+        with torch.no_grad():
+            out = net.eval()(dm.net_inputs(x[:2]))
+    finally:
+        net.train(was_training)
+    return 2 if out.ndim == 1 or out.shape[-1] == 1 else int(out.shape[-1])
 
 
 def use_data(dm, net, mode: str, samples: int) -> str:

@@ -235,7 +235,7 @@ def predict(
 def write_report(rows, predictor, ckpt, batch, repeats, command, runs_dir, notes_extra) -> tuple[int, Path]:
     import torch
 
-    arch = f"{predictor.info['arch']} {predictor.info.get('config', {})}"
+    arch = f"{predictor.net_name} {predictor.init_args or ''}"
     prov = report.provenance(command, [f"CPU, PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)"])
     run_dir = report.new_run_dir(runs_dir)
     headers = [

@@ -201,7 +201,7 @@ def publish(rows, predictor, ckpt, ceiling, batch_timeout, seconds, warmup, comm
     top = max(r["concurrency"] for r in rows)
     best, one = by.get((max(r["max_batch_size"] for r in rows), top)), by.get((1, top))
     notes = [
-        f"checkpoint {ckpt}: {predictor.info['arch']} ({predictor.kind}); inputs: 64 "
+        f"checkpoint {ckpt}: {predictor.net_name} ({predictor.kind}); inputs: 64 "
         + ("synthetic reviews" if predictor.kind == "text" else "random images as PNG, base64 in JSON"),
         f"closed loop on loopback, {seconds:g} s timed after {warmup:g} s of warm-up per cell; batch_timeout={batch_timeout}",
         f"offline predict at batch 32 (this process, preprocessing included): {ceiling:,.0f} samples/s (the ceiling)",

@@ -303,13 +303,13 @@ class PlainLoop(Loop):
     def steps(self, plan, model, dm) -> Stopwatch:
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
         from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
-        from xla_train.runtime.scan_lstm import use_scan_lstm
+        from xla_train.runtime.scan_rnn import use_scan_rnn
         from xla_train.runtime.single_device import device_loader
 
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device
         keep_cuda_probe_off_the_trace()  # as xla_train's XLA runs do, and as a process without Lightning is
-        use_scan_lstm(net, verbose=False)  # as the XLA strategies do, so both sides run the same graph
+        use_scan_rnn(net, verbose=False)  # as the XLA strategies do, so both sides run the same graph
         net.to(device).train()
         opt = make_optimizer(hp, net.parameters())
         total = self.total  # Lightning's estimated_stepping_batches for this run

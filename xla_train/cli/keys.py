@@ -18,6 +18,27 @@ from jsonargparse import ArgumentError, ArgumentParser
 from xla_train.errors import ConfigError, one_line
 
 
+NET_ARGS = "model.net.init_args."
+
+
+def with_net_args(pairs: dict[str, str]) -> dict[str, str]:
+    """fit's spelling of a net's init arguments, model.net.init_args.NAME=value, gathered into the net_args= key of
+    the commands that load a checkpoint (predict, serve, export), for a net recorded without them."""
+    import yaml
+
+    rest = {k: v for k, v in pairs.items() if not k.startswith(NET_ARGS)}
+    args = {}
+    for key, value in pairs.items():
+        if key.startswith(NET_ARGS):
+            try:
+                args[key[len(NET_ARGS) :]] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                args[key[len(NET_ARGS) :]] = value
+    if args:
+        rest["net_args"] = yaml.safe_dump(args, default_flow_style=True).strip()
+    return rest
+
+
 def _annotation_has(annotation, kind) -> bool:
     return any(t is kind or typing.get_origin(t) is kind for t in (annotation, *typing.get_args(annotation)))
 

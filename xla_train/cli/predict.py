@@ -14,7 +14,7 @@ from typing import Literal
 
 from jsonargparse.typing import PositiveInt
 
-from xla_train.cli.keys import read_keys
+from xla_train.cli.keys import read_keys, with_net_args
 from xla_train.errors import ConfigError
 
 
@@ -23,7 +23,8 @@ def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
     if "split" in pairs and {"inputs", "text"} & set(pairs):
         raise ConfigError("split= predicts the run's own data; give either inputs= or split=, not both")
     fn = predict_split if "split" in pairs else predict
-    return fn, read_keys(fn, pairs, flags, prog="predict with split=" if fn is predict_split else "predict")
+    prog = "predict with split=" if fn is predict_split else "predict"
+    return fn, read_keys(fn, with_net_args(pairs), flags, prog=prog)
 
 
 def predict(
@@ -33,8 +34,12 @@ def predict(
     batch_size: PositiveInt = 256,
     probs: bool = False,
     lines: bool = False,
+    net: str | None = None,
+    net_args: dict | None = None,
 ) -> int:
-    """One line per input file (or per line of one, with lines), or for text=."""
+    """One line per input file (or per line of one, with lines), or for text=. net= names the class of a
+    checkpoint's own net (never imported on the checkpoint's word); net_args its init arguments where the
+    checkpoint has none (model.net.init_args.NAME=value)."""
     if not inputs and text is None:
         raise ConfigError(
             "predict needs inputs=FILE[,FILE...] (images, a folder of them, a .npy array, or .txt "
@@ -45,9 +50,16 @@ def predict(
 
     from xla_train.serve.predictor import load_for_inference
 
-    predictor = load_for_inference(ckpt)
+    predictor = load_for_inference(ckpt, net=net, args=net_args)
     specs = [s for s in inputs.split(",") if s]
-    if predictor.kind == "text":
+    if predictor.kind == "array":
+        if text is not None or lines:
+            raise ConfigError(f"{ckpt} classifies arrays; give them as inputs=FILE.npy[,FILE.npy...], not text")
+        from xla_train.serve.inputs import read_samples
+
+        names, raw = read_samples(specs, predictor.info["shape"])
+        show_all = probs
+    elif predictor.kind == "text":
         from xla_train.serve.inputs import read_texts
 
         names, raw = read_texts(specs, per_line=lines) if specs or text is None else ([], [])
@@ -59,7 +71,7 @@ def predict(
             raise ConfigError(f"{ckpt} classifies images; give them as inputs=FILE[,FILE...], not text")
         from xla_train.serve.inputs import read_images
 
-        names, raw = read_images(specs, predictor.info["image_size"])
+        names, raw = read_images(specs, predictor.info["image_size"], predictor.channels)
         show_all = probs
     rows = predictor.probabilities(raw, batch_size=batch_size)
     for name, row in zip(names, rows):
@@ -80,11 +92,12 @@ def predict_split(
     data_dir: str | None = None,
     out: str | None = None,
     probs: bool = False,
+    net: str | None = None,
 ) -> int:
     """A whole split through a Trainer (config/saved_run.py); says where the table went."""
     from xla_train.config.saved_run import predict_split as run  # Lightning: a split runs through a Trainer
 
-    path, r = run(ckpt, split, accelerator, devices, batch_size, data_dir, out, probs)
+    path, r = run(ckpt, split, accelerator, devices, batch_size, data_dir, out, probs, net)
     from xla_train.serve.table import accuracy
 
     print(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
-from xla_train.cli.keys import read_keys
+from xla_train.cli.keys import read_keys, with_net_args
 
 
 def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
-    return serve, read_keys(serve, pairs, flags, prog="serve")
+    return serve, read_keys(serve, with_net_args(pairs), flags, prog="serve")
 
 
 def serve(
@@ -23,11 +23,15 @@ def serve(
     batch_timeout: NonNegativeFloat = 0.005,
     workers: PositiveInt = 1,
     max_body_mb: PositiveFloat = 4.0,
+    net: str | None = None,
+    net_args: dict | None = None,
 ) -> int:
-    """Serve the checkpoint over HTTP until SIGTERM or Ctrl+C."""
+    """Serve the checkpoint over HTTP until SIGTERM or Ctrl+C. net= names the class of a checkpoint's own net."""
     from xla_train.serve.server import serve as run
 
-    return run(ckpt, host, port, max_batch_size, batch_timeout, workers, max_body_mb, recipe=recipe_of(ckpt))
+    return run(
+        ckpt, host, port, max_batch_size, batch_timeout, workers, max_body_mb, net, net_args, recipe=recipe_of(ckpt)
+    )
 
 
 def recipe_of(ckpt: str) -> str | None:

@@ -31,24 +31,25 @@ def own_argv():
         sys.argv = saved
 
 
-def run_lightning(command: str, pairs: dict[str, str], flags: list[str]) -> XlaTrainCLI:
-    """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI."""
-    args = lightning_args(command, pairs, flags)
+def run_lightning(command: str, pairs: dict[str, str], flags: list[str], given: dict | None = None) -> XlaTrainCLI:
+    """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI. `given`: what
+    Python hands over as objects (XlaTrainCLI)."""
+    args = lightning_args(command, pairs, flags, net_given="net" in (given or {}))
     with own_argv():
-        return XlaTrainCLI(args)
+        return XlaTrainCLI(args, given=given)
 
 
-def build_parts(recipe: str, overrides: dict[str, str]):
+def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):
     """(Classifier, data module) of a recipe with key=value overrides, seeded and initialised as fit does."""
-    return build_run(recipe, overrides)[:2]
+    return build_run(recipe, overrides, given)[:2]
 
 
-def build_run(recipe: str, overrides: dict[str, str]):
+def build_run(recipe: str, overrides: dict[str, str], given: dict | None = None):
     """(Classifier, data module, (max_epochs, max_steps)): build_parts and the length of the run fit would train,
     which steps_per_execution=auto needs to choose K as fit does (the benchmarks)."""
-    args = lightning_args("fit", {"recipe": recipe, **overrides}, [])[1:]  # no subcommand: run=False
+    args = lightning_args("fit", {"recipe": recipe, **overrides}, [], net_given="net" in (given or {}))[1:]
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
     with own_argv():
-        cli = XlaTrainCLI(args, run=False, build_trainer=False)
+        cli = XlaTrainCLI(args, run=False, build_trainer=False, given=given)
     trainer = cli.config.get("trainer") or {}
     return cli.model, cli.datamodule, (trainer.get("max_epochs"), trainer.get("max_steps", -1))

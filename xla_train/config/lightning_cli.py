@@ -17,13 +17,15 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.checkpoint import fit_checkpoint_to, read_inference_block, safe_load
+from xla_train.checkpoint import read_inference_block, safe_load
+from xla_train.config.fit_checkpoint import fit_checkpoint_to
 from xla_train.config.recipes import RUN_SETTINGS
 from xla_train.config.run_loggers import run_logger
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import ConfigError
+from xla_train.models.reference import NetRef
 from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
@@ -52,10 +54,15 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMislea
 
 
 class XlaTrainCLI(compat.CheckpointReadingCLI):
-    """run=False builds the model, the data module and (unless build_trainer is off) the Trainer, and runs nothing."""
+    """run=False builds the model, the data module and (unless build_trainer is off) the Trainer, and runs nothing.
 
-    def __init__(self, args: list[str], run: bool = True, build_trainer: bool = True):
+    `given` holds what Python hands over as objects rather than settings: "net", an nn.Module that stands in for
+    model.net (the saved config then says model.net: null; the checkpoint names its class), and "arrays", the
+    splits an ArraysDataModule takes in memory (its saved data.path is then null)."""
+
+    def __init__(self, args: list[str], run: bool = True, build_trainer: bool = True, given: dict | None = None):
         self.build_trainer = build_trainer
+        self.given = given or {}
         super().__init__(
             Classifier,
             ArrayDataModule,
@@ -81,8 +88,34 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
 
     def setting(self, key: str):
         """A resolved run setting (runs_dir, xla_guard, ...) of the subcommand that runs."""
-        cfg = self.config[self.subcommand] if self.subcommand else self.config
-        return cfg.get(key)
+        return self._own_config().get(key)
+
+    def _own_config(self):
+        return self.config[self.subcommand] if self.subcommand else self.config
+
+    @override
+    def before_instantiate_classes(self) -> None:
+        if "net" in self.given:  # an instance: built as it is, never from the config's class path
+            self._own_config().model.net = self.given["net"]
+
+    @override
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        cfg = self._own_config()
+        if "net" in self.given:
+            cfg.model.net = None  # what the saved config says: the net came as an instance
+            self.model.net_ref = NetRef.of(type(self.model.net))
+        else:
+            spec = cfg.model.net
+            init_args = spec.init_args.as_dict() if spec.get("init_args") is not None else {}
+            self.model.net_ref = NetRef.of(type(self.model.net), init_args)
+        if "arrays" in self.given:
+            if not hasattr(self.datamodule, "hold"):
+                raise ConfigError(
+                    f"x= and y= are arrays in memory, which recipe=arrays takes; this recipe's data is "
+                    f"{type(self.datamodule).__name__}"
+                )
+            self.datamodule.hold(**self.given["arrays"])
 
     @override
     def instantiate_trainer(self, **kwargs) -> Trainer | None:
@@ -148,6 +181,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         if self._ckpt_block is not None:
             fit_checkpoint_to(
                 self._ckpt_block,
+                self.model.net_reference(),
                 self.model.net,
                 self.datamodule,
                 self._ckpt_path,
@@ -156,7 +190,6 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             )
         else:
             self.datamodule.check_net(self.model.net)
-        self.datamodule.setup()
         if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
             self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch

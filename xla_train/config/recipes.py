@@ -36,6 +36,7 @@ ALIASES = {
     "seed": "seed_everything",
     "ckpt": "ckpt_path",
     "logger": "logger_kind",
+    "net": "model.net.class_path",
 }
 RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: name -> (type, default, help)
     "recipe_name": (str, "run", "names the run folder"),
@@ -133,18 +134,38 @@ def _import(class_path: str):
         raise ConfigError(f"class {class_path!r} cannot be imported") from None
 
 
-def valid_keys(recipe: dict, pairs: dict[str, str]) -> dict[str, str]:
-    """User-facing dotted key -> the LightningCLI flag that sets it."""
+def net_named(pairs: dict[str, str]) -> bool:
+    """Whether the user named the net's class on the command line (net= or model.net.class_path=)."""
+    return any(ALIASES.get(k, k) in ("model.net.class_path", "--model.net.class_path") for k in pairs)
+
+
+def require_named_net(ckpt: str, named: bool) -> None:
+    """validate and test rebuild a checkpoint's net: a user's net in it is imported only where the user names its
+    class, never because the checkpoint, or the run config beside it, does (models/reference.py)."""
+    from xla_train.checkpoint import read_inference_block, safe_load
+    from xla_train.models.reference import NetRef, unnamed
+
+    ref = NetRef.from_block(read_inference_block(safe_load(ckpt), ckpt), ckpt)
+    if ref.key is None and not named:
+        raise unnamed(ref, ckpt)
+
+
+def valid_keys(recipe: dict, pairs: dict[str, str], net_given: bool = False) -> dict[str, str]:
+    """User-facing dotted key -> the LightningCLI flag that sets it. With `net_given` (an instance from Python) the
+    recipe's net class is not imported: the instance's own arguments are its own."""
     from lightning.pytorch import Trainer
 
     from xla_train.training.module import Classifier
 
     keys = {f"trainer.{n}": f"--trainer.{n}" for n in _params(Trainer.__init__)}
     keys.update({f"model.{n}": f"--model.{n}" for n in _params(Classifier.__init__) if n != "net"})
-    net_path = pairs.get("model.net.class_path") or (recipe.get("model", {}).get("net") or {}).get("class_path")
+    from xla_train.models.reference import import_class
+
+    given = pairs.get("model.net.class_path") or pairs.get("net")
+    net_path = given or ((recipe.get("model") or {}).get("net") or {}).get("class_path")
     keys["model.net.class_path"] = "--model.net.class_path"
-    if net_path:
-        keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in _params(_import(net_path).__init__)})
+    if net_path and not net_given:
+        keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in _params(import_class(net_path).__init__)})
     data_path = pairs.get("data.class_path") or (recipe.get("data") or {}).get("class_path")
     keys["data.class_path"] = "--data.class_path"
     if data_path:
@@ -176,7 +197,9 @@ def latest_checkpoint(runs_dir: str, name: str) -> str:
     return str(run.last)
 
 
-def lightning_args(command: str, pairs: dict[str, str], flags: list[str]) -> list[str]:
+def lightning_args(command: str, pairs: dict[str, str], flags: list[str], net_given: bool = False) -> list[str]:
+    """LightningCLI's arguments for a command, a recipe and key=value pairs. `net_given`: Python hands the net over
+    as an instance (so the recipe's net is not built, and a checkpoint's user net counts as named)."""
     pairs = dict(pairs)
     name = pairs.pop("recipe", None)
     if name is None and any(f in ("-h", "--help") for f in flags):  # every option, the recipe's classes aside
@@ -185,13 +208,18 @@ def lightning_args(command: str, pairs: dict[str, str], flags: list[str]) -> lis
         raise ConfigError(f"which recipe? add recipe=NAME; the recipes are: {', '.join(available_recipes())}")
     path = recipe_path(name)
     recipe = load_recipe(path)
-    keys = valid_keys(recipe, pairs)
     # A run's saved config.yaml can serve as the recipe; it keeps the name its runs are filed under.
     name = str(recipe.get("recipe_name") or path.stem)
+    ckpt = next((v for k, v in pairs.items() if ALIASES.get(k, k) == "ckpt_path"), None)
+    if ckpt == "last":
+        ckpt = latest_checkpoint(pairs.get("runs_dir", recipe.get("runs_dir", "runs")), name)
+    if ckpt and command in ("validate", "test"):
+        require_named_net(ckpt, net_given or net_named(pairs))  # before the recipe's classes are imported
+    keys = valid_keys(recipe, pairs, net_given)
     args = [command, "--config", str(path), "--recipe_name", name]
     resolved = {resolve_key(k, keys): v for k, v in pairs.items()}
     if resolved.get("ckpt_path") == "last":
-        resolved["ckpt_path"] = latest_checkpoint(resolved.get("runs_dir", recipe.get("runs_dir", "runs")), name)
+        resolved["ckpt_path"] = ckpt
     for key, value in resolved.items():
         args.append(f"{keys[key]}={value}")
     return args + flags

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xla_train.checkpoint import fit_checkpoint_to, net_state_dict, read_inference_block, safe_load
+from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
+from xla_train.config.fit_checkpoint import fit_checkpoint_to
+from xla_train.models.reference import NetRef
 from xla_train.training.run_folder import RunFolder
 from xla_train.errors import CheckpointError, ConfigError
 
@@ -37,8 +39,10 @@ def predict_split(
     data_dir: str | None = None,
     out=None,
     probs: bool = False,
+    net=None,
 ):
-    """(the CSV written, the SplitPredictions): every sample of `split`, in order, one row each."""
+    """(the CSV written, the SplitPredictions): every sample of `split`, in order, one row each. `net` names a
+    checkpoint's own net (a class path, a class or an instance)."""
     from xla_train.serve.table import check_out, default_out, table_text, write_new
 
     if split not in SPLITS:
@@ -48,7 +52,7 @@ def predict_split(
     loaded = safe_load(ckpt)
     block, state = read_inference_block(loaded, ckpt), net_state_dict(loaded)
     config = run_config(ckpt)
-    net, dm = build_from_run(config, ckpt, block, batch_size, data_dir)
+    net, dm = build_from_run(config, ckpt, block, batch_size, data_dir, net)
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as e:
@@ -71,11 +75,22 @@ def predict_split(
     return write_new(candidates, text), result
 
 
-def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_dir=None):
-    """(net, data module) as the run's saved config builds them, the net checked against the checkpoint's."""
-    from xla_train.config.build import build_parts
+def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_dir=None, net=None):
+    """(net, data module) as the run's saved config builds them, the net checked against the checkpoint's. A user's
+    net is built only from the class the user names (`net`), never from the config's word."""
+    from torch import nn
 
-    overrides = {}
+    from xla_train.config.build import build_parts
+    from xla_train.models.reference import class_path_of, unnamed
+
+    ref = NetRef.from_block(block, ckpt)
+    if ref.key is None and net is None:
+        raise unnamed(ref, ckpt)
+    overrides, given = {}, {}
+    if isinstance(net, nn.Module):
+        given["net"] = net
+    elif net is not None:
+        overrides["model.net.class_path"] = net if isinstance(net, str) else class_path_of(net)
     if data_dir is not None:
         overrides["data_dir"] = str(data_dir)
     if batch_size is not None:
@@ -90,18 +105,18 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp, "config.yaml")
         recipe.write_text(yaml.safe_dump(saved))
-        model, dm = build_parts(str(recipe), overrides)
-    fit_checkpoint_to(block, model.net, dm, ckpt, f"its run config {config}")
+        model, dm = build_parts(str(recipe), overrides, given)
+    fit_checkpoint_to(block, model.net_reference(), model.net, dm, ckpt, f"its run config {config}")
     return model.net, dm
 
 
-def split_data(ckpt, split: str = "test", data_dir: str | None = None):
+def split_data(ckpt, split: str = "test", data_dir: str | None = None, net=None):
     """(raw inputs -> the net's CPU input, raw inputs, labels) of a checkpoint's own split, read and encoded as
     its run reads them (a text checkpoint's with its own tokenizer): what the benchmarks score a changed model on."""
     import numpy as np
 
     ckpt = Path(ckpt)
     block = read_inference_block(safe_load(ckpt), ckpt)
-    _, dm = build_from_run(run_config(ckpt), ckpt, block, data_dir=data_dir)
+    _, dm = build_from_run(run_config(ckpt), ckpt, block, data_dir=data_dir, net=net)
     inputs, labels = dm.arrays(split)
     return dm.net_inputs, inputs, np.asarray(labels, dtype=np.int64)

@@ -8,11 +8,13 @@ process's. Nothing here knows what kind of device runs the model.
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Literal, Union
 
 import lightning.pytorch as pl
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
@@ -62,19 +64,74 @@ def carve_validation(labels: np.ndarray, val_fraction: float, split_seed: int) -
     The seed is fixed and local (never the global RNG, never the run's seed), so
     every run and every host holds out the same samples, and a resumed run too.
     """
+    return carve(
+        labels,
+        validation_size(len(labels), val_fraction),
+        split_seed,
+        f"val_fraction={val_fraction}",
+        "validation",
+        "raise val_fraction, or set val_fraction=0 to validate on the test split",
+    )
+
+
+def carve(labels, n: int, split_seed: int, key: str, what: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+    """(kept indices, n held-out indices), stratified by label, from a fixed local seed."""
     from sklearn.model_selection import train_test_split
 
     labels = np.asarray(labels)
-    n_val = validation_size(len(labels), val_fraction)
     try:
-        fit, val = train_test_split(np.arange(len(labels)), test_size=n_val, stratify=labels, random_state=split_seed)
-    except ValueError as e:  # a class with one sample, or fewer validation samples than classes
+        return train_test_split(np.arange(len(labels)), test_size=n, stratify=labels, random_state=split_seed)
+    except ValueError as e:  # a class with one sample, or fewer held-out samples than classes
         raise ConfigError(
-            f"val_fraction={val_fraction} cannot hold out a stratified validation set from "
-            f"{len(labels)} training samples ({e}); raise val_fraction, or set val_fraction=0 "
-            f"to validate on the test split"
+            f"{key} cannot hold out a stratified {what} set from {len(labels)} training samples ({e}); {fix}"
         ) from None
-    return fit, val
+
+
+def with_test_split(arrays: dict, test_fraction: float, split_seed: int, source: str) -> dict:
+    """The arrays with a test split: their own, or test_fraction of the training split held out (stratified, its
+    own seed) when the data came without one."""
+    if "test" in arrays:
+        return arrays
+    if not 0.0 < test_fraction < 1.0:
+        raise ConfigError(
+            f"test_fraction={test_fraction} must be in (0, 1): {source} has no test split, so that share of its "
+            f"training samples is held out for the final test"
+        )
+    x, y = arrays["train"][0], np.asarray(arrays["train"][1])
+    keep, test = carve(
+        y,
+        max(1, round(len(y) * test_fraction)),
+        split_seed,
+        f"test_fraction={test_fraction}",
+        "test",
+        "raise test_fraction, or give the data a test split",
+    )
+    return {**arrays, "train": (x[keep], y[keep]), "test": (x[test], y[test])}
+
+
+def check_logits(out, n: int, labels: list[str], net_class: type) -> None:
+    """Refuse in one line an output that is not one logit row per sample fitting the labels: (N, C) for C
+    classes, or (N,) or (N, 1) for two (a binary classifier's one logit, as the IMDB LSTM has)."""
+    classes = len(labels)
+    shown = ", ".join(labels[:5]) + (", ..." if classes > 5 else "")
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        what = f"a {type(out).__name__}" if not isinstance(out, torch.Tensor) else f"{out.dtype} values"
+        raise ConfigError(f"the net ({net_class.__name__}) returns {what}; it must return one float tensor of logits")
+    binary = out.ndim == 1 or (out.ndim == 2 and out.shape[1] == 1)
+    if out.ndim not in (1, 2) or out.shape[0] != n:
+        raise ConfigError(
+            f"the net ({net_class.__name__}) returns shape {tuple(out.shape)} for {n} samples; a classifier returns "
+            f"({n}, classes) logits, or ({n},) / ({n}, 1) for two classes"
+        )
+    if (binary and classes == 2) or (not binary and out.shape[1] == classes):
+        return
+    gives = 1 if binary else out.shape[1]
+    hint = f"; set model.net.num_classes={classes}" if "num_classes" in inspect.signature(net_class).parameters else ""
+    raise ConfigError(
+        f"the net ({net_class.__name__}) gives {gives} logit(s) per sample but the data has {classes} classes "
+        f"({shown}); its last layer must give {classes}{' (or 1: one logit for two classes)' if classes == 2 else ''}"
+        f"{hint}"
+    )
 
 
 def megabytes(n: int) -> str:
@@ -142,8 +199,43 @@ class ArrayDataModule(pl.LightningDataModule):
         """Raw inputs -> the net's input on the CPU, as evaluation prepares them (no augmentation)."""
         return self.preparer()(self.transform(False)(raw), augment=False)
 
+    @property
+    def labels(self) -> list[str]:
+        """The class names in label order: label k is labels[k]."""
+        raise NotImplementedError
+
+    def adopt(self, block: dict) -> None:
+        """Prepare inputs as the checkpoint `block` records (validate, test, resume, a split's prediction): what a
+        module derives from its data (a vocabulary, channel statistics) is taken from the checkpoint instead."""
+
+    def probe_inputs(self) -> torch.Tensor:
+        """Two training samples as the net gets them, on the CPU: what check_net runs the net on."""
+        return self.net_inputs(self.arrays("train")[0][:2])
+
+    def probe_hint(self, error: Exception) -> str:
+        """What usually makes a net fail this way on this data, said after its error (text: the vocabulary)."""
+        return ""
+
     def check_net(self, net) -> None:
-        """Refuse a net that cannot take this data (a ConfigError); the CLI asks before any run folder exists."""
+        """One forward pass on two training samples, on the CPU, in eval mode and without gradients (no random
+        number is drawn, no statistic moves), before anything runs: a net that cannot take this data, or whose
+        output does not fit its labels, is refused in one line (a ConfigError), before any run folder exists."""
+        x = self.probe_inputs()
+        was_training = net.training
+        net.eval()
+        try:
+            with torch.no_grad():
+                out = net(x)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ConfigError(
+                f"the net ({type(net).__name__}) cannot take this data: on a CPU batch of shape {tuple(x.shape)} "
+                f"{str(x.dtype).replace('torch.', '')} its forward raised {type(e).__name__}: {first}"
+                f"{self.probe_hint(e)}"
+            ) from None
+        finally:
+            net.train(was_training)
+        check_logits(out, len(x), self.labels, type(net))
 
     # --- shared machinery -----------------------------------------------------
     @override

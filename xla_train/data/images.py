@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, OnDevice
-from xla_train.errors import ConfigError
 from xla_train.preprocess.images import channel_stats, crop_flip, normalise
 
 PAD = 4  # the crop's zero padding: CIFAR's 32x32 -> random 32x32 crops of 40x40
@@ -49,6 +48,18 @@ class ImagePrepare:
         return normalise(crop_flip(x, self.pad) if augment else x, *self._stats[key])
 
 
+def channel_mean_std(images: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of uint8 (N, H, W, C) images scaled to [0, 1], a chunk at a time."""
+    c = images.shape[-1]
+    total, squares, n = np.zeros(c), np.zeros(c), 0
+    for i in range(0, len(images), 4096):
+        chunk = images[i : i + 4096].reshape(-1, c).astype(np.float64) / 255.0
+        total, squares, n = total + chunk.sum(0), squares + (chunk * chunk).sum(0), n + len(chunk)
+    mean = total / max(n, 1)
+    std = np.sqrt(np.maximum(squares / max(n, 1) - mean * mean, 0.0))
+    return [round(float(m), 6) for m in mean], [round(float(max(s, 1e-3)), 6) for s in std]
+
+
 class ImageDataModule(ArrayDataModule):
     kind = "image"
     image_size = 32
@@ -75,18 +86,6 @@ class ImageDataModule(ArrayDataModule):
         )
         self.augment = augment
 
-    @property
-    def labels(self) -> list[str]:
-        raise NotImplementedError
-
-    def check_net(self, net) -> None:
-        outputs, classes = (getattr(net, "config", None) or {}).get("num_classes"), len(self.labels)
-        if outputs is not None and outputs < classes and not (outputs == 1 and classes == 2):
-            raise ConfigError(
-                f"the net has {outputs} output class(es) but the data {classes} labels; "
-                f"set model.net.num_classes={classes}"
-            )
-
     def transform(self, train: bool) -> ImageTransform:
         return ImageTransform(augment=self.augment and train)
 
@@ -101,3 +100,36 @@ class ImageDataModule(ArrayDataModule):
             "mean": list(self.mean),
             "std": list(self.std),
         }
+
+
+class MeasuredImageDataModule(ImageDataModule):
+    """A user's images: class names and channel statistics come from the data (set by load_arrays through
+    `measured`), not from constants; a checkpoint's statistics, once adopted, win, so validation, test and a
+    split's prediction see inputs as training did."""
+
+    _names: list[str] | None = None
+    _stats: tuple | None = None
+    _adopted: tuple | None = None
+
+    def measured(self, names: list[str], train_images: np.ndarray | None) -> None:
+        self._names = list(names)
+        self._stats = channel_mean_std(train_images) if train_images is not None else None
+
+    def adopt(self, block: dict) -> None:
+        if "mean" in block:
+            self._adopted = (list(block["mean"]), list(block["std"]))
+
+    @property
+    def labels(self) -> list[str]:
+        self.setup()
+        return self._names
+
+    @property
+    def mean(self):
+        self.setup()
+        return (self._adopted or self._stats)[0]
+
+    @property
+    def std(self):
+        self.setup()
+        return (self._adopted or self._stats)[1]

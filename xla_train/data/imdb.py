@@ -17,14 +17,13 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import torch
-from typing_extensions import override
 
 from xla_train.checkpoint import atomic_write
-from xla_train.preprocess import text
-from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice, ArrayDataModule
+from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice
 from xla_train.data.download import staged_download
-from xla_train.errors import ConfigError, DataError
+from xla_train.data.texts import TextDataModule
+from xla_train.errors import DataError
+from xla_train.preprocess import text
 
 URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 FILENAME = "aclImdb_v1.tar.gz"
@@ -100,13 +99,8 @@ def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, token
         return cached
     t0 = time.perf_counter()
     reviews = {split: list(read_reviews(files)) for split, (files, _, _) in listing.items()}
-    if tokenizer_json is not None:
-        tokenizer = text.tokenizer_from_json(tokenizer_json)
-    else:
-        tokenizer = text.build_tokenizer(reviews["train"], vocab_size)
-    out = {"tokenizer": tokenizer_json or text.tokenizer_to_json(tokenizer)}
-    for split, (_, labels, _) in listing.items():
-        out[split] = (text.encode(tokenizer, reviews[split], maxlen), labels)
+    ids, tokenizer = text.tokenise(reviews, maxlen, vocab_size, tokenizer_json)
+    out = {"tokenizer": tokenizer, **{split: (ids[split], listing[split][1]) for split in listing}}
     print(
         f"tokenised {sum(map(len, reviews.values())):,} IMDB reviews in {time.perf_counter() - t0:.1f} s "
         f"(vocabulary {vocab_size:,}, maxlen {maxlen}); caching them in {cache.parent}",
@@ -146,13 +140,7 @@ def _write_cache(path: Path, data: dict, key: dict) -> None:
         )
 
 
-def ids_to_tensor(ids: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
-
-
-class IMDBDataModule(ArrayDataModule):
-    kind = "text"
-
+class IMDBDataModule(TextDataModule):
     def __init__(
         self,
         data_dir: str | None = None,
@@ -167,6 +155,8 @@ class IMDBDataModule(ArrayDataModule):
         on_device: OnDevice = "auto",
     ):
         super().__init__(
+            maxlen=maxlen,
+            vocab_size=vocab_size,
             batch_size=batch_size,
             num_workers=num_workers,
             seed=seed,
@@ -174,54 +164,14 @@ class IMDBDataModule(ArrayDataModule):
             split_seed=split_seed,
             on_device=on_device,
         )
-        if maxlen < 1:
-            raise ConfigError(f"maxlen={maxlen} must be at least 1 (the Keras tutorial uses 500)")
-        if vocab_size < 3:
-            raise ConfigError(f"vocab_size={vocab_size} must be at least 3: ids 0 and 1 are padding and unknown")
         self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
-        self.download, self.maxlen, self.vocab_size = download, maxlen, vocab_size
-        self._tokenizer_json: str | None = None
-        self._given_tokenizer: str | None = None
+        self.download = download
 
     @property
     def labels(self) -> list[str]:
         return list(LABELS)
 
-    @override
-    def setup(self, stage: str | None = None) -> None:
-        super().setup(stage)
-        if self.trainer is not None and self.trainer.lightning_module is not None:
-            self.check_net(getattr(self.trainer.lightning_module, "net", None))
-
-    def check_net(self, net) -> None:
-        rows = (getattr(net, "config", None) or {}).get("vocab_size")
-        if rows is not None and rows < self.vocab_size:  # XLA would clamp the larger ids silently
-            raise ConfigError(
-                f"the vocabulary has {self.vocab_size} ids but the net's embedding only {rows} rows; "
-                f"set model.net.vocab_size={self.vocab_size} (or data.vocab_size={rows})"
-            )
-
-    def use_tokenizer(self, tokenizer_json: str) -> None:
-        """Encode with this tokenizer (a checkpoint's), not one rebuilt from the data folder: the token ids under
-        a trained model must never change, whatever vocabulary the folder's reviews would give."""
-        if self._arrays is not None and self._tokenizer_json != tokenizer_json:
-            self._arrays = None  # encoded with another tokenizer: encode again
-        self._given_tokenizer = tokenizer_json
-
     def load_arrays(self):
         d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size, self._given_tokenizer)
         self._tokenizer_json = d["tokenizer"]
         return {"train": d["train"], "test": d["test"]}  # validation: carved by ArrayDataModule
-
-    def transform(self, train: bool):
-        return ids_to_tensor
-
-    def inference_info(self) -> dict:
-        self.setup()
-        return {
-            "kind": self.kind,
-            "labels": self.labels,
-            "maxlen": self.maxlen,
-            "tokenizer": self._tokenizer_json,
-            "tokenizer_version": text.tokenizer_version(),
-        }

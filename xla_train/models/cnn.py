@@ -16,7 +16,6 @@ class CifarCNN(nn.Module):
         super().__init__()
         require_positive("model.net.", num_classes=num_classes)
         require_probability("model.net.", dropout=dropout, dense_dropout=dense_dropout)
-        self.config = {"num_classes": num_classes, "dropout": dropout, "dense_dropout": dense_dropout}
         self.features = nn.Sequential(
             nn.BatchNorm2d(3),
             nn.Conv2d(3, 32, 3, padding="same"),

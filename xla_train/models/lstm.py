@@ -34,6 +34,8 @@ class MaskedLSTM(nn.LSTM):
     with no real step keeps its initial state.
     """
 
+    scan_semantics = True  # what a scan over its steps computes, mask included: XLA may run it as one loop
+
     def __init__(self, *args, final_cell: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.final_cell = final_cell
@@ -88,13 +90,14 @@ class MaskedLSTM(nn.LSTM):
 class SentimentLSTM(nn.Module):
     arch = "lstm"
 
-    def __init__(self, vocab_size: int = 10000, embed_dim: int = 128, hidden_size: int = 32):
+    def __init__(self, vocab_size: int = 10000, embed_dim: int = 128, hidden_size: int = 32, num_classes: int = 1):
         super().__init__()
-        require_positive("model.net.", vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size)
-        self.config = {"vocab_size": vocab_size, "embed_dim": embed_dim, "hidden_size": hidden_size}
+        require_positive(
+            "model.net.", vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size, num_classes=num_classes
+        )
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD_ID)
         self.lstm = MaskedLSTM(embed_dim, hidden_size, batch_first=True, final_cell=False)  # the head reads h only
-        self.head = nn.Linear(hidden_size, 1)
+        self.head = nn.Linear(hidden_size, num_classes)  # one logit for two classes, as the tutorial
         self.reset_parameters()
 
     @torch.no_grad()
@@ -117,6 +120,6 @@ class SentimentLSTM(nn.Module):
         self.head.bias.zero_()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """int64 ids (N, T), padded at the front with 0 -> one logit per row (N, 1)."""
+        """int64 ids (N, T), padded at the front with 0 -> one logit per row (N, 1), or (N, num_classes)."""
         _, (h, _) = self.lstm(self.embedding(ids), mask=ids != PAD_ID)
         return self.head(h[-1])

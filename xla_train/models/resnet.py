@@ -75,7 +75,6 @@ class CifarResNet(nn.Module):
                 f"shortcut={shortcut!r} is not known; use A (zero-padded identity, "
                 f"the paper's CIFAR choice) or B (1x1 convolution)"
             )
-        self.config = {"depth": depth, "num_classes": num_classes, "shortcut": shortcut}
         self.stem = nn.Sequential(conv3x3(3, 16), nn.BatchNorm2d(16), nn.ReLU())
         blocks, c_in = [], 16
         for stage, c_out in enumerate((16, 32, 64)):

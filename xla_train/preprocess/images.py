@@ -59,3 +59,28 @@ def resize_images(images: np.ndarray, size: int) -> np.ndarray:
     x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
     x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
     return x.round().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def decode_image(source, size: int, name: str, channels: int = 3) -> np.ndarray:
+    """A PNG, JPEG, ... (a path, or a file object of its bytes, as the HTTP server has it) -> uint8 (size, size,
+    channels), RGB or grey: one decoder for training folders, `predict` and the server, so the same file becomes the
+    same pixels everywhere. Every failure is a UserError naming the file."""
+    from PIL import Image, UnidentifiedImageError
+
+    from xla_train.errors import UserError
+
+    try:
+        with Image.open(source) as im:
+            pixels = np.asarray(im.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR))
+            return pixels.astype(np.uint8, copy=False).reshape(size, size, channels)
+    except PermissionError:
+        raise UserError(
+            f"{name} cannot be read: permission denied; make it readable (chmod +r) or copy it somewhere you can read"
+        ) from None
+    except Image.DecompressionBombError as e:  # PIL refuses to decode it: it would take gigabytes of memory
+        raise UserError(
+            f"{name} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
+            f"decompression-bomb limit); downscale it first (the model reads {size}x{size} images)"
+        ) from None
+    except (UnidentifiedImageError, OSError) as e:
+        raise UserError(f"{name} is not a readable image ({type(e).__name__}); use PNG or JPEG files") from None

@@ -87,6 +87,17 @@ def encode(tokenizer, texts: Sequence[str], maxlen: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, maxlen), dtype=np.int64)
 
 
+def tokenise(texts: dict[str, Sequence[str]], maxlen: int, vocab_size: int, tokenizer_json: str | None = None):
+    """({split: int64 (N, maxlen) ids}, the tokenizer's JSON): with a given tokenizer (a checkpoint's), or one built
+    from the training texts only, never from another split's."""
+    if tokenizer_json is not None:
+        tokenizer = tokenizer_from_json(tokenizer_json)
+    else:
+        tokenizer = build_tokenizer(texts["train"], vocab_size)
+        tokenizer_json = tokenizer_to_json(tokenizer)
+    return {split: encode(tokenizer, t, maxlen) for split, t in texts.items()}, tokenizer_json
+
+
 def token_counts(ids: np.ndarray) -> np.ndarray:
     """Real (non-padding) tokens per row."""
     return (np.asarray(ids) != PAD_ID).sum(axis=1)

@@ -13,6 +13,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
+from xla_train import compat
 from xla_train.runtime import fast_path as fast
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.backend import backend_for
@@ -95,6 +96,7 @@ def plan_hardware(
         not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1
     ):
         raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
+    compat.keep_torch_gru()  # a run after one on XLA in this process (a notebook): torch's own nn.GRU
     kind = resolve_accelerator(str(accelerator))
     loop = resolve_execution_loop(execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
     steps_per_execution, note, pending = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
@@ -135,6 +137,7 @@ def plan_hardware(
     from xla_train.runtime.backend import xla
 
     plan = _plan_xla(kind, devices, strategy, precision, compile_cache, num_nodes)  # first: it sets PJRT_DEVICE
+    compat.keep_torch_gru()  # torch_xla is imported now
     xla().set_matmul_precision(
         matmul_precision
     )  # before the first trace (the runtime is up, nothing traced); not after

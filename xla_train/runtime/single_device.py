@@ -3,8 +3,8 @@
 The single-device strategy is Lightning's own, taking its device from the current torch_xla API and writing
 checkpoints through the atomic writer. Batches go through torch_xla's MpDeviceLoader, which overlaps
 host-to-device copies with compute and cuts the lazy graph after every batch, so each step is one cached graph.
-Every nn.LSTM runs as a scan (runtime/scan_lstm.py), whose compile time does not grow with the sequence length,
-and with steps_per_execution > 1 K steps run as one program (runtime/steps_per_execution.py).
+Every nn.LSTM, nn.GRU and nn.RNN runs as scans (runtime/scan_rnn.py), whose compile time does not grow with the
+sequence length, and with steps_per_execution > 1 K steps run as one program (runtime/steps_per_execution.py).
 """
 
 from __future__ import annotations
@@ -18,26 +18,26 @@ from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
 from xla_train.runtime.steps_per_execution import StepsPerExecution
 
 
-class ScanLSTMOnXLA:
-    """For any XLA strategy: nn.LSTM would be unrolled over time on XLA, so the scan runs it as one loop,
-    with the same parameters, until teardown gives the model its nn.LSTM back for the CPU."""
+class ScanRNNOnXLA:
+    """For any XLA strategy: nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as
+    loops, with the same parameters, until teardown gives the model its nn modules back for the CPU."""
 
     @override
     def model_to_device(self) -> None:
-        from xla_train.runtime.scan_lstm import use_scan_lstm
+        from xla_train.runtime.scan_rnn import use_scan_rnn
 
-        use_scan_lstm(self.model)
+        use_scan_rnn(self.model)
         super().model_to_device()
 
     @override
     def teardown(self) -> None:
         super().teardown()  # moves the model back to the CPU
-        from xla_train.runtime.scan_lstm import restore_lstm
+        from xla_train.runtime.scan_rnn import restore_rnn
 
-        restore_lstm(self.model)  # ...where nn.LSTM, not the scan, runs it
+        restore_rnn(self.model)  # ...where the nn modules, not the scans, run them
 
 
-class XLASingleDeviceStrategy(StepsPerExecution, ScanLSTMOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
+class XLASingleDeviceStrategy(StepsPerExecution, ScanRNNOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
     strategy_name = "xla_single"
 
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):

@@ -46,8 +46,8 @@ class ImageServing(nn.Module):
         return probabilities(self.net(x))
 
 
-class TextServing(nn.Module):
-    """int64 token ids (N, maxlen), 0 for padding -> probabilities (N, classes)."""
+class DirectServing(nn.Module):
+    """Inputs as the net takes them (int64 token ids (N, maxlen) padded with 0; a user's arrays) -> probabilities."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -63,9 +63,12 @@ def serving_module(predictor) -> tuple[nn.Module, torch.Tensor, str]:
     if predictor.kind == "text":
         example = torch.zeros(TRACE_BATCH, int(info["maxlen"]), dtype=torch.int64)
         example[:, -1] = 2  # one real word per row; the values do not shape the graph
-        return TextServing(predictor.model).eval(), example, "ids"
+        return DirectServing(predictor.model).eval(), example, "ids"
+    if predictor.kind == "array":
+        example = torch.zeros(TRACE_BATCH, *info["shape"], dtype=getattr(torch, info["dtype"]))
+        return DirectServing(predictor.model).eval(), example, "inputs"
     size = int(info["image_size"])
-    example = torch.zeros(TRACE_BATCH, size, size, 3, dtype=torch.uint8)
+    example = torch.zeros(TRACE_BATCH, size, size, predictor.channels, dtype=torch.uint8)
     return ImageServing(predictor.model, info["mean"], info["std"]).eval(), example, "images"
 
 
@@ -74,7 +77,7 @@ def metadata(predictor, fmt: str) -> dict[str, str]:
     info = predictor.info
     meta = {
         "producer": "xla_train",
-        "arch": str(info["arch"]),
+        "net": predictor.net_name,
         "kind": predictor.kind,
         "labels": json.dumps(predictor.labels),
         "output": "probabilities (N, classes), in the order of labels",
@@ -87,10 +90,12 @@ def metadata(predictor, fmt: str) -> dict[str, str]:
             maxlen=str(int(info["maxlen"])),
             tokenizer="tokenizer.json",
         )
+    elif predictor.kind == "array":
+        meta.update(input=f"{info['dtype']} (N, {', '.join(map(str, info['shape']))}), as the net trained on them")
     else:
-        size = int(info["image_size"])
+        size, c = int(info["image_size"]), predictor.channels
         meta.update(
-            input=f"uint8 images (N, {size}, {size}, 3), RGB",
+            input=f"uint8 images (N, {size}, {size}, {c}), {'RGB' if c == 3 else 'grey'}",
             image_size=str(size),
             mean=json.dumps(list(info["mean"])),
             std=json.dumps(list(info["std"])),
@@ -153,7 +158,7 @@ def _pt2_bytes(program) -> bytes:
     return buf.getvalue()
 
 
-def export(ckpt, fmt: str, out=None) -> Path:
+def export(ckpt, fmt: str, out=None, net=None, net_args: dict | None = None) -> Path:
     """Write the checkpoint `ckpt` as `fmt` ("onnx" or "pt2") to `out` (default: beside it); returns the path written.
 
     A text checkpoint also gets tokenizer.json beside the model. Raises UserError, having written nothing, on bad
@@ -178,7 +183,7 @@ def export(ckpt, fmt: str, out=None) -> Path:
         raise ExportError(
             f"out={out} is a folder; give the file to write, e.g. out={out / default_out(ckpt, fmt).name}"
         )
-    predictor = load_for_inference(ckpt)
+    predictor = load_for_inference(ckpt, net=net, args=net_args)
     _check_writable(out)
     tokenizer = out.with_name("tokenizer.json") if predictor.kind == "text" else None
     vocab = predictor.info["tokenizer"].encode("utf-8") if tokenizer is not None else b""

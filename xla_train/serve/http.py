@@ -18,7 +18,11 @@ import torch
 
 from xla_train.errors import UserError
 
-FIELDS = {"image": "the base64 of a PNG or JPEG file", "text": "the review, a non-empty string"}
+FIELDS = {
+    "image": "the base64 of a PNG or JPEG file",
+    "text": "the review, a non-empty string",
+    "array": "one sample as nested lists of numbers, in the shape the net trained on",
+}
 
 
 class Refused(UserError):
@@ -30,7 +34,7 @@ class Refused(UserError):
 
 
 def field_of(predictor) -> str:
-    return "text" if predictor.kind == "text" else "image"
+    return {"text": "text", "array": "array"}.get(predictor.kind, "image")
 
 
 def decode_item(predictor, body) -> torch.Tensor:
@@ -38,14 +42,16 @@ def decode_item(predictor, body) -> torch.Tensor:
     field = field_of(predictor)
     if not isinstance(body, dict):
         raise Refused(400, f'the body must be a JSON object, {{"{field}": {FIELDS[field]}}}')
-    other = next(iter(set(FIELDS) - {field}))
     if field not in body:
-        if other in body:
+        other = next((f for f in FIELDS if f in body), None)
+        if other is not None:
             raise Refused(400, f'this checkpoint classifies {field}s: send "{field}" ({FIELDS[field]}), not "{other}"')
         raise Refused(400, f'missing field "{field}": send {{"{field}": {FIELDS[field]}}}')
     if set(body) - {field}:
         raise Refused(400, f"unknown field(s) {', '.join(sorted(map(repr, set(body) - {field})))}; send only {field!r}")
     value = body[field]
+    if field == "array":
+        return decode_array(predictor, value)
     if not isinstance(value, str):
         raise Refused(400, f'"{field}" must be a string ({FIELDS[field]}), not {type(value).__name__}')
     if field == "text":
@@ -61,13 +67,31 @@ def decode_item(predictor, body) -> torch.Tensor:
         raise Refused(400, f'"image" is not valid base64 ({e})') from None
     if not data:
         raise Refused(400, '"image" is empty; send the base64 of a PNG or JPEG file')
-    from xla_train.serve.inputs import decode_image
+    from xla_train.preprocess.images import decode_image
 
     try:
-        pixels = decode_image(io.BytesIO(data), int(predictor.info["image_size"]), '"image"')
+        pixels = decode_image(io.BytesIO(data), int(predictor.info["image_size"]), '"image"', predictor.channels)
     except UserError as e:
         raise Refused(400, f"{e} (the bytes are base64 of a file, not of raw pixels)") from None
     return predictor.preprocess(np.array(pixels[None]))  # a writable copy for torch
+
+
+def decode_array(predictor, value) -> torch.Tensor:
+    """One sample as nested JSON lists -> the net's input (a batch of 1), checked against the trained shape."""
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise Refused(400, f'"array" must be {FIELDS["array"]}: numbers in lists of equal lengths') from None
+    if not np.all(np.isfinite(a)):
+        raise Refused(400, '"array" holds a value that is not a finite number')
+    shape = tuple(predictor.info["shape"])
+    if a.shape != shape:
+        raise Refused(400, f'"array" has shape {list(a.shape)}; this net takes one sample of shape {list(shape)}')
+    if predictor.info["dtype"] == "int64":
+        if not np.all(a == np.round(a)):
+            raise Refused(400, '"array" holds fractions; this net takes integer ids')
+        a = a.astype(np.int64)
+    return predictor.preprocess(a)
 
 
 def answer(predictor, row: torch.Tensor) -> dict:
@@ -81,11 +105,21 @@ def describe_input(predictor) -> dict:
     """What /info says the model expects."""
     if predictor.kind == "text":
         return {"field": "text", "kind": "text", "maxlen": int(predictor.info["maxlen"]), "note": FIELDS["text"]}
+    if predictor.kind == "array":
+        info = predictor.info
+        return {
+            "field": "array",
+            "kind": "array",
+            "shape": info["shape"],
+            "dtype": info["dtype"],
+            "note": FIELDS["array"],
+        }
     size = int(predictor.info["image_size"])
     return {
         "field": "image",
         "kind": "image",
-        "note": FIELDS["image"] + f"; any size, resized to {size}x{size} RGB",
+        "note": FIELDS["image"]
+        + f"; any size, resized to {size}x{size} {'RGB' if predictor.channels == 3 else 'grey'}",
         "image_size": size,
         "mean": list(predictor.info["mean"]),
         "std": list(predictor.info["std"]),

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from xla_train.errors import UserError
+from xla_train.preprocess.images import decode_image
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
@@ -42,31 +43,13 @@ def unreadable(path: Path) -> UserError:
     )
 
 
-def read_image(path: Path, size: int) -> np.ndarray:
-    return decode_image(path, size, str(path))
+def read_image(path: Path, size: int, channels: int = 3) -> np.ndarray:
+    return decode_image(path, size, str(path), channels)
 
 
-def decode_image(source, size: int, name: str) -> np.ndarray:
-    """A PNG, JPEG, ... (a path, or a file object of its bytes, as the HTTP server has it) -> uint8 (size, size, 3):
-    one decoder, so a file and the same bytes sent to the server become the same pixels."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(source) as im:
-            return np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
-    except PermissionError:
-        raise unreadable(name) from None
-    except Image.DecompressionBombError as e:  # PIL refuses to decode it: it would take gigabytes of memory
-        raise UserError(
-            f"{name} is too large to decode ({str(e).split(', could be')[0]}: PIL's "
-            f"decompression-bomb limit); downscale it first (the model reads {size}x{size} images)"
-        ) from None
-    except (UnidentifiedImageError, OSError) as e:
-        raise UserError(f"{name} is not a readable image ({type(e).__name__}); use PNG or JPEG files") from None
-
-
-def read_array(path: Path) -> np.ndarray:
-    """A .npy of images: (N, H, W, C) or (H, W, C), C in {1, 3}, or channels-first; uint8 or floats in [0, 1]."""
+def read_array(path: Path, channels: int = 3) -> np.ndarray:
+    """A .npy of images: (N, H, W, C) or (H, W, C), C in {1, 3}, or channels-first; uint8 or floats in [0, 1];
+    made `channels` deep (grey to RGB by repeating, RGB to grey as PIL's "L" weighs the channels)."""
     try:
         a = np.load(path, allow_pickle=False)
     except PermissionError:
@@ -86,24 +69,26 @@ def read_array(path: Path) -> np.ndarray:
         if not np.issubdtype(a.dtype, np.floating) or a.size and (np.nanmin(a) < 0 or np.nanmax(a) > 1):
             raise UserError(f"{path} has dtype {a.dtype} with values outside 0..1; {expected}")
         a = (np.nan_to_num(a) * 255).round().astype(np.uint8)
-    if a.shape[-1] == 1:
+    if a.shape[-1] == 1 and channels == 3:
         a = np.repeat(a, 3, axis=-1)
+    elif a.shape[-1] == 3 and channels == 1:  # ITU-R 601-2 luma, PIL's convert("L")
+        a = (a.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)).round().astype(np.uint8)[..., None]
     return a
 
 
-def read_images(specs: list[str], size: int) -> tuple[list[str], np.ndarray]:
-    """(one name per image, uint8 (N, H, W, 3) with every image resized to size x size)."""
+def read_images(specs: list[str], size: int, channels: int = 3) -> tuple[list[str], np.ndarray]:
+    """(one name per image, uint8 (N, size, size, channels) with every image resized to size x size)."""
     from xla_train.preprocess.images import resize_images
 
     names, arrays = [], []
     for p in expand_paths(specs):
         if p.suffix.lower() == ".npy":
-            a = resize_images(read_array(p), size)
+            a = resize_images(read_array(p, channels), size)
             names += [f"{p}[{i}]" for i in range(len(a))]
             arrays.append(a)
         else:
             names.append(str(p))
-            arrays.append(read_image(p, size)[None])
+            arrays.append(read_image(p, size, channels)[None])
     return names, np.concatenate(arrays)
 
 
@@ -136,3 +121,27 @@ def read_texts(specs: list[str], per_line: bool = False) -> tuple[list[str], lis
             names.append(str(p))
             texts.append(content)
     return names, texts
+
+
+def read_samples(specs: list[str], shape: tuple) -> tuple[list[str], np.ndarray]:
+    """(one name per sample, the samples) of .npy files, each one sample of `shape` or (N, *shape); the dtype is
+    checked by the Predictor."""
+    names, arrays = [], []
+    shape = tuple(shape)
+    for p in expand_paths(specs, {".npy"}, ".npy arrays"):
+        try:
+            a = np.load(p, allow_pickle=False)
+        except PermissionError:
+            raise unreadable(p) from None
+        except (ValueError, OSError) as e:
+            raise UserError(f"{p} is not a readable .npy array ({str(e).splitlines()[0]})") from None
+        if a.shape == shape:
+            names.append(str(p))
+            arrays.append(a[None])
+        elif a.shape[1:] == shape and len(a):
+            names += [f"{p}[{i}]" for i in range(len(a))]
+            arrays.append(a)
+        else:
+            want = ", ".join(map(str, shape))
+            raise UserError(f"{p} has shape {a.shape}; this net takes one sample ({want}) or several (N, {want})")
+    return names, np.concatenate(arrays)

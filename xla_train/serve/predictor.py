@@ -1,10 +1,10 @@
 """Serving a checkpoint on a plain CPU: the unreplicated nn.Module, its preprocessing and its labels.
 
-Imports neither Lightning nor torch_xla. The file is read with weights_only=True
-and the net is built from the architecture key it names, so loading a
-checkpoint never runs code from it. Predictions do not depend on the batch size.
-Images or text: the checkpoint's `kind` says which preprocessing its inputs
-get; a text checkpoint carries its own tokenizer and vocabulary.
+Imports neither Lightning nor torch_xla. The file is read with weights_only=True, a built-in net is built from the
+key it names and a user's from the class the user names (models/reference.py), so loading a checkpoint never runs
+code from it nor imports on its word. Predictions do not depend on the batch size. The checkpoint's `kind` says
+what its inputs get: images are resized and normalised, text is tokenised with the checkpoint's own tokenizer,
+arrays go in as they are, checked against the shape and dtype the net trained on.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 
 from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
 from xla_train.errors import CheckpointError, UserError
-from xla_train.models import build_net
+from xla_train.models.reference import NetRef, build
 from xla_train.objective import probabilities
 from xla_train.preprocess import text
 from xla_train.preprocess.images import images_to_tensor, resize_images
@@ -34,12 +34,43 @@ class Predictor:
     def kind(self) -> str:
         return self.info.get("kind", "image")
 
+    @property
+    def channels(self) -> int:
+        """An image checkpoint's colour channels: 3 (RGB), or 1 (grey)."""
+        return len(self.info.get("mean", (0, 0, 0)))
+
+    @property
+    def net_name(self) -> str:
+        """The built-in net's key, or the user's class path."""
+        return NetRef.from_block(self.info, "the checkpoint").name
+
+    @property
+    def init_args(self) -> dict | None:
+        return NetRef.from_block(self.info, "the checkpoint").init_args
+
     def preprocess(self, raw) -> torch.Tensor:
-        """uint8 images (N, H, W, 3) of any size, or texts (a str, a list of them, or token ids) -> the net's input."""
+        """uint8 images (N, H, W, C) of any size, texts (a str, a list of them, or token ids), or arrays of the
+        trained shape -> the net's input."""
         if self.kind == "text":
             return self._preprocess_text(raw)
+        if self.kind == "array":
+            return self._preprocess_array(raw)
         size = self.info["image_size"]
         return images_to_tensor(resize_images(np.asarray(raw), size), self.info["mean"], self.info["std"])
+
+    def _preprocess_array(self, raw) -> torch.Tensor:
+        """Samples as the net trained on them: (N, *shape), or one sample of that shape; same dtype kind."""
+        shape, dtype = tuple(self.info["shape"]), np.dtype(self.info["dtype"])
+        a = np.asarray(raw.numpy() if isinstance(raw, torch.Tensor) else raw)
+        if a.shape == shape:
+            a = a[None]
+        if a.shape[1:] != shape:
+            raise UserError(f"inputs of shape {a.shape}; this net takes (N, {', '.join(map(str, shape))}) {dtype}")
+        if np.issubdtype(dtype, np.integer) and not np.issubdtype(a.dtype, np.integer):
+            raise UserError(f"inputs of dtype {a.dtype}; this net takes integer ids ({dtype})")
+        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+            raise UserError(f"inputs of dtype {a.dtype}; this net takes {dtype} numbers")
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
 
     def _preprocess_text(self, raw) -> torch.Tensor:
         """Reviews of any length -> int64 (N, maxlen) ids, cut and padded at the front as in training."""
@@ -74,21 +105,22 @@ class Predictor:
         return [(self.labels[int(i)], float(probs[k, i])) for k, i in enumerate(top)]
 
 
-def load_for_inference(path) -> Predictor:
+def load_for_inference(path, net=None, args: dict | None = None) -> Predictor:
+    """The checkpoint's net on the CPU in eval mode, with its preprocessing and labels. A user's net needs `net`:
+    its class path (the command line), its class, or an instance built as for training, whose weights are then
+    loaded in place; `args` are init arguments for a net recorded without them."""
     ckpt = safe_load(path)
     block = read_inference_block(ckpt, path)
+    ref = NetRef.from_block(block, path)
+    model = build(ref, path, given=net, args=args)
     try:
-        net = build_net(block["arch"], block.get("config", {}))
-    except (ValueError, TypeError) as e:
-        raise CheckpointError(f"{path} names a net this xla_train cannot build: {e}") from None
-    try:
-        net.load_state_dict(net_state_dict(ckpt), strict=True)
+        model.load_state_dict(net_state_dict(ckpt), strict=True)
     except RuntimeError as e:
         raise CheckpointError(
-            f"{path}: its weights do not fit the {block['arch']} net it names ({str(e).splitlines()[0]})"
+            f"{path}: its weights do not fit the {ref.name} net it names ({str(e).splitlines()[0]})"
         ) from None
-    net.eval()
-    predictor = Predictor(model=net, labels=list(block["labels"]), info=block)
+    model.cpu().eval()
+    predictor = Predictor(model=model, labels=list(block["labels"]), info=block)
     if predictor.kind == "text":
         try:
             predictor.tokenizer = text.tokenizer_from_json(block["tokenizer"])

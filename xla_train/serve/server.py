@@ -60,8 +60,8 @@ def info(ckpt, recipe, predictor, settings: dict, counts) -> dict:
         "checkpoint": str(Path(ckpt).resolve()),
         "recipe": recipe,
         "model": {
-            "arch": predictor.info["arch"],
-            "config": predictor.info.get("config", {}),
+            "net": predictor.net_name,
+            "init_args": predictor.init_args,
             "parameters": sum(p.numel() for p in net.parameters()),
             "labels": predictor.labels,
         },
@@ -78,17 +78,23 @@ def serve(
     batch_timeout: float,
     workers: int,
     max_body_mb: float,
+    net=None,
+    net_args: dict | None = None,
     recipe: str | None = None,
 ) -> int:
     """Serve until SIGTERM or Ctrl+C; then finish the requests in flight and return 0. The keys' defaults and
-    checks are cli/serve.py's typed signature, which the command line and xla_train.serve() both read."""
-    predictor = load_for_inference(ckpt)  # a bad or unsafe checkpoint: one line, before anything starts
+    checks are cli/serve.py's typed signature, which the command line and xla_train.serve() both read. `net`
+    (a class path, or a class the workers can import) names a checkpoint's own net."""
+    # a bad or unsafe checkpoint, or a user's net not named: one line, before anything starts
+    predictor = load_for_inference(ckpt, net=net, args=net_args)
     check_address(host, port)
     ls = litserve()
     from xla_train.serve.worker import PredictorAPI
 
     counts = mp.get_context("spawn").Array("q", max_batch_size + 1)  # batches formed, by size
-    api = PredictorAPI(str(ckpt), counts, max_batch_size=max_batch_size, batch_timeout=batch_timeout)
+    api = PredictorAPI(
+        str(ckpt), counts, net=net, net_args=net_args, max_batch_size=max_batch_size, batch_timeout=batch_timeout
+    )
     max_bytes = int(max_body_mb * 2**20)
     server = ls.LitServer(
         api,
@@ -149,6 +155,6 @@ def announce(url: str, predictor, settings: dict) -> None:
         except OSError:
             pass
         time.sleep(0.1)
-    what = f"{predictor.info['arch']} ({predictor.kind}, {len(predictor.labels)} classes)"
+    what = f"{predictor.net_name} ({predictor.kind}, {len(predictor.labels)} classes)"
     batching = ", ".join(f"{k}={v}" for k, v in settings.items())
     print(f"xla_train serve: ready on {url}: POST /predict, GET /health, GET /info; {what}; {batching}", flush=True)

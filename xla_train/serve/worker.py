@@ -75,13 +75,14 @@ class PerItemLoop(LitLoop):
 class PredictorAPI(ls.LitAPI):
     """The checkpoint's Predictor, loaded once per worker; `counts[n]` counts the batches of n requests formed."""
 
-    def __init__(self, ckpt: str, counts, **batching):
+    def __init__(self, ckpt: str, counts, net=None, net_args: dict | None = None, **batching):
         super().__init__(loop=PerItemLoop(), **batching)
         self.ckpt, self.counts, self.predictor = ckpt, counts, None
+        self.net, self.net_args = net, net_args  # what the user named for a checkpoint of their own net
 
     def setup(self, device):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the group; the parent drains, then ends us
-        self.predictor = load_for_inference(self.ckpt)
+        self.predictor = load_for_inference(self.ckpt, net=self.net, args=self.net_args)
 
     def count_batch(self, n: int) -> None:
         with self.counts.get_lock():

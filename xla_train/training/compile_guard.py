@@ -86,16 +86,22 @@ class CompileAccounting(EpochCallback):
         if warm_up_done:
             self._warm.add(phase)
 
-    def _check(self, phase: str, batch, now: tuple | None = None) -> None:
+    def _check(self, phase: str, batch, pl_module, now: tuple | None = None) -> None:
         shapes = batch_shapes(batch)
         now = now or xla().counters()
         new = now[0] - self._last[0]
         self._last = now
         seen = self._shapes[phase]
         if new and phase in self._warm and self.mode != "off":
-            changed = (
-                "" if not seen or shapes in seen else (f"; input shapes {shapes} are new (seen before: {sorted(seen)})")
-            )
+            if not seen or shapes in seen:  # the same inputs: the graph changed inside the step, usually the net
+                net = type(getattr(pl_module, "net", pl_module))
+                changed = (
+                    f"; the input shapes are unchanged, so the net's forward ({net.__module__}.{net.__qualname__}) "
+                    f"most likely made it: an .item(), a Python branch on a tensor's value, or a shape that depends "
+                    f"on the data (x[mask], nonzero); keep shapes fixed (torch.where instead of a mask index)"
+                )
+            else:
+                changed = f"; input shapes {shapes} are new (seen before: {sorted(seen)})"
             message = (
                 f"XLA compiled {new} new graph(s) during {phase} after warm-up{changed}. Every new shape "
                 f"or graph costs a compile; run with PT_XLA_DEBUG_LEVEL=2 to see torch_xla's compile cause"
@@ -130,7 +136,7 @@ class CompileAccounting(EpochCallback):
         now = xla().counters()  # read once a step: the compile seconds here and the guard's count below
         outside = (now[1] - compiled) - (self._compiling_in_syncs() - compiled_in_syncs)
         self._host_s.append(elapsed - outside - (self._in_syncs() - synced))
-        self._check("train", batch, now)
+        self._check("train", batch, pl_module, now)
         if batch_idx + 1 >= trainer.num_training_batches:
             self._end_training_steps()  # validation, which runs before on_train_epoch_end, is its own phase
 
@@ -196,7 +202,7 @@ def _evaluation_hooks(phase: str, stage: str) -> dict:
         self._start(phase)
 
     def batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._check(phase, batch)
+        self._check(phase, batch, pl_module)
 
     def end(self, trainer, pl_module) -> None:
         self._end(phase)

@@ -17,10 +17,10 @@ from torch import nn
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.checkpoint import inference_block
 from xla_train.data.base import keep
 from xla_train.data.batching import BatchInputs, StreamedInputs
 from xla_train.errors import ConfigError
+from xla_train.models.reference import NetRef
 from xla_train.objective import cosine_decay, linear_warmup, lr_scheduler, make_optimizer, masked_stats
 from xla_train.training.metrics_log import publish
 
@@ -28,7 +28,7 @@ from xla_train.training.metrics_log import publish
 class Classifier(pl.LightningModule):
     def __init__(
         self,
-        net: nn.Module,
+        net: nn.Module | None = None,
         lr: float = 1e-3,
         optimizer: Literal["adam", "sgd"] = "adam",
         momentum: float = 0.9,
@@ -47,8 +47,14 @@ class Classifier(pl.LightningModule):
         ):
             if not (value > low if low is not None else value >= 0):  # NaN fails both
                 raise ConfigError(f"model.{name}={value} must be {'positive' if low is not None else '0 or more'}")
+        if net is None:  # a saved config whose net fit got as an instance from Python
+            raise ConfigError(
+                "model.net is not set (a run whose net was given to fit as an instance saves model.net: null); "
+                "name its class: net=package.module.Class (in Python, net= the class or an instance)"
+            )
         self.save_hyperparameters(ignore=["net"])
         self.net = net
+        self.net_ref: NetRef | None = None  # what built the net, where it was built from a class path (config/)
         self.batch_inputs: BatchInputs = StreamedInputs(keep)  # the data module's, once a Trainer sets up
         self._totals: dict[str, torch.Tensor] = {}
         self.epoch_metrics: dict[str, float] = {}
@@ -176,9 +182,13 @@ class Classifier(pl.LightningModule):
         except RuntimeError:
             return None
 
+    def net_reference(self) -> NetRef:
+        """How the checkpoint names the net: its class and the init arguments it was built with, where known."""
+        return self.net_ref or NetRef.of(type(self.net))
+
     @override
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         trainer = self._attached_trainer()
         dm = getattr(trainer, "datamodule", None) if trainer is not None else None
         info = dm.inference_info() if dm is not None else {}
-        checkpoint["xla_train"] = inference_block(self.net, info)
+        checkpoint["xla_train"] = {**self.net_reference().block(), **info}

@@ -1,0 +1,402 @@
+"""A user's own net (tests/user_nets.py, outside xla_train) on a user's own data: arrays through the Python API, a
+folder of images under SPMD on 8 devices, a text CSV with a 2-layer GRU; then predicted on the CPU as the net itself
+computes, served, exported, and never imported because a checkpoint names it."""
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import TESTS, cli_env, require, run_cli
+from xla_train.cli.main import main
+
+CLASSES = ["cat", "dog", "fox", "owl"]
+GOOD = "wonderful superb moving brilliant delightful".split()
+BAD = "awful boring dreadful terrible tedious".split()
+FILLER = "the film plot actor scene story and a of it".split()
+
+
+def digits(n_per_class: int, classes: int, offset: int = 0):
+    """Real handwritten digits 0..classes-1 as uint8 (N, 16, 16) images, n_per_class of each, and their labels."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    picks = [np.flatnonzero(d.target == c)[offset : offset + n_per_class] for c in range(classes)]
+    idx = np.concatenate(picks)
+    small = (d.images[idx] * (255 / 16)).round().astype(np.uint8)
+    big = np.stack([np.asarray(Image.fromarray(im).resize((16, 16), Image.NEAREST)) for im in small])
+    return big, d.target[idx]
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory) -> Path:
+    """DIR/train/CLASS/*.png (40 a class) and DIR/test/CLASS/*.png (8 a class); PNG and JPEG mixed."""
+    root = tmp_path_factory.mktemp("images")
+    for split, n, offset in (("train", 40, 0), ("test", 8, 40)):
+        images, labels = digits(n, len(CLASSES), offset)
+        for i, (im, label) in enumerate(zip(images, labels)):
+            folder = root / split / CLASSES[label]
+            folder.mkdir(parents=True, exist_ok=True)
+            rgb = Image.fromarray(np.stack([im, im // 2, 255 - im], -1))
+            rgb.save(folder / (f"{i}.png" if i % 4 else f"{i}.jpg"))
+    return root
+
+
+def review(rng, label: str) -> str:
+    words = rng.choice(FILLER + (GOOD if label == "good" else BAD) * 2, int(rng.integers(5, 40)))
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def text_csv(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("texts")
+    rng = np.random.default_rng(0)
+    for name, n in (("train.csv", 160), ("test.csv", 40)):
+        with open(folder / name, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["id", "text", "label"])  # an extra column is ignored
+            for i in range(n):
+                label = ("good", "bad")[i % 2]
+                writer.writerow([i, review(rng, label), label])
+    return folder / "train.csv", folder / "test.csv"
+
+
+@pytest.fixture(scope="module")
+def spmd_images(image_folder, tmp_path_factory):
+    work = tmp_path_factory.mktemp("spmd_images")
+    proc = run_cli(
+        *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
+        *("model.net.classes=4", "accelerator=xla", "devices=8", "batch_size=8", "epochs=2", "val_fraction=0.2"),
+        cwd=work,
+        devices=8,
+    )
+    run = work / "runs" / "images" / "version_0"
+    return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def xla_texts(text_csv, tmp_path_factory):
+    work = tmp_path_factory.mktemp("xla_texts")
+    train, test = text_csv
+    proc = run_cli(
+        *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", "net=user_nets.WordsNet"),
+        *("model.net.vocab=100", "data.vocab_size=100", "data.maxlen=24", "accelerator=xla", "epochs=2"),
+        *("batch_size=16", "lr=0.01"),
+        cwd=work,
+    )
+    run = work / "runs" / "texts" / "version_0"
+    return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
+
+
+def epochs_compiled(stdout: str) -> list[str]:
+    return [line.split(" - compile ")[-1] for line in stdout.splitlines() if " - compile " in line]
+
+
+def block_of(ckpt: Path) -> dict:
+    return torch.load(ckpt, map_location="cpu", weights_only=True)["xla_train"]
+
+
+# --- training -----------------------------------------------------------------------------------------------------
+
+API_FIT = """
+import json, sys
+import numpy as np, torch
+import xla_train
+from user_nets import FlatNet
+rng = np.random.default_rng(0)
+x = rng.normal(size=(200, 2, 4, 4)).astype(np.float32)
+y = (x[:, 0].mean((1, 2)) > 0).astype(np.int64) + 2 * (x[:, 1].mean((1, 2)) > 0)  # 4 classes the net can learn
+net = FlatNet()
+run = xla_train.fit(net=net, x=x[:160], y=y[:160], test_data=(x[160:], y[160:]), accelerator="xla", epochs=3,
+                    batch_size=16, lr=0.01)
+# After fit, the instance holds the best checkpoint's weights (the final test loaded them), on the CPU.
+with torch.no_grad():
+    direct = torch.softmax(net.eval()(torch.from_numpy(x[160:])), 1)
+predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[160:])
+gru_on_cpu = torch.nn.GRU(2, 3)(torch.randn(4, 1, 2))[0].shape == (4, 1, 3)  # torch's own GRU after an XLA fit
+print(json.dumps({"checkpoint": run.checkpoint, "diff": float((direct - predicted).abs().max()), "gru": gru_on_cpu,
+                  "history": run.history, "test": run.test_metrics, "param_device": str(next(net.parameters()).device)}))
+"""
+
+
+def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path):
+    env = cli_env(1, PYTHONPATH=str(TESTS))
+    proc = subprocess.run(
+        [sys.executable, "-c", API_FIT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["diff"] < 1e-5 and out["param_device"] == "cpu" and out["gru"], out
+    assert len(out["history"]) == 3 and out["history"][-1]["train_acc"] > 0.5, out["history"]
+    assert out["test"]["test_acc"] > 0.5, out["test"]
+    assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"] * 2, proc.stdout  # compiled once
+    block = block_of(Path(out["checkpoint"]))
+    assert block["class_path"] == "user_nets.FlatNet" and block["init_args"] == {}  # a class that takes none
+    assert block["kind"] == "array" and block["shape"] == [2, 4, 4] and block["dtype"] == "float32"
+    config = (Path(out["checkpoint"]).parents[1] / "config.yaml").read_text()
+    assert "net: null" in config and "path: null" in config  # given as objects: the saved config says so
+
+
+def test_a_users_net_trains_from_an_image_folder_under_spmd_on_eight_devices(spmd_images):
+    run, proc, ckpt = spmd_images
+    assert "(accelerator xla, 8 device(s))" in proc.stdout
+    assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"], proc.stdout
+    assert "held-out test accuracy" in proc.stdout
+    block = block_of(ckpt)
+    assert block["format"] == 2 and block["class_path"] == "user_nets.PixelNet"
+    assert block["init_args"] == {"classes": 4, "channels": 3, "width": 8}
+    assert block["labels"] == CLASSES and block["kind"] == "image" and block["image_size"] == 16
+    assert "arch" not in block
+
+
+def test_a_users_gru_net_trains_on_a_text_csv_on_xla(xla_texts):
+    run, proc, ckpt = xla_texts
+    assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"], proc.stdout
+    assert "gru runs as a scan" in proc.stdout, proc.stdout  # not traced step by step
+    block = block_of(ckpt)
+    assert block["class_path"] == "user_nets.WordsNet" and block["init_args"] == {"vocab": 100, "dim": 12}
+    assert block["labels"] == ["bad", "good"] and block["kind"] == "text" and block["maxlen"] == 24
+
+
+def test_a_copy_of_the_builtin_cnn_trains_exactly_as_the_builtin(tmp_path):
+    """The same path for every net: a user's copy of CifarCNN gives the built-in recipe's epoch-1 loss."""
+    losses = []
+    for net in ([], ["net=user_nets.KerasCNN"]):
+        work = tmp_path / str(len(losses))
+        work.mkdir()
+        run_cli(
+            *("fit", "recipe=quickstart", *net, "accelerator=cpu", "precision=32", "compile=false", "epochs=1"),
+            *("trainer.limit_train_batches=6", "trainer.limit_val_batches=2", "test_after_fit=false"),
+            "predict_samples=0",
+            cwd=work,
+        )
+        rows = list(csv.DictReader(open(work / "runs" / "quickstart" / "version_0" / "metrics.csv")))
+        losses.append(float(next(r["train_loss"] for r in rows if r.get("train_loss"))))
+    assert abs(losses[0] - losses[1]) < 1e-5, losses
+
+
+# --- on the CPU, over HTTP, exported ------------------------------------------------------------------------------
+
+
+def direct_probabilities(ckpt: Path, files: list[Path]) -> np.ndarray:
+    """The net run by hand: the recorded class and arguments, the weights read from the file, each image decoded
+    with PIL and normalised with the recorded statistics."""
+    from user_nets import PixelNet
+
+    loaded = torch.load(ckpt, map_location="cpu", weights_only=True)
+    block = loaded["xla_train"]
+    net = PixelNet(**block["init_args"])
+    net.load_state_dict({k[4:]: v for k, v in loaded["state_dict"].items() if k.startswith("net.")})
+    size = block["image_size"]
+    pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((size, size), Image.BILINEAR)) for f in files])
+    x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255.0
+    mean, std = (torch.tensor(block[k]).view(1, -1, 1, 1) for k in ("mean", "std"))
+    with torch.no_grad():
+        return torch.softmax(net.eval()((x - mean) / std), 1).numpy()
+
+
+def test_predict_on_the_cpu_equals_the_net_run_directly(spmd_images, image_folder, capsys):
+    _, _, ckpt = spmd_images
+    files = sorted((image_folder / "test" / "owl").iterdir())
+    assert main(["predict", f"ckpt={ckpt}", f"inputs={image_folder / 'test' / 'owl'}", "net=user_nets.PixelNet"]) == 0
+    rows = [line.split("\t") for line in capsys.readouterr().out.strip().splitlines()]
+    assert [r[0] for r in rows] == [str(f) for f in files]
+    direct = direct_probabilities(ckpt, files)
+    assert [r[1] for r in rows] == [CLASSES[i] for i in direct.argmax(1)]
+    np.testing.assert_allclose([float(r[2]) for r in rows], direct.max(1), atol=1e-4)
+
+
+def test_the_server_and_the_onnx_export_answer_as_the_net(spmd_images, image_folder, tmp_path):
+    from test_serve import Server, png, request
+
+    _, _, ckpt = spmd_images
+    files = sorted((image_folder / "test" / "fox").iterdir())[:3]
+    direct = direct_probabilities(ckpt, files)
+    server = Server(ckpt, tmp_path, "net=user_nets.PixelNet", env=cli_env(PYTHONPATH=str(TESTS)))
+    try:
+        server.wait_ready()
+        for f, expected in zip(files, direct):
+            image = np.asarray(Image.open(f).convert("RGB"))
+            status, body = request(server.port, "POST", "/predict", json.dumps({"image": png_b64(png(image))}))
+            assert status == 200 and body["class"] == CLASSES[int(expected.argmax())], body
+            np.testing.assert_allclose(body["probabilities"], expected, atol=1e-4)
+    finally:
+        assert server.stop() == 0
+
+    ort = require("onnxruntime")
+    out = tmp_path / "pixel.onnx"
+    assert main(["export", f"ckpt={ckpt}", "format=onnx", f"out={out}", "net=user_nets.PixelNet"]) == 0
+    session = ort.InferenceSession(str(out))
+    pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((16, 16), Image.BILINEAR)) for f in files])
+    np.testing.assert_allclose(session.run(None, {"images": pixels})[0], direct, atol=1e-4)
+
+
+def png_b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def test_text_predictions_from_the_csv_run_name_its_labels(xla_texts, tmp_path):
+    _, _, ckpt = xla_texts
+    good = "a wonderful superb moving brilliant delightful film " * 2
+    proc = run_cli("predict", f"ckpt={ckpt}", f"text={good}", "net=user_nets.WordsNet", cwd=tmp_path)
+    name, label, p, probs = proc.stdout.strip().splitlines()[-1].split("\t")
+    assert name == "text" and label == "good" and float(p) > 0.5 and probs.startswith("bad=")
+
+
+# --- never imported on a file's word ------------------------------------------------------------------------------
+
+REFUSALS = """
+import sys
+from xla_train.cli.main import main
+ckpt, inputs, config = sys.argv[1:4]
+codes = [
+    main(["predict", f"ckpt={ckpt}", f"inputs={inputs}"]),
+    main(["export", f"ckpt={ckpt}", "format=pt2", "out=x.pt2"]),
+    main(["serve", f"ckpt={ckpt}", "port=1"]),  # a port refused after the load: were the net loaded, it ends
+    main(["predict", f"ckpt={ckpt}", "split=test"]),
+    main(["test", f"ckpt={ckpt}", f"recipe={config}"]),
+]
+import xla_train
+try:
+    xla_train.load_for_inference(ckpt)
+except xla_train.errors.UserError as e:
+    print("python:", e, file=sys.stderr)
+print(codes, "user_nets" in sys.modules)
+"""
+
+
+def test_a_checkpoint_of_a_users_net_is_refused_without_net_and_its_module_never_imported(spmd_images, tmp_path):
+    run, _, ckpt = spmd_images
+    log = tmp_path / "imported.txt"
+    env = cli_env(1, PYTHONPATH=str(TESTS), USER_NETS_IMPORTED=str(log))
+    args = [str(ckpt), str(run.parent.parent.parent), str(run / "config.yaml")]  # inputs: any folder
+    proc = subprocess.run(
+        [sys.executable, "-c", REFUSALS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 2, 2, 2] False", proc.stdout
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith(("xla_train: error:", "python:"))]
+    assert len(errors) == 6, proc.stderr
+    for line in errors:
+        assert "holds a net of class user_nets.PixelNet" in line and "net=user_nets.PixelNet" in line, line
+    assert not log.exists() and list(tmp_path.iterdir()) == []  # never imported, nothing written
+    # Named, the same commands import it: the record works.
+    assert main(["export", f"ckpt={ckpt}", "format=pt2", f"out={tmp_path / 'x.pt2'}", "net=user_nets.PixelNet"]) == 0
+
+
+# --- bad input: one line, exit 2, nothing written, before the first step ------------------------------------------
+
+
+def write_png_folder(root: Path, classes: dict[str, int]) -> Path:
+    for name, n in classes.items():
+        (root / "train" / name).mkdir(parents=True)
+        for i in range(n):
+            Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(root / "train" / name / f"{i}.png")
+    return root
+
+
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("net=user_nets.ThreeWay", "the net (ThreeWay) gives 3 logit(s) per sample but the data has 10 classes"),
+        ("net=user_nets.Missing", "the net class 'user_nets.Missing' cannot be imported (AttributeError"),
+        ("net=no_such_module.Net", "the net class 'no_such_module.Net' cannot be imported (ModuleNotFoundError"),
+        ("net=user_nets.NotANet", "'user_nets.NotANet' is not an nn.Module class"),
+        ("net=user_nets.PixelNet model.net.channels=1", "the net (PixelNet) cannot take this data: on a CPU batch"),
+        ("empty class", "class folder {root}/train/empty holds no images"),
+        ("not an image", "{root}/train/a/notes.png is not a readable image (UnidentifiedImageError)"),
+        ("csv columns", "{root}/t.csv has columns review, label; it needs a header with a text and a label column"),
+        ("csv test label", "the test split has label(s) 'meh' that no training row has"),
+        ("npz names", "{root}/a.npz holds x, y; it needs x_train and y_train"),
+        ("texts vocabulary", "an embedding of the net needs"),
+    ],
+)
+def test_bad_own_model_or_data_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys, case, message):
+    root = tmp_path / "data"
+    root.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    args = ["recipe=quickstart", "accelerator=cpu"]
+    if case.startswith("net="):
+        args += case.split()
+    elif case in ("empty class", "not an image"):
+        write_png_folder(root, {"a": 3, "b": 3})
+        if case == "empty class":
+            (root / "train" / "empty").mkdir()
+        else:
+            (root / "train" / "a" / "notes.png").write_text("not a picture")
+        args = ["recipe=images", f"data.path={root}", "accelerator=cpu"]
+    elif case.startswith("csv"):
+        rows = "review,label\nfine,good\n" if case == "csv columns" else "text,label\nfine,good\nbad,bad\n"
+        (root / "t.csv").write_text(rows)
+        (root / "test.csv").write_text("text,label\nso so,meh\n")
+        args = ["recipe=texts", f"data.path={root / 't.csv'}", f"data.test={root / 'test.csv'}", "accelerator=cpu"]
+    elif case == "npz names":
+        np.savez(root / "a.npz", x=np.zeros((4, 2)), y=np.zeros(4))
+        args = ["recipe=arrays", f"data.path={root / 'a.npz'}", "accelerator=cpu"]
+    elif case == "texts vocabulary":
+        ids = np.random.default_rng(0).integers(0, 500, (40, 6))
+        np.savez(root / "ids.npz", x_train=ids, y_train=np.arange(40) % 2)
+        args = ["recipe=arrays", f"data.path={root / 'ids.npz'}", "net=user_nets.WordsNet", "accelerator=cpu"]
+    monkeypatch.syspath_prepend(str(TESTS))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("xla_train: error: ") and message.format(root=root) in last, err
+    assert "Traceback" not in err and list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"y": np.zeros(9)}, "y has 9 labels for 10 samples"),
+        ({"y": np.full(10, -1)}, "the labels include a negative number"),
+        ({"y": np.linspace(0, 1, 10)}, "y holds float64 values; labels are class numbers 0..C-1"),
+        ({"x": np.zeros((10, 3), dtype=object)}, "x holds object values"),
+        ({"validation_data": (np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4))}, "the val inputs are uint8 (8, 8, 3)"),
+        ({"net": "not a net at all"}, "the net class 'not a net at all' cannot be imported"),
+        ({"net": 3}, "net= takes an nn.Module, its class or its class path, not int"),
+    ],
+)
+def test_bad_arrays_or_nets_in_python_raise_one_user_error(tmp_path, monkeypatch, kwargs, message):
+    import xla_train
+    from xla_train.errors import UserError
+
+    from user_nets import FlatNet
+
+    monkeypatch.chdir(tmp_path)
+    given = {"net": FlatNet(), "x": np.zeros((10, 3), np.float32), "y": np.arange(10) % 2, **kwargs}
+    with pytest.raises(UserError) as e:
+        xla_train.fit(accelerator="cpu", **given)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_net_whose_shapes_depend_on_the_data_is_named_by_the_compile_guard(tmp_path):
+    proc = run_cli(
+        *("fit", "recipe=quickstart", "net=user_nets.BrightOnly", "epochs=2", "trainer.limit_train_batches=3"),
+        *("trainer.limit_val_batches=1", "predict_samples=0", "test_after_fit=false", "xla_guard=strict"),
+        cwd=tmp_path,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("xla_train: error: XLA compiled") and "user_nets.BrightOnly" in last, last
+    assert "the input shapes are unchanged" in last and "x[mask]" in last, last
+
+
+def test_the_own_model_docs_name_every_data_form():
+    doc = (TESTS.parent / "docs" / "own_model.md").read_text()
+    for needle in ("recipe=arrays", "recipe=images", "recipe=texts", "net=", "xla_train.fit(net="):
+        assert needle in doc, needle

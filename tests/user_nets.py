@@ -1,0 +1,117 @@
+"""A user's own nets, outside xla_train: plain nn.Modules that know nothing of it (no arch, no config, no base).
+
+Importing this module appends a line to the file USER_NETS_IMPORTED names, so a test can tell whether any process
+imported it: loading a checkpoint must never import it on the checkpoint's word.
+"""
+
+import os
+
+import torch
+from torch import nn
+
+if os.environ.get("USER_NETS_IMPORTED"):
+    with open(os.environ["USER_NETS_IMPORTED"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+class PixelNet(nn.Module):
+    """Images (N, C, H, W) to class logits: a small conv net with a BatchNorm (running statistics in the state)."""
+
+    def __init__(self, classes: int = 4, channels: int = 3, width: int = 8):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+            nn.Linear(width * 16, classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class FlatNet(nn.Module):
+    """Any float rows (N, ...) to four logits; no constructor arguments at all, and a lazy layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.LazyLinear(32), nn.Tanh(), nn.Linear(32, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class WordsNet(nn.Module):
+    """Token ids (N, T) padded at the front with 0 -> one logit (two classes): an embedding, a 2-layer GRU."""
+
+    def __init__(self, vocab: int = 100, dim: int = 12):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim, padding_idx=0)
+        self.gru = nn.GRU(dim, dim, num_layers=2, batch_first=True)
+        self.out = nn.Linear(dim, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        _, h = self.gru(self.embed(ids))
+        return self.out(h[-1])
+
+
+class KerasCNN(nn.Module):
+    """A copy of xla_train.models.CifarCNN, layer for layer, as a user would write it from the Keras tutorial."""
+
+    def __init__(self, num_classes: int = 10, dropout: float = 0.25, dense_dropout: float = 0.5):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.BatchNorm2d(3),
+            nn.Conv2d(3, 32, 3, padding="same"),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding="same"),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Dropout(dropout),
+            nn.BatchNorm2d(32),
+            nn.Conv2d(32, 64, 3, padding="same"),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Dropout(dropout),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(64 * 7 * 7, 512),
+            nn.ReLU(),
+            nn.Dropout(dense_dropout),
+            nn.Linear(512, num_classes),
+        )
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
+class ThreeWay(nn.Module):
+    """Always three logits, whatever the data's classes."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = nn.Sequential(nn.Flatten(), nn.LazyLinear(3))
+
+    def forward(self, x):
+        return self.out(x)
+
+
+class BrightOnly(nn.Module):
+    """Averages only the pixels above zero: a shape that depends on the data, which XLA compiles anew each time."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.out = nn.Linear(1, num_classes)
+
+    def forward(self, x):
+        bright = x[x > 0]  # how many depends on the batch
+        return self.out(bright.mean().reshape(1, 1).expand(len(x), 1))
+
+
+class NotANet:
+    """Not an nn.Module."""
