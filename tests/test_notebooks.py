@@ -21,7 +21,13 @@ from test_imdb import write_aclimdb  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
-DATA = {"cifar10_cnn": "cifar", "cifar10_resnet": "cifar", "imdb_lstm": "imdb", "benchmarks": None}
+DATA = {
+    "cifar10_cnn": "cifar",
+    "cifar10_resnet": "cifar",
+    "imdb_lstm": "imdb",
+    "own_model": "cifar",
+    "benchmarks": None,
+}
 
 PRELUDE = """\
 import os

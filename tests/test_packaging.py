@@ -59,7 +59,7 @@ def fresh_python(tmp_path_factory) -> Path:
 
 
 def test_every_notebook_installs_the_same_way():
-    assert len(NOTEBOOKS) == 4 and len({install_block(nb) for nb in NOTEBOOKS}) == 1
+    assert len(NOTEBOOKS) == 5 and len({install_block(nb) for nb in NOTEBOOKS}) == 1
 
 
 def test_the_install_cell_says_how_to_set_the_source_when_it_is_unset(fresh_python, tmp_path):
