@@ -28,8 +28,8 @@ dev = torch_xla.device()
 found = {}
 
 
-# scan_loop against a Python loop: a body of K=3 steps over T=9, forwards and reversed (the reversed loop visits the
-# last chunk first, and its body takes the chunk's steps last first).
+# scan_loop against a Python loop: a body of K=3 steps over T=9 and 6, forwards and reversed (the reversed loop
+# visits the last chunk first, and its body takes the chunk's steps last first).
 def forwards(carry, steps, order=range):
     (acc, w), outputs = carry, [None] * len(steps)
     for j in order(len(steps)):
@@ -43,23 +43,26 @@ def backwards(carry, steps):
     return forwards(carry, steps, lambda k: reversed(range(k)))
 
 
-x, y, acc0, w = torch.randn(9, 2, 3), torch.randn(9, 2, 3), torch.randn(2, 3), torch.rand(2, 3)
+builds = []
+build = loop_module._build
+loop_module._build = lambda *args: builds.append(args[0]) or build(*args)
 found["loop"] = {}
-for reverse in (False, True):
-    acc, outs = acc0, [None] * 9
-    for t in reversed(range(9)) if reverse else range(9):
-        acc = acc * w + x[t] * y[t]
-        outs[t] = (acc, x[t] - acc)
-    built = len(loop_module._BUILT)
-    body = backwards if reverse else forwards
-    (got, _), ys = scan_loop(body, 3, (acc0.to(dev), w.to(dev)), (x.to(dev), y.to(dev)), reverse=reverse)
-    scan_loop(body, 3, (acc0.to(dev), w.to(dev)), (x.to(dev), y.to(dev)), reverse=reverse)
-    expected = [torch.stack([o[m] for o in outs]) for m in range(2)]
-    found["loop"][f"reverse={reverse}"] = {
-        "carry": (got.cpu() - acc).abs().max().item(),
-        "ys": max((g.cpu() - e).abs().max().item() for g, e in zip(ys, expected)),
-        "built": len(loop_module._BUILT) - built,
-    }
+for t in (9, 6):  # the same body at another length builds another loop
+    x, y, acc0, w = torch.randn(t, 2, 3), torch.randn(t, 2, 3), torch.randn(2, 3), torch.rand(2, 3)
+    for reverse in (False, True):
+        acc, outs = acc0, [None] * t
+        for i in reversed(range(t)) if reverse else range(t):
+            acc = acc * w + x[i] * y[i]
+            outs[i] = (acc, x[i] - acc)
+        body, before = backwards if reverse else forwards, len(builds)
+        for _ in range(2):
+            (got, _), ys = scan_loop(body, 3, (acc0.to(dev), w.to(dev)), (x.to(dev), y.to(dev)), reverse=reverse)
+        expected = [torch.stack([o[m] for o in outs]) for m in range(2)]
+        found["loop"][f"T={t}, reverse={reverse}"] = {
+            "carry": (got.cpu() - acc).abs().max().item(),
+            "ys": max((g.cpu() - e).abs().max().item() for g, e in zip(ys, expected)),
+            "built": len(builds) - before,
+        }
 
 
 def run(module, x, hx, mask, weights=None):
@@ -112,6 +115,21 @@ for name, (make, x, hx, mask) in CASES.items():
             k: (list(got[k].shape), list(reference[k].shape), (got[k] - reference[k]).abs().max().item())
             for k in reference
         }
+
+
+# The graph of a 2-layer nn.LSTM's forward and backward, chunk 4, at lengths it divides and does not divide.
+def hlo_size(length, chunk=4):
+    lstm = ScanRNN(rnn.LSTM(8, 16, num_layers=2, batch_first=True)).to(dev)
+    lstm.chunk = chunk
+    x = torch.randn(4, length, 8).to(dev).requires_grad_()  # made on the CPU: no device RNG ops in the graph
+    out, (h, c) = lstm(x)
+    (out[:, -1].sum() + c.sum()).backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([x.grad] + [p.grad for p in lstm.parameters()])
+    return sum(1 for line in hlo.splitlines() if " = " in line)  # HLO instructions, While bodies included
+
+
+found["hlo"] = {t: hlo_size(t) for t in (100, 400, 401)}
+found["hlo"]["chunk 1"] = hlo_size(401, 1)
 print(json.dumps(found))
 """
 
@@ -124,8 +142,9 @@ def on_xla() -> dict:
 
 
 def test_the_loop_runs_k_steps_per_iteration_in_order_and_is_built_once(on_xla):
-    """Carry and per-step outputs as a Python loop computes them, forwards and reversed; the second call with the
-    same body and shapes reuses the built While computation."""
+    """Carry and per-step outputs as a Python loop computes them, forwards and reversed, at two lengths; the
+    second call with the same body and shapes reuses the built While computation."""
+    assert len(on_xla["loop"]) == 4
     for case, found in on_xla["loop"].items():
         assert found["carry"] < 1e-5 and found["ys"] < 1e-5, (case, found)
         assert found["built"] == 1, (case, found)
@@ -139,6 +158,14 @@ def test_chunked_scans_compute_what_one_step_per_iteration_computes(on_xla):
         assert {"out", "state 0", "d input", "d weight_hh_l0", "d weight_ih_l0_reverse"} <= set(found), case
         for name, (shape, reference_shape, error) in found.items():
             assert shape == reference_shape and error < 1e-5, (case, name, shape, reference_shape, error)
+
+
+def test_the_chunked_graph_does_not_grow_with_the_sequence_length(on_xla):
+    """Counted in HLO instructions (a clock depends on the machine's load): one chunk of K steps is traced, whatever
+    T and T % K; the chunk of 4 is larger than one step's."""
+    sizes = on_xla["hlo"]
+    assert sizes["100"] == sizes["400"] == sizes["401"], sizes
+    assert sizes["100"] > 1.5 * sizes["chunk 1"], sizes
 
 
 def test_xla_train_scan_chunk_sets_the_chunk_of_every_scan_built_after(monkeypatch):
