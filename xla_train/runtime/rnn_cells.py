@@ -1,8 +1,8 @@
 """One time step of each recurrent cell, forward and backward, and the loop bodies that run K of them.
 
-runtime/scan_rnn.py loops these bodies with XLA While loops. Each While iteration has a fixed cost (on a TPU
-too), so a body runs a chunk of K steps, unrolled: the scan goes over (T/K, K, ...) and the compiled graph grows
-with K, never with T.
+runtime/scan_rnn.py runs these bodies in XLA While loops (runtime/scan_loop.py). A body runs a chunk of K steps,
+unrolled, so that a device whose While iterations have a fixed cost pays it once per K steps; the compiled graph
+grows with K, never with the sequence length.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ import itertools
 
 import torch
 
+from xla_train import compat
+
 _BUILT: dict = {}  # (body, k, reverse, shapes and dtypes) -> (While computation, the ys' shapes and dtypes)
 
 
@@ -23,8 +25,6 @@ def scan_loop(body, k: int, init: tuple, xs: tuple, reverse: bool = False) -> tu
     time order (a reversed scan's body takes them last first itself), and `outputs` one tuple of tensors per step,
     in the same order; each ys[m] is (T, *outputs[j][m].shape). body must be a function of its arguments alone.
     """
-    import torch_xla
-
     t = xs[0].shape[0]
     if t % k or any(x.shape[0] != t for x in xs):
         raise ValueError(f"scan_loop needs xs of one length that {k} divides, got {[tuple(x.shape) for x in xs]}")
@@ -35,29 +35,27 @@ def scan_loop(body, k: int, init: tuple, xs: tuple, reverse: bool = False) -> tu
     device = xs[0].device
     ys = [torch.zeros((t, *shape), dtype=dtype, device=device) for shape, dtype in y_specs]
     counter = torch.tensor(0, dtype=torch.int64, device=device)
-    out = torch_xla._XLAC._xla_user_computation("xla::scan", [counter, *init, *xs, *ys], computation)
+    out = compat.xla_user_computation("xla::scan", [counter, *init, *xs, *ys], computation)
     return tuple(out[1 : 1 + len(init)]), tuple(out[1 + len(init) + len(xs) :])
 
 
 def _build(body, k: int, init: tuple, xs: tuple, reverse: bool):
     """The While computation of scan_loop, as torch_xla's _scan_impl_flat builds its own, with K steps each."""
-    import torch_xla
     import torch_xla.core.xla_builder as xb
 
     fake_carry = [xb.create_placeholder_tensor(v.shape, v.dtype) for v in init]
     fake_steps = [[xb.create_placeholder_tensor(v.shape[1:], v.dtype) for v in xs] for _ in range(k)]
     carry, outputs = body(tuple(fake_carry), [tuple(s) for s in fake_steps])
     outputs = [tuple(o) for o in outputs]
-    ctx = torch_xla._XLAC.lowering.LoweringContext("FnComputation")
-    ctx.set_name_string("fn_ctx")
-    ctx.build([*carry, *itertools.chain(*outputs)])
-    fn = xb.computation_from_module_proto("fn_computation", ctx.hlo())
-    fakes = {ctx.tensor_parameter_id(v) for v in itertools.chain(fake_carry, *fake_steps)}
-    if set(ctx.device_parameter_id_tensor_mapping()) - fakes:
+    fakes = [*fake_carry, *itertools.chain(*fake_steps)]
+    hlo, ids, n_params = compat.xla_lowered([*carry, *itertools.chain(*outputs)], fakes)
+    if n_params != len({i for i in ids if i != -1}):
         raise ValueError(
             "the scan body uses a tensor other than its arguments (a captured tensor, or a Python scalar other "
             "than 0 and 1, which torch_xla makes a graph input); the cached loop would freeze its value"
         )
+    fn = xb.computation_from_module_proto("fn_computation", hlo)
+    carry_ids, step_ids = ids[: len(init)], [ids[len(init) + j * len(xs) :][: len(xs)] for j in range(k)]
 
     # The While carries (counter, *carry, *xs, *ys); iteration i runs steps i*K ... i*K + K - 1 (reversed: the
     # chunks from the last), slicing each step's inputs and writing its outputs at that step.
@@ -79,9 +77,9 @@ def _build(body, k: int, init: tuple, xs: tuple, reverse: bool):
 
         chunk = s64(n_iter - 1) - p[0] if reverse else p[0]
         steps = [chunk * s64(k) + s64(j) for j in range(k)]
-        args = {ctx.tensor_parameter_id(v): p[1 + i] for i, v in enumerate(fake_carry)}  # by the body's parameter
-        for j, fakes_j in enumerate(fake_steps):
-            args.update({ctx.tensor_parameter_id(v): _slice(p[first_x + i], steps[j]) for i, v in enumerate(fakes_j)})
+        args = {pid: p[1 + i] for i, pid in enumerate(carry_ids)}  # by the body's parameter number
+        for j, ids_j in enumerate(step_ids):
+            args.update({pid: _slice(p[first_x + i], steps[j]) for i, pid in enumerate(ids_j)})
         args.pop(-1, None)  # inputs the body does not read
         result = xb.Op.call(fn, [args[i] for i in range(len(args))])
         new = [p[0] + s64(1), *(result.get_tuple_element(i) for i in range(len(init))), *p[1 + len(init) :]]
