@@ -117,19 +117,25 @@ for name, (make, x, hx, mask) in CASES.items():
         }
 
 
-# The graph of a 2-layer nn.LSTM's forward and backward, chunk 4, at lengths it divides and does not divide.
-def hlo_size(length, chunk=4):
-    lstm = ScanRNN(rnn.LSTM(8, 16, num_layers=2, batch_first=True)).to(dev)
-    lstm.chunk = chunk
+# The graph of a 2-layer LSTM's, GRU's and RNN's forward and backward, chunk 4, at lengths it divides and does not.
+def hlo_size(make, length, chunk=4):
+    net = ScanRNN(make()).to(dev)
+    net.chunk = chunk
     x = torch.randn(4, length, 8).to(dev).requires_grad_()  # made on the CPU: no device RNG ops in the graph
-    out, (h, c) = lstm(x)
-    (out[:, -1].sum() + c.sum()).backward()
-    hlo = torch_xla._XLAC._get_xla_tensors_hlo([x.grad] + [p.grad for p in lstm.parameters()])
+    out, state = net(x)
+    (out[:, -1].sum() + (state[1] if isinstance(state, tuple) else state).sum()).backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([x.grad] + [p.grad for p in net.parameters()])
     return sum(1 for line in hlo.splitlines() if " = " in line)  # HLO instructions, While bodies included
 
 
-found["hlo"] = {t: hlo_size(t) for t in (100, 400, 401)}
-found["hlo"]["chunk 1"] = hlo_size(401, 1)
+found["hlo"] = {}
+for name, make in {
+    "LSTM": lambda: rnn.LSTM(8, 16, num_layers=2, batch_first=True),
+    "GRU": lambda: rnn.GRU(8, 16, num_layers=2, batch_first=True),
+    "RNN": lambda: rnn.RNN(8, 16, num_layers=2, batch_first=True),
+}.items():
+    found["hlo"][name] = {t: hlo_size(make, t) for t in (100, 400, 401)}
+    found["hlo"][name]["chunk 1"] = hlo_size(make, 401, 1)
 print(json.dumps(found))
 """
 
@@ -162,10 +168,11 @@ def test_chunked_scans_compute_what_one_step_per_iteration_computes(on_xla):
 
 def test_the_chunked_graph_does_not_grow_with_the_sequence_length(on_xla):
     """Counted in HLO instructions (a clock depends on the machine's load): one chunk of K steps is traced, whatever
-    T and T % K; the chunk of 4 is larger than one step's."""
-    sizes = on_xla["hlo"]
-    assert sizes["100"] == sizes["400"] == sizes["401"], sizes
-    assert sizes["100"] > 1.5 * sizes["chunk 1"], sizes
+    T and T % K, for every cell; the chunk of 4 is larger than one step's."""
+    assert set(on_xla["hlo"]) == {"LSTM", "GRU", "RNN"}
+    for cell, sizes in on_xla["hlo"].items():
+        assert sizes["100"] == sizes["400"] == sizes["401"], (cell, sizes)
+        assert sizes["100"] > 1.5 * sizes["chunk 1"], (cell, sizes)
 
 
 def test_xla_train_scan_chunk_sets_the_chunk_of_every_scan_built_after(monkeypatch):
