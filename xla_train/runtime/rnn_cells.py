@@ -201,7 +201,7 @@ CELLS = {"LSTM": _LSTM, "GRU": _GRU, "RNN_TANH": _TanhRNN, "RNN_RELU": _ReluRNN}
 def _once(carry, states: int, one: torch.Tensor, k: int):
     """The state divided by a runtime 1, which is exact, when a chunk runs several steps. XLA:CPU otherwise fuses
     each step's cheap state update into every later kernel that reads it, recomputing the chain from the chunk's
-    first step (K^2 / 2 step updates per chunk: K=8 took 1.4 times the CPU time); a division is an expensive op,
+    first step (K^2 / 2 step updates per chunk: K=8 took 1.3 times the CPU time); a division is an expensive op,
     which XLA computes once. XLA cannot drop it: `one` is a graph input, not a constant."""
     return carry if k == 1 else (*(t / one for t in carry[:states]), *carry[states:])
 

@@ -27,11 +27,11 @@ from xla_train.runtime.rnn_cells import CELLS, backward_body, forward_body
 from xla_train.runtime.scan_loop import scan_loop
 
 # Time steps per While iteration: 1, by measurement on XLA:CPU (2-core AMD EPYC; docs/hardware.md). An iteration of
-# XLA:CPU's While costs under a microsecond (an LSTM of batch 16, 8 units: 2,000 iterations took 14.7 ms, 500 of 4
-# steps 13.8), against about 230 us of the IMDB recipe's cell (batch 128, 32 units) per step forward and backward,
-# so 8 steps per iteration saved nothing (the recipe's step: 288 against 299 ms at maxlen 500, 67 against 70 at
-# 100) and compiled 3.7 times as long (11.6 against 3.2 s at maxlen 500): each unrolled step is more kernels to
-# compile. On a TPU, whose iterations are said to cost more (not measured here), XLA_TRAIN_SCAN_CHUNK sets another.
+# XLA:CPU's While costs under a microsecond (an LSTM of batch 16, 8 units: 2,000 iterations took 13.2 ms, 500 of 4
+# steps 12.9), against about 160 us of work in each iteration of the IMDB recipe's layer (batch 128, 32 units), so
+# 8 steps per iteration saved nothing (the recipe's step: 191 against 185 ms at maxlen 500, 45 against 43 at 100)
+# and compiled 3.2 times as long (4.1 against 1.3 s at maxlen 500): each unrolled step is more kernels to compile.
+# On a TPU, whose iterations are said to cost more (not measured here), XLA_TRAIN_SCAN_CHUNK sets another.
 CHUNK = 1
 CHUNK_ENV = "XLA_TRAIN_SCAN_CHUNK"  # another chunk, for every scan a process builds (to measure one on a TPU)
 _ONES: dict = {}
