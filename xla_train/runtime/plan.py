@@ -97,6 +97,7 @@ def plan_hardware(
     ):
         raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
     compat.keep_torch_gru()  # a run after one on XLA in this process (a notebook): torch's own nn.GRU
+    compat.no_tpu_for_lightning()  # no TPU on the bus: Lightning's banner must not ask the metadata server
     kind = resolve_accelerator(str(accelerator))
     loop = resolve_execution_loop(execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
     steps_per_execution, note, pending = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
