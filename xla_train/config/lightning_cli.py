@@ -169,7 +169,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         self.clock = RunClock(self.started, backend_for(plan.kind).compile_clock())
         callbacks += [
             self.clock,
-            RunReport(plan.kind, plan.fast_path, plan.matmul_precision),
+            RunReport(plan.kind, plan.fast_path, plan.matmul_precision, plan.compile_cache),
             RngState(),
             self.last_checkpoint,
             self.preemption,
