@@ -459,7 +459,11 @@ def no_tpu_for_lightning() -> None:
     global _LIGHTNING_TPU_PROBES
     from lightning.fabric.accelerators.xla import XLAAccelerator
 
-    if _LIGHTNING_TPU_PROBES is None and tpu_chips_on_pci_bus() == 0:
+    try:
+        chips = tpu_chips_on_pci_bus()
+    except ImportError:  # no torch_xla: Lightning's probes answer 0 themselves
+        return
+    if _LIGHTNING_TPU_PROBES is None and chips == 0:
         _LIGHTNING_TPU_PROBES = {n: XLAAccelerator.__dict__[n] for n in ("is_available", "auto_device_count")}
         XLAAccelerator.is_available = staticmethod(lambda: False)
         XLAAccelerator.auto_device_count = staticmethod(lambda: 0)
