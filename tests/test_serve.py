@@ -2,46 +2,32 @@
 
 Three servers start once for the module (a digits CNN, a small text LSTM, and a CNN with a long batch_timeout
 so that requests are surely in flight when SIGTERM comes). Random-weight checkpoints with scaled logits: the
-answers differ from input to input far more than the 1e-5 they are held to, and nothing needs training.
+answers differ from input to input far more than the 1e-5 they are held to, and nothing needs training
+(serving.py).
 """
 
 import base64
-import contextlib
 import http.client
-import io
 import json
-import os
 import queue
 import signal
 import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from conftest import cli_env, free_port, require, save_checkpoint
+from conftest import require
+from serving import Server, held_out_digits, png, request, write_checkpoint
 from xla_train.bench.serve import tree_cpu_seconds  # the bench's idle measure, the same /proc sums
 from xla_train.cli.main import main
-from xla_train.models import CifarCNN, SentimentLSTM
-from xla_train.preprocess import text
 from xla_train.serve.inputs import read_images
 from xla_train.serve.predictor import load_for_inference
 
 require("litserve")
 
-DIGITS = {
-    "kind": "image",
-    "labels": [str(i) for i in range(10)],
-    "image_size": 32,
-    "mean": [0.5] * 3,
-    "std": [0.25] * 3,
-}
-WORDS = "a wonderful superb film the plot was awful boring and tedious actor scene story moving mess".split()
 REVIEWS = [
     "A wonderful, superb film.<br />Moving!",
     "the plot was awful and boring",
@@ -50,85 +36,6 @@ REVIEWS = [
     "Nothing here is in the vocabulary",
 ]
 MAX_BODY_MB = 0.05  # 52,428 bytes: a 32x32 PNG is about 3 KB
-
-
-def write_checkpoint(path, arch):
-    torch.manual_seed(0)
-    if arch == "lstm":
-        args = {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8}
-        net = SentimentLSTM(**args)
-        tok = text.build_tokenizer([" ".join(WORDS)] * 3, 100)
-        info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": 40, "tokenizer": text.tokenizer_to_json(tok)}
-    else:
-        net, info, args = CifarCNN(), DIGITS, {}
-    with torch.no_grad():
-        [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(30.0 if arch == "lstm" else 100.0)
-    return save_checkpoint(path, net, args, info)
-
-
-def held_out_digits(n=24):
-    from xla_train.data.digits import load_digits_rgb32
-
-    images, _ = load_digits_rgb32()
-    return images[-n:]  # the end of scikit-learn's set; the checkpoints here never trained on any digit
-
-
-def png(image) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-class Server:
-    def __init__(self, ckpt, workdir, *keys, env=None):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xla_train", "serve", f"ckpt={ckpt}", f"port={self.port}", *keys],
-            cwd=workdir,
-            env=env or cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own process group: the test can see, and end, every process it started
-        )
-
-    def wait_ready(self, timeout=90):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()
-            try:
-                if request(self.port, "GET", "/health")[0] == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("the server was not ready in time")
-
-    def stop(self):
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(timeout=30)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # anything the server left behind
-
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.proc.pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-
-
-def request(port, method, path, body=None, conn=None):
-    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request(method, path, body=body, headers={"Content-Type": "application/json"} if body is not None else {})
-    r = c.getresponse()
-    data = r.read()
-    if conn is None:
-        c.close()
-    return r.status, json.loads(data) if data.startswith((b"{", b"[")) else data.decode()
 
 
 @pytest.fixture(scope="module")
