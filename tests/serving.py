@@ -17,7 +17,7 @@ import time
 import torch
 from PIL import Image
 
-from conftest import cli_env, free_port, save_checkpoint
+from conftest import TESTS, cli_env, free_port, save_checkpoint
 from xla_train.models import CifarCNN, SentimentLSTM
 from xla_train.preprocess import text
 
@@ -29,16 +29,23 @@ DIGITS = {
     "std": [0.25] * 3,
 }
 WORDS = "a wonderful superb film the plot was awful boring and tedious actor scene story moving mess".split()
+SLOW = "net=user_nets.SlowNet"  # the key that serves a "slow" checkpoint; its workers need TESTS on PYTHONPATH
 
 
 def write_checkpoint(path, arch):
-    """arch: "cnn" (the Keras CIFAR-10 CNN on digits) or "lstm" (a small sentiment LSTM)."""
+    """arch: "cnn" (the Keras CIFAR-10 CNN on digits), "lstm" (a small sentiment LSTM), "slow" (user_nets.SlowNet:
+    each forward takes 0.5 s)."""
     torch.manual_seed(0)
     if arch == "lstm":
         args = {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8}
         net = SentimentLSTM(**args)
         tok = text.build_tokenizer([" ".join(WORDS)] * 3, 100)
         info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": 40, "tokenizer": text.tokenizer_to_json(tok)}
+    elif arch == "slow":
+        from user_nets import SlowNet
+
+        args = {"classes": 10, "delay": 0.5}
+        net, info = SlowNet(**args), DIGITS
     else:
         net, info, args = CifarCNN(), DIGITS, {}
     with torch.no_grad():
@@ -62,6 +69,10 @@ def png(image) -> bytes:
 class Server:
     def __init__(self, ckpt, workdir, *keys, env=None):
         self.port = free_port()
+        if SLOW in keys:  # its workers import user_nets; xla_train stays where this process has it
+            env = env or cli_env(
+                PYTHONPATH=os.pathsep.join([str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
+            )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "xla_train", "serve", f"ckpt={ckpt}", f"port={self.port}", *keys],
             cwd=workdir,
@@ -109,3 +120,8 @@ def request(port, method, path, body=None, conn=None):
     if conn is None:
         c.close()
     return r.status, json.loads(data) if data.startswith((b"{", b"[")) else data.decode()
+
+
+def formed(port) -> dict[int, int]:
+    """The batch sizes the server has formed so far, from its /info: {size: count}."""
+    return {int(k): v for k, v in request(port, "GET", "/info")[1]["batching"]["batches_formed"].items()}
