@@ -37,7 +37,7 @@ REVIEWS = [
     "Nothing here is in the vocabulary",
 ]
 MAX_BODY_MB = 0.05  # 52,428 bytes: a 32x32 PNG is about 3 KB
-LONG_WAIT = 10.0  # the slow server's batch_timeout: a lone request that waited for company would take this long
+LONG_WAIT = 20.0  # the slow server's batch_timeout: a lone request that waited for company would take this long
 
 
 @pytest.fixture(scope="module")
