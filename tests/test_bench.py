@@ -259,6 +259,7 @@ def test_int8_lstm_keeps_the_masked_recurrence():
         (["predict", "repeats=3"], "bench predict needs ckpt="),
         (["text", "reviewz=10"], "did you mean reviews?"),
         (["replicas", "devices=1,none"], "devices:"),
+        (["serve", "ckpt=x.ckpt", "seconds=2.5"], "seconds: not of type PositiveInt"),  # wrk counts whole seconds
         (
             ["recipe=quickstart", "overhead"],
             "bench's subcommand (sweep, replicas, lstm, pipeline, overhead, curves, predict, text, serve) must come first",
@@ -270,6 +271,16 @@ def test_bad_bench_arguments_are_one_line_errors(args, message, tmp_path, capsys
     assert main(["bench", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("xla_train: error: ") and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bench_serve_without_wrk_says_how_to_get_it_in_one_line(tmp_path, capsys, monkeypatch):
+    """wrk is the load; without it the bench stops before it reads the checkpoint or starts a server."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no wrk in it
+    assert main(["bench", "serve", f"ckpt={tmp_path / 'missing.ckpt'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "wrk, which is not on PATH: apt-get install wrk" in err, err
     assert not (tmp_path / "runs").exists()
 
 

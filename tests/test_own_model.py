@@ -214,7 +214,7 @@ def test_predict_on_the_cpu_equals_the_net_run_directly(spmd_images, image_folde
 
 
 def test_the_server_and_the_onnx_export_answer_as_the_net(spmd_images, image_folder, tmp_path):
-    from test_serve import Server, png, request
+    from serving import Server, png, request
 
     _, _, ckpt = spmd_images
     files = sorted((image_folder / "test" / "fox").iterdir())[:3]

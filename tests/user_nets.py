@@ -5,6 +5,7 @@ imported it: loading a checkpoint must never import it on the checkpoint's word.
 """
 
 import os
+import time
 
 import torch
 from torch import nn
@@ -115,3 +116,16 @@ class BrightOnly(nn.Module):
 
 class NotANet:
     """Not an nn.Module."""
+
+
+class SlowNet(nn.Module):
+    """PixelNet, each forward held `delay` seconds: while a batch is in the worker, the requests sent meanwhile
+    queue behind it however fast or loaded the machine is (tests/test_serve.py: batching and SIGTERM)."""
+
+    def __init__(self, classes: int = 10, delay: float = 0.5):
+        super().__init__()
+        self.delay, self.net = delay, PixelNet(classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.delay)
+        return self.net(x)

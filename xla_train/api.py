@@ -199,8 +199,9 @@ def predict_split(
 def serve(run_or_checkpoint, **settings) -> int:
     """Serve a checkpoint over HTTP, as `python -m xla_train serve ckpt=...` does, until SIGTERM or Ctrl+C (it
     blocks; in a notebook, run it in a subprocess). Settings: host, port, max_batch_size, batch_timeout, workers,
-    max_body_mb, and for your own net net= (its class path or class: the worker processes import it) with net_args=
-    (a dict) where the checkpoint records no init arguments. Returns 0 once the requests in flight are answered."""
+    max_body_mb, body_timeout, and for your own net net= (its class path or class: the worker processes import it)
+    with net_args= (a dict) where the checkpoint records no init arguments. Returns 0 once the requests in flight are
+    answered."""
     from xla_train.cli.keys import read_keys
     from xla_train.cli.serve import serve as command  # its signature is the keys
 

@@ -78,6 +78,7 @@ def serve(
     batch_timeout: float,
     workers: int,
     max_body_mb: float,
+    body_timeout: float,
     net=None,
     net_args: dict | None = None,
     recipe: str | None = None,
@@ -101,11 +102,15 @@ def serve(
         accelerator="cpu",
         workers_per_device=workers,
         info_path="/litserve/info",
-        middlewares=[(BodyGate, {"max_bytes": max_bytes})],
+        middlewares=[(BodyGate, {"max_bytes": max_bytes, "timeout": body_timeout})],
     )
     server.uvicorn_graceful_timeout = DRAIN_S
     settings = dict(
-        max_batch_size=max_batch_size, batch_timeout=batch_timeout, workers=workers, max_body_bytes=max_bytes
+        max_batch_size=max_batch_size,
+        batch_timeout=batch_timeout,
+        workers=workers,
+        max_body_bytes=max_bytes,
+        body_timeout=body_timeout,
     )
     server.app.add_api_route("/info", lambda: info(ckpt, recipe, predictor, settings, counts), methods=["GET"])
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"
