@@ -243,6 +243,22 @@ def test_info_describes_the_checkpoint_and_the_batching(servers):
     assert info["input"]["field"] == "text" and info["input"]["maxlen"] == 40
     assert info["batching"]["max_batch_size"] == 32 and info["batching"]["batch_timeout"] == 0.005
     assert info["batching"]["workers"] == 1
+    from xla_train.serve.server import worker_threads
+
+    assert info["batching"]["threads"] == worker_threads("auto", 1)  # resolved, as the worker runs it
+
+
+def test_a_worker_leaves_a_core_to_the_http_front(monkeypatch):
+    """threads=auto: the cores less one (the HTTP front and LitServe's queues), shared among the workers; at least
+    one each. On 2 cores a worker given both spun between batches and starved the front that hands it requests."""
+    import os
+
+    from xla_train.serve.server import worker_threads
+
+    for cores, workers, expected in ((2, 1, 1), (1, 1, 1), (16, 1, 15), (16, 2, 7), (8, 16, 1)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert worker_threads("auto", workers) == expected, (cores, workers)
+    assert worker_threads(3, 1) == 3
 
 
 def test_an_idle_server_uses_next_to_no_cpu(servers):

@@ -7,6 +7,8 @@ Its keys are serve()'s typed signature (cli/keys.py); the server itself is serve
 
 from __future__ import annotations
 
+from typing import Literal
+
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from xla_train.cli.keys import read_keys, with_net_args
@@ -25,11 +27,13 @@ def serve(
     workers: PositiveInt = 1,
     max_body_mb: PositiveFloat = 4.0,
     body_timeout: PositiveFloat = 10.0,
+    threads: PositiveInt | Literal["auto"] = "auto",
     net: str | None = None,
     net_args: dict | None = None,
 ) -> int:
     """Serve the checkpoint over HTTP until SIGTERM or Ctrl+C. net= names the class of a checkpoint's own net;
-    body_timeout is how long a request's body may pause before it is refused."""
+    body_timeout is how long a request's body may pause before it is refused; threads, each worker's compute
+    threads (auto: the cores, less one for the HTTP front, shared among the workers)."""
     from xla_train.serve.server import serve as run
 
     return run(
@@ -41,6 +45,7 @@ def serve(
         workers,
         max_body_mb,
         body_timeout,
+        threads,
         net,
         net_args,
         recipe=recipe_of(ckpt),

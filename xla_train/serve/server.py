@@ -54,6 +54,16 @@ def check_address(host: str, port: int) -> None:
             ) from None
 
 
+def worker_threads(threads: int | str, workers: int) -> int:
+    """Each worker's compute threads: as given, or (auto) this process's cores less one, which the HTTP front and
+    LitServe's queues need, shared among the workers. Given every core, a worker's threads spin between batches
+    and take the CPU the front needs to hand them requests (docs/results.md, "Serving over HTTP under load")."""
+    if threads != "auto":
+        return int(threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, (cores - 1) // workers)
+
+
 def info(ckpt, recipe, predictor, settings: dict, counts) -> dict:
     net = predictor.model
     return {
@@ -79,6 +89,7 @@ def serve(
     workers: int,
     max_body_mb: float,
     body_timeout: float,
+    threads: int | str,
     net=None,
     net_args: dict | None = None,
     recipe: str | None = None,
@@ -93,8 +104,15 @@ def serve(
     from xla_train.serve.worker import PredictorAPI
 
     counts = mp.get_context("spawn").Array("q", max_batch_size + 1)  # batches formed, by size
+    threads = worker_threads(threads, workers)
     api = PredictorAPI(
-        str(ckpt), counts, net=net, net_args=net_args, max_batch_size=max_batch_size, batch_timeout=batch_timeout
+        str(ckpt),
+        counts,
+        threads,
+        net=net,
+        net_args=net_args,
+        max_batch_size=max_batch_size,
+        batch_timeout=batch_timeout,
     )
     max_bytes = int(max_body_mb * 2**20)
     server = ls.LitServer(
@@ -109,6 +127,7 @@ def serve(
         max_batch_size=max_batch_size,
         batch_timeout=batch_timeout,
         workers=workers,
+        threads=threads,
         max_body_bytes=max_bytes,
         body_timeout=body_timeout,
     )

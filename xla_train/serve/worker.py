@@ -96,13 +96,14 @@ def stop(item) -> bool:
 class PredictorAPI(ls.LitAPI):
     """The checkpoint's Predictor, loaded once per worker; `counts[n]` counts the batches of n requests formed."""
 
-    def __init__(self, ckpt: str, counts, net=None, net_args: dict | None = None, **batching):
+    def __init__(self, ckpt: str, counts, threads: int, net=None, net_args: dict | None = None, **batching):
         super().__init__(loop=PerItemLoop(), **batching)
-        self.ckpt, self.counts, self.predictor = ckpt, counts, None
+        self.ckpt, self.counts, self.threads, self.predictor = ckpt, counts, threads, None
         self.net, self.net_args = net, net_args  # what the user named for a checkpoint of their own net
 
     def setup(self, device):
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the group; the parent drains, then ends us
+        torch.set_num_threads(self.threads)  # server.worker_threads: what is left beside the HTTP front
         self.predictor = load_for_inference(self.ckpt, net=self.net, args=self.net_args)
 
     def count_batch(self, n: int) -> None:
