@@ -191,28 +191,34 @@ def test_inference_info_carries_everything_a_text_checkpoint_needs(imdb_root):
 
 def test_predict_feeds_the_lstm_the_ids_training_built(imdb_root, tmp_path):
     """The same reviews, read as predict reads them (files, one review each) and as serve reads them (JSON text),
-    become the very ids the data module trained on: same shape, same values. The fixture's reviews run past
-    maxlen=64, so a cut or a pad that differs shows; probabilities would not (a small LSTM barely moves)."""
+    become the very ids the data module trains and tests on, on the training split and on the test split, tokenised
+    afresh and read back from the token cache: same shape, same values. The fixture's reviews run past maxlen=56, so
+    a cut or a pad that differs shows; probabilities would not (a small LSTM barely moves)."""
+    from xla_train.serve.http import decode_item
     from xla_train.serve.inputs import read_texts
     from xla_train.serve.predictor import load_for_inference
 
-    dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)
-    trained, _ = dm.arrays("test")
-    args = {"vocab_size": dm.vocab_size, "embed_dim": 4, "hidden_size": 4}
-    save_checkpoint(tmp_path / "t.ckpt", SentimentLSTM(**args), args, dm.inference_info())
+    cache = imdb.find_folder(str(imdb_root)) / imdb.CACHE_DIR
+    before = set(cache.glob("*.npz")) if cache.is_dir() else set()
+    # val_fraction=0: the training split is every training file, in the reader's order; maxlen=56 no other test's
+    fresh, cached = (IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=56, val_fraction=0) for _ in "ab")
+    fresh.setup()
+    assert len(set(cache.glob("*.npz")) - before) == 1  # tokenised and cached; the second module reads the cache
+    args = {"vocab_size": fresh.vocab_size, "embed_dim": 4, "hidden_size": 4}
+    save_checkpoint(tmp_path / "t.ckpt", SentimentLSTM(**args), args, fresh.inference_info())
     predictor = load_for_inference(tmp_path / "t.ckpt")
-
-    files, _, _ = imdb.list_split(imdb.find_folder(str(imdb_root)), "test")  # the data module's order
-    _, reviews = read_texts([str(f) for f in files])
-    fed = predictor.preprocess(reviews).numpy()
-    assert fed.shape == trained.shape == (len(files), 64) and fed.dtype == trained.dtype
-    np.testing.assert_array_equal(fed, trained)
-    assert (text.token_counts(trained) == 64).any()  # some reviews were cut: the cut is tested too
-
-    from xla_train.serve.http import decode_item
-
-    served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews])
-    np.testing.assert_array_equal(served, trained)
+    for split in ("train", "test"):
+        files, _, _ = imdb.list_split(imdb.find_folder(str(imdb_root)), split)  # the data module's order
+        _, reviews = read_texts([str(f) for f in files])
+        fed = predictor.preprocess(reviews).numpy()
+        served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews])
+        for dm in (fresh, cached):
+            trained, _ = dm.arrays(split)
+            assert fed.shape == trained.shape == (len(files), 56) and fed.dtype == trained.dtype, split
+            np.testing.assert_array_equal(fed, trained, err_msg=split)
+            np.testing.assert_array_equal(served, trained, err_msg=split)
+            assert (text.token_counts(trained) == 56).sum() >= 10, split  # many reviews were cut: the cut is tested
+    assert len(set(cache.glob("*.npz")) - before) == 1
 
 
 def test_imdb_validation_is_held_out_of_train_and_the_vocabulary_never_sees_test(imdb_root):

@@ -252,6 +252,31 @@ def test_text_predictions_from_the_csv_run_name_its_labels(xla_texts, tmp_path):
     assert name == "text" and label == "good" and float(p) > 0.5 and probs.startswith("bad=")
 
 
+def test_predict_feeds_a_text_net_the_ids_the_texts_module_trains_and_tests_on(text_csv, tmp_path):
+    """Each CSV review, as predict and the server read it, becomes the very ids the texts data module stores for
+    it, on the training split and on the test split; many reviews run past maxlen=16, so the cut is tested too."""
+    from conftest import save_checkpoint
+    from xla_train.data.texts import TextsDataModule
+    from xla_train.preprocess import text
+    from xla_train.serve.http import decode_item
+    from xla_train.serve.predictor import load_for_inference
+
+    from user_nets import WordsNet
+
+    train, test = text_csv
+    dm = TextsDataModule(path=str(train), test=str(test), maxlen=16, vocab_size=100, val_fraction=0)
+    save_checkpoint(tmp_path / "w.ckpt", WordsNet(), {"vocab": 100, "dim": 12}, dm.inference_info())
+    predictor = load_for_inference(tmp_path / "w.ckpt", net=WordsNet)
+    for split, path in (("train", train), ("test", test)):
+        reviews = [row["text"] for row in csv.DictReader(open(path))]  # val_fraction=0: the file's order
+        stored, _ = dm.arrays(split)
+        assert stored.shape == (len(reviews), 16), split
+        assert (text.token_counts(stored) == 16).sum() >= len(reviews) // 4, split
+        np.testing.assert_array_equal(predictor.preprocess(reviews).numpy(), stored, err_msg=split)
+        served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews[:8]])
+        np.testing.assert_array_equal(served, stored[:8], err_msg=split)
+
+
 # --- never imported on a file's word ------------------------------------------------------------------------------
 
 REFUSALS = """
