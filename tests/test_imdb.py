@@ -377,16 +377,36 @@ def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, lstm_cl
     assert bool(calls) == syncs, calls
 
 
+def scramble_padding(net: SentimentLSTM) -> SentimentLSTM:
+    """Non-zero LSTM biases (as training leaves them) and a non-zero padding embedding: with Keras' initial weights
+    (zero biases, zero padding row) a padding step leaves the zero state as it was, masked or not, so a test on them
+    could not tell padding skipped from padding processed."""
+    with torch.no_grad():
+        for p in (net.lstm.bias_ih_l0, net.lstm.bias_hh_l0):
+            p.uniform_(-1.0, 1.0)
+        net.embedding.weight[0].uniform_(-0.5, 0.5)
+    return net
+
+
 def test_padding_does_not_change_the_prediction():
     torch.manual_seed(0)
     tok = text.build_tokenizer([" ".join(POSITIVE + NEGATIVE + FILLER)] * 3, 100)
-    net = SentimentLSTM(vocab_size=100, embed_dim=16, hidden_size=8).eval()
+    net = scramble_padding(SentimentLSTM(vocab_size=100, embed_dim=16, hidden_size=8)).eval()
     reviews = ["A wonderful film", "the plot was a tedious mess and the actor was awful " * 3, "moving"]
+    short, long = (torch.from_numpy(text.encode(tok, reviews, n)) for n in (50, 80))
+
+    def unmasked(ids):  # the same LSTM stepping through the padding
+        return net.head(torch.nn.LSTM.forward(net.lstm, net.embedding(ids))[1][0][-1])
+
     with torch.no_grad():
-        short = net(torch.from_numpy(text.encode(tok, reviews, 50)))
-        long = net(torch.from_numpy(text.encode(tok, reviews, 80)))
-    assert short.shape == (3, 1)
-    torch.testing.assert_close(short, long, atol=1e-5, rtol=0)
+        assert net(short).shape == (3, 1)
+        torch.testing.assert_close(net(short), net(long), atol=1e-5, rtol=0)
+        for i, review in enumerate(reviews):  # each review alone, with no padding at all, predicts the same
+            alone = torch.from_numpy(text.encode(tok, [review], int(text.token_counts(short.numpy())[i])))
+            torch.testing.assert_close(net(alone), net(short)[i : i + 1], atol=1e-5, rtol=0)
+            if len(review) < 20:  # the data are hard: stepping through the padding would predict otherwise (the
+                # long review's 33 words wash out any start the LSTM had, so its prediction could not tell)
+                assert (unmasked(alone) - unmasked(short[i : i + 1])).abs().item() > 1e-3, review
 
 
 SCAN_CHECK = """
@@ -421,13 +441,19 @@ for m in (mask, None):
         assert err < 1e-5, (name, m is None, err)
 
 net = SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6).eval()
+with torch.no_grad():  # non-zero biases and padding embedding: a padding step processed would move the state
+    for p in (net.lstm.bias_ih_l0, net.lstm.bias_hh_l0):
+        p.uniform_(-1.0, 1.0)
+    net.embedding.weight[0].uniform_(-0.5, 0.5)
 keys = list(net.state_dict())
 ids = torch.randint(2, 50, (3, 10))
 with torch.no_grad():
     expected = net(torch.nn.functional.pad(ids, (6, 0)))
+    unmasked = [torch.nn.LSTM.forward(net.lstm, net.embedding(torch.nn.functional.pad(ids, (p, 0))))[1][0] for p in (0, 6)]
+    assert (unmasked[0] - unmasked[1]).abs().amax(-1).min().item() > 1e-3  # hard data: padding stepped through shows
     assert use_scan_rnn(net) == ["lstm"] and isinstance(net.lstm, ScanRNN) and list(net.state_dict()) == keys
     net.to(dev)
-    for pad in (6, 30):
+    for pad in (0, 6, 30):
         got = net(torch.nn.functional.pad(ids, (pad, 0)).to(dev)).cpu()
         assert (got - expected).abs().max().item() < 1e-5, pad
     net.lstm.weight_hh_l0.mul_(0.5)  # "training" on the device
