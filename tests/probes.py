@@ -306,3 +306,23 @@ class ShardingProbe(pl.Callback):
             )
         with open(os.path.join(trainer.log_dir, "shardings.json"), "w") as f:
             json.dump({"state": state, "batch": self.batch, "rows": self.rows}, f)
+
+
+class RngDraws(pl.Callback):
+    """Before each training step, one draw from each RNG user code draws from (torch's, numpy's and Python's
+    global RNGs) and the device's own RNG state (None where the device has none apart from torch's), appended as a
+    JSON line to rng_draws.jsonl in the working folder: a resumed run's lines must be the uninterrupted run's."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        from xla_train.runtime.backend import backend_of
+
+        device = trainer.strategy.root_device
+        draws = {
+            "step": trainer.global_step,
+            "torch": torch.rand(1).item(),
+            "numpy": float(np.random.random()),
+            "python": random.random(),
+            "device": backend_of(device).rng_state(device),
+        }
+        with open("rng_draws.jsonl", "a") as f:
+            f.write(json.dumps(draws) + "\n")

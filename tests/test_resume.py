@@ -1,5 +1,6 @@
 """Nothing lost: a run killed mid-epoch (SIGKILL) or preempted (SIGTERM) resumes to the same weights."""
 
+import json
 import re
 import subprocess
 import sys
@@ -23,7 +24,9 @@ COMMON = (
     "test_after_fit=false",
     "checkpoint_every=2",
     "val_fraction=0",
+    "--trainer.callbacks+=probes.RngDraws",  # draws from every RNG before each step, as user code would
 )
+CPU = ("accelerator=cpu",)
 
 
 def final_weights(work):
@@ -40,6 +43,20 @@ def stopped_at(step: int, *args: str, cwd, sig: str | None = None):
     return proc
 
 
+def rng_draws(work) -> dict[int, dict]:
+    """Each step's draws (tests/probes.py RngDraws) in the folder's runs; a resumed run's replace the killed one's."""
+    lines = (work / "rng_draws.jsonl").read_text().splitlines()
+    return {d["step"]: d for d in map(json.loads, lines)}
+
+
+def assert_same_draws(resumed, uninterrupted, after: int, device: bool = False):
+    """Every RNG's draw at every step equal, those after the resume included; and the RNGs really moved."""
+    assert sorted(resumed) == sorted(uninterrupted) == list(range(12))
+    assert resumed == uninterrupted, next(s for s in resumed if resumed[s] != uninterrupted[s])
+    for rng in ("torch", "numpy", "python") + (("device",) if device else ()):
+        assert len({resumed[s][rng] for s in range(after, 12)}) == 12 - after, rng  # a fresh draw each step
+
+
 def assert_same_weights(a, b, tol):
     assert a[0] == b[0], f"global_step {a[0]} != {b[0]}"
     for k in a[1]:
@@ -49,8 +66,8 @@ def assert_same_weights(a, b, tol):
 @pytest.fixture(scope="module")
 def uninterrupted_cpu(cifar_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("uninterrupted")
-    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=work)
-    return final_weights(work)
+    run_cli(*COMMON, *CPU, f"data_dir={cifar_root}", cwd=work)
+    return final_weights(work), rng_draws(work)
 
 
 def test_resumed_sampler_neither_skips_nor_repeats():
@@ -97,18 +114,21 @@ def resumed_epoch_line(stdout: str) -> str:
 
 
 def test_same_seed_same_weights_on_cpu(uninterrupted_cpu, cifar_root, tmp_path):
-    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path)
-    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=0)
+    run_cli(*COMMON, *CPU, f"data_dir={cifar_root}", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu[0], tol=0)
 
 
 def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu, cifar_root, tmp_path):
-    stopped_at(9, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path)
+    """The weights, and every draw from torch's, numpy's and Python's RNGs after the resume (the CNN itself draws
+    only torch's, for dropout; user code draws the others), are the uninterrupted run's."""
+    stopped_at(9, *COMMON, *CPU, f"data_dir={cifar_root}", cwd=tmp_path)
     assert final_weights(tmp_path)[0] == 8  # the step-8 checkpoint, mid epoch 2, survived the kill
-    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
-    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
+    run_cli(*COMMON, *CPU, f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu[0], tol=1e-6)
+    assert_same_draws(rng_draws(tmp_path), uninterrupted_cpu[1], after=8)
 
 
-@pytest.mark.slow  # default-suite time; torch's RNG restore: test_sigkill_mid_epoch_then_resume_gives_the_same_weights
+@pytest.mark.slow  # default-suite time; every RNG after a resume: test_sigkill_mid_epoch_then_resume_gives_the_same_weights
 def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_root, tmp_path):
     """GlobalRngCifar augments every training batch from np.random and random: a resumed run gives the
     uninterrupted run's weights only if both RNGs come back as they were at the checkpoint (RngState)."""
@@ -128,16 +148,18 @@ def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_ro
 
 
 def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(uninterrupted_cpu, cifar_root, tmp_path):
-    stopped = stopped_at(9, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path, sig="SIGTERM")
+    args = (*COMMON, *CPU, f"data_dir={cifar_root}")
+    stopped = stopped_at(9, *args, cwd=tmp_path, sig="SIGTERM")
     assert "stopped by signal after step 9" in stopped.stderr and "ckpt=last" in stopped.stderr
     assert final_weights(tmp_path)[0] == 9
-    resumed = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
-    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
+    resumed = run_cli(*args, "ckpt=last", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu[0], tol=1e-6)
+    assert_same_draws(rng_draws(tmp_path), uninterrupted_cpu[1], after=9)
     resumed_epoch_line(resumed.stdout)
 
 
 def test_sigint_is_a_clean_stop_too(cifar_root, tmp_path):
-    stopped_at(3, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "epochs=1", cwd=tmp_path, sig="SIGINT")
+    stopped_at(3, *COMMON, *CPU, f"data_dir={cifar_root}", "epochs=1", cwd=tmp_path, sig="SIGINT")
     assert final_weights(tmp_path)[0] == 3
 
 
