@@ -26,7 +26,9 @@ COMMON = (
     "val_fraction=0",
     "--trainer.callbacks+=probes.RngDraws",  # draws from every RNG before each step, as user code would
 )
-CPU = ("accelerator=cpu",)
+# The CPU runs load their batches in a worker process, which reads its first indices as soon as a resumed run's
+# loader starts, before Lightning sets the epoch (the XLA runs below load in process).
+CPU = ("accelerator=cpu", "data.num_workers=1")
 
 
 def final_weights(work):
@@ -80,6 +82,24 @@ def test_resumed_sampler_neither_skips_nor_repeats():
     assert np.array_equal(np.concatenate(order[:5] + list(resumed)), np.concatenate(order))
     resumed.set_epoch(3)
     assert len(list(resumed)) == len(resumed)  # the skip applies to the interrupted epoch only
+
+
+def test_a_resumed_loader_with_a_worker_serves_the_resumed_epoch():
+    """Lightning iterates a resumed run's loader before it sets the sampler's epoch, and a DataLoader with workers
+    reads its first indices then: the sampler must already be at the resumed epoch, past its trained batches."""
+    from torch.utils.data import DataLoader
+
+    from xla_train.data.batching import ArrayDataset
+
+    full = BatchSampler(100, 8, train=True, seed=5)
+    full.set_epoch(2)
+    resumed = BatchSampler(100, 8, train=True, seed=5)
+    resumed.resume_at(2, 5)
+    data = ArrayDataset(np.arange(100)[:, None], np.arange(100))
+    batches = iter(DataLoader(data, batch_size=None, sampler=resumed, num_workers=1))  # as Lightning's fetcher
+    resumed.set_epoch(2)  # then Lightning's set_epoch
+    served = [b[1].numpy() for b in batches]
+    assert np.array_equal(np.concatenate(served), np.concatenate(list(full)[5:]))
 
 
 def test_the_xla_device_loader_reads_its_sampler_only_at_the_first_batch():
