@@ -219,3 +219,4 @@ def test_xla_resume_on_device_data_with_device_augmentation_ends_at_the_uninterr
     assert final_weights(b)[0] == 8
     run_cli(*args, "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)
+    assert_same_draws(rng_draws(b), rng_draws(a), after=8, device=True)  # the device's RNG too
