@@ -4,6 +4,7 @@ model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and
 import json
 import os
 import random
+import time
 
 import lightning.pytorch as pl
 import numpy as np
@@ -13,6 +14,7 @@ from xla_train.data.base import ArrayDataModule
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
+from xla_train.models.lstm import SentimentLSTM
 from xla_train.runtime.accelerators import TracingAccelerator
 
 
@@ -326,3 +328,16 @@ class RngDraws(pl.Callback):
         }
         with open("rng_draws.jsonl", "a") as f:
             f.write(json.dumps(draws) + "\n")
+
+
+class IdleLSTM(SentimentLSTM):
+    """The LSTM, whose forward first waits idle for `idle_ms` on the host: on XLA a step's forward is the host's
+    trace, so each step's host share holds that wait, and the host's CPU time does not."""
+
+    def __init__(self, vocab_size: int = 64, embed_dim: int = 8, hidden_size: int = 8, idle_ms: float = 0.0):
+        super().__init__(vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size)
+        self.idle_ms = idle_ms
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.idle_ms / 1e3)
+        return super().forward(ids)
