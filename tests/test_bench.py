@@ -158,8 +158,9 @@ def test_overhead_runs_the_same_work_on_both_sides(tiny_recipe, tmp_path):
     assert float(cpu_ratio.group(1)) == pytest.approx(
         float(ours["host_cpu_ms_per_step"]) / float(plain["host_cpu_ms_per_step"]), abs=1e-3
     )
-    # the thread's own work fits inside its wall time, and a trace takes real work
-    assert all(0 < float(side["host_cpu_ms_per_step"]) <= float(side["host_ms_per_step"]) * 1.05 + 0.1 for side in rows)
+    # the thread's own work fits inside its wall time (syncs out of both: an identity, not a load-dependent bound),
+    # and a trace takes real work
+    assert all(0 < float(side["host_cpu_ms_per_step"]) <= float(side["host_ms_per_step"]) + 1e-3 for side in rows)
     assert int(plain["compiles"]) > 0 and int(ours["compiles"]) > 0
 
 

@@ -277,6 +277,67 @@ def test_predict_feeds_a_text_net_the_ids_the_texts_module_trains_and_tests_on(t
         np.testing.assert_array_equal(served, stored[:8], err_msg=split)
 
 
+# --- the data modules: splits, labels, statistics ----------------------------------------------------------------
+
+
+def test_a_test_split_carved_from_the_texts_is_stratified_and_the_vocabulary_never_sees_it(tmp_path):
+    """A CSV without a test split: test_fraction of it is held out, stratified (7:2:1 classes stay 7:2:1), and the
+    vocabulary is built from the rest. Each row has a word of its own, so a test row's own word is unknown (id 1) and
+    a training or validation row's is not."""
+    from xla_train.data.texts import TextsDataModule
+    from xla_train.preprocess import text
+
+    path = tmp_path / "all.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        for i in range(100):  # 70 good, 20 bad, 10 meh
+            writer.writerow([f"a film numbered{i} and more", "good" if i % 10 < 7 else "bad" if i % 10 < 9 else "meh"])
+    dm = TextsDataModule(path=str(path), test_fraction=0.2, maxlen=8, vocab_size=1000, val_fraction=0.1)
+    counts = {s: np.bincount(dm.arrays(s)[1], minlength=3).tolist() for s in ("train", "val", "test")}
+    assert counts["test"] == [4, 14, 2] and sum(map(sum, counts.values())) == 100, counts  # bad, good, meh
+    unknown = {s: (dm.arrays(s)[0] == text.UNK_ID).sum(axis=1) for s in ("train", "val", "test")}
+    assert (unknown["test"] == 1).all() and (unknown["train"] == 0).all() and (unknown["val"] == 0).all(), unknown
+
+
+def test_images_take_their_statistics_from_training_alone_and_their_labels_from_the_training_classes(
+    image_folder, tmp_path
+):
+    """The channel statistics a checkpoint carries are the training images' (validation share included), never a
+    held-out test share's; a test folder that lacks a class keeps every other class's label."""
+    import shutil
+
+    from xla_train.data.arrays import ArraysDataModule
+    from xla_train.data.image_folder import ImageFolderDataModule
+    from xla_train.data.images import channel_mean_std
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 40, (60, 8, 8, 3)).astype(np.uint8)
+    x[::4] += 200  # bright images in every class and in every split
+    y = np.arange(60) % 3
+    arrays = ArraysDataModule(batch_size=8, test_fraction=0.3)
+    arrays.hold(x, y)
+    seen = np.concatenate([arrays.arrays("train")[0], arrays.arrays("val")[0]])
+    assert len(seen) == 42 and len(arrays.arrays("test")[0]) == 18
+    info = arrays.inference_info()
+    assert [info["mean"], info["std"]] == list(channel_mean_std(seen))
+    assert list(channel_mean_std(x)) != list(channel_mean_std(seen))  # the test share would move them
+
+    root = tmp_path / "images"
+    shutil.copytree(image_folder, root)
+    shutil.rmtree(root / "test" / CLASSES[0])  # no test images of the first class
+    folder = ImageFolderDataModule(path=str(root), image_size=16, val_fraction=0)
+    assert folder.labels == CLASSES
+    info = folder.inference_info()
+    trained, tested = folder.arrays("train")[0], folder.arrays("test")[0]
+    assert [info["mean"], info["std"]] == list(channel_mean_std(trained))
+    assert list(channel_mean_std(np.concatenate([trained, tested]))) != list(channel_mean_std(trained))
+    files = sorted((root / "test").glob("*/*"))
+    _, labels = folder.arrays("test")
+    assert labels.tolist() == [CLASSES.index(f.parent.name) for f in files]  # the reader's order: class, name
+    assert set(labels.tolist()) == {1, 2, 3}
+
+
 # --- never imported on a file's word ------------------------------------------------------------------------------
 
 REFUSALS = """
