@@ -85,7 +85,7 @@ def cli_env(devices: int = 1, **extra) -> dict:
     return env
 
 
-def tests_on_path() -> str:
+def path_with_tests() -> str:
     """PYTHONPATH for a subprocess that imports from tests/ (user_nets, probes): tests/ before the caller's own
     PYTHONPATH, which may name the checkout under test (an editable install elsewhere would otherwise win)."""
     return os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_env, run_cli, tests_on_path
+from conftest import cli_env, run_cli, path_with_tests
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference
 
@@ -289,7 +289,7 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
     short = short.replace("xla_train.models.SentimentLSTM", "probes.IdleLSTM")
     short_recipe.write_text(short.replace("hidden_size: 8}", f"hidden_size: 8, idle_ms: {IDLE_MS}}}"))
     settings = "accelerators=xla batch_sizes=8 steps=8 warmup=8".split()
-    env = cli_env(1, PYTHONPATH=tests_on_path())  # each cell too
+    env = cli_env(1, PYTHONPATH=path_with_tests())  # each cell too
     for recipe in (tiny_recipe, short_recipe):
         run_cli("bench", f"recipe={recipe}", *settings, cwd=tmp_path, timeout=400, env=env)
     (long,), (short,) = (

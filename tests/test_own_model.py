@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import xla_train
-from conftest import TESTS, cli_env, require, run_cli, tests_on_path
+from conftest import TESTS, cli_env, require, run_cli, path_with_tests
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -133,7 +133,7 @@ print(json.dumps({"checkpoint": run.checkpoint, "diff": float((direct - predicte
 
 
 def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path):
-    env = cli_env(1, PYTHONPATH=tests_on_path())
+    env = cli_env(1, PYTHONPATH=path_with_tests())
     proc = subprocess.run(
         [sys.executable, "-c", API_FIT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
@@ -252,7 +252,7 @@ def test_the_server_and_the_onnx_export_answer_as_the_net(spmd_images, image_fol
     _, _, ckpt = spmd_images
     files = sorted((image_folder / "test" / "fox").iterdir())[:3]
     direct = direct_probabilities(ckpt, files)
-    env = cli_env(PYTHONPATH=tests_on_path())
+    env = cli_env(PYTHONPATH=path_with_tests())
     server = Server(ckpt, tmp_path, "net=user_nets.PixelNet", env=env)
     try:
         server.wait_ready()
@@ -398,7 +398,7 @@ print(codes, "user_nets" in sys.modules)
 def test_a_checkpoint_of_a_users_net_is_refused_without_net_and_its_module_never_imported(spmd_images, tmp_path):
     run, _, ckpt = spmd_images
     log = tmp_path / "imported.txt"
-    env = cli_env(1, PYTHONPATH=tests_on_path())
+    env = cli_env(1, PYTHONPATH=path_with_tests())
     env["USER_NETS_IMPORTED"] = str(log)
     args = [str(ckpt), str(run.parent.parent.parent), str(run / "config.yaml")]  # inputs: any folder
     proc = subprocess.run(
