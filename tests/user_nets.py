@@ -34,11 +34,12 @@ class PixelNet(nn.Module):
 
 
 class FlatNet(nn.Module):
-    """Any float rows (N, ...) to four logits; no constructor arguments at all, and a lazy layer."""
+    """Any float rows (N, ...) to four logits; no constructor arguments at all, a lazy layer, and a BatchNorm (its
+    running statistics in the state, so a net whose buffers were not loaded would answer otherwise)."""
 
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Flatten(), nn.LazyLinear(32), nn.Tanh(), nn.Linear(32, 4))
+        self.body = nn.Sequential(nn.Flatten(), nn.LazyLinear(32), nn.BatchNorm1d(32), nn.Tanh(), nn.Linear(32, 4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
