@@ -113,9 +113,19 @@ class Server:
 
 
 def request(port, method, path, body=None, conn=None):
+    """One request; on a kept-alive `conn` that the server closed while it sat idle (uvicorn closes those after 5 s,
+    as a loaded machine can let happen) it is sent again on a fresh connection, as HTTP clients do."""
     c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request(method, path, body=body, headers={"Content-Type": "application/json"} if body is not None else {})
-    r = c.getresponse()
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    try:
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+    except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+        if conn is None:
+            raise
+        c.close()  # the next request opens a new connection
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
     data = r.read()
     if conn is None:
         c.close()
