@@ -185,7 +185,9 @@ def test_a_bad_request_in_a_batch_fails_only_itself(servers):
     from xla_train.serve.worker import PerItemLoop, PredictorAPI
 
     _, ckpts, _ = servers
-    api = PredictorAPI(str(ckpts["image"]), mp.Array("q", 9), torch.get_num_threads(), max_batch_size=8, batch_timeout=0.0)
+    api = PredictorAPI(
+        str(ckpts["image"]), mp.Array("q", 9), torch.get_num_threads(), max_batch_size=8, batch_timeout=0.0
+    )
     api.setup("cpu")
     signal.signal(signal.SIGINT, signal.default_int_handler)  # setup() ignored it, as a worker does
     digits = held_out_digits(3)
