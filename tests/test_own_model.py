@@ -114,20 +114,21 @@ import numpy as np, torch
 import xla_train
 from user_nets import FlatNet
 rng = np.random.default_rng(0)
-x = rng.normal(size=(200, 2, 4, 4)).astype(np.float32)
-x[160] = -2.0  # the test split's row 0, which its padding rows repeat: class 0 beyond doubt
+x = rng.normal(size=(440, 2, 4, 4)).astype(np.float32)
+x[400] = -2.0  # the test split's row 0, which its padding rows repeat: class 0 beyond doubt
 y = (x[:, 0].mean((1, 2)) > 0).astype(np.int64) + 2 * (x[:, 1].mean((1, 2)) > 0)  # 4 classes the net can learn
+torch.manual_seed(0)  # the net's own initialisation, drawn before fit seeds anything
 net = FlatNet()
-run = xla_train.fit(net=net, x=x[:160], y=y[:160], test_data=(x[160:], y[160:]), accelerator="xla", epochs=3,
+run = xla_train.fit(net=net, x=x[:400], y=y[:400], test_data=(x[400:], y[400:]), accelerator="xla", epochs=3,
                     batch_size=16, lr=0.01)
 # After fit, the instance holds the best checkpoint's weights (the final test loaded them), on the CPU.
 with torch.no_grad():
-    direct = torch.softmax(net.eval()(torch.from_numpy(x[160:])), 1)
-predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[160:])
+    direct = torch.softmax(net.eval()(torch.from_numpy(x[400:])), 1)
+predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[400:])
 gru_on_cpu = torch.nn.GRU(2, 3)(torch.randn(4, 1, 2))[0].shape == (4, 1, 3)  # torch's own GRU after an XLA fit
-right = (direct.argmax(1).numpy() == y[160:])
+right = (direct.argmax(1).numpy() == y[400:])
 print(json.dumps({"checkpoint": run.checkpoint, "diff": float((direct - predicted).abs().max()), "gru": gru_on_cpu,
-                  "right": right.tolist(), "y0": int(y[160]),
+                  "right": right.tolist(), "y0": int(y[400]),
                   "history": run.history, "test": run.test_metrics, "param_device": str(next(net.parameters()).device)}))
 """
 
@@ -141,7 +142,7 @@ def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_i
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["diff"] < 1e-5 and out["param_device"] == "cpu" and out["gru"], out
     assert len(out["history"]) == 3 and out["history"][-1]["train_acc"] > 0.5, out["history"]
-    assert out["test"]["test_acc"] > 0.5, out["test"]
+    assert out["test"]["test_acc"] > 0.7, out["test"]  # 0.85 as seeded; chance is 0.25
     # 40 test rows in 3 batches of 16: 8 padding rows, repeating row 0, which is class 0 and which the net gets right
     # (a padding row counted anywhere would count as right). The test accuracy is the net's own on the 40 rows.
     assert out["y0"] == 0 and out["right"][0], out
