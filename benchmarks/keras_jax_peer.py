@@ -1,15 +1,20 @@
-"""Keras 3 on JAX training the same two nets, so xla_train's step time can be quoted as a ratio to a peer.
+"""Keras 3 on JAX training the same nets, so xla_train's step time and whole job can be quoted as ratios to a peer.
 
 Both sides hand the step to XLA; what differs is the framework around it, which is what docs/results.md compares.
 This is a peer measurement, not part of the package or its tests: it needs Keras and JAX, which xla_train does not,
 so it runs in its own virtual environment, never the project's:
 
-    python3 -m venv /tmp/kvenv && /tmp/kvenv/bin/pip install 'keras>=3.10,<4' 'jax[cpu]'
+    python3 -m venv /tmp/kvenv && /tmp/kvenv/bin/pip install 'keras>=3.10,<4' 'jax[cpu]' scikit-learn
     /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --model all --steps 24 --warmup 8 --rounds 1
+    /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --rounds 2
 
-The data are synthetic, of the recipes' shapes and dtypes: a step's cost does not depend on the values (the token
-ids are uniform over [2, 10000), so no review is padded, but the masked LSTM path still runs as xla_train's does).
-Step times come from `model.fit` itself, a callback stamping each batch's end, so Keras's own loop is timed.
+Steps: synthetic data of the recipes' shapes and dtypes (a step's cost does not depend on the values). Two LSTMs:
+`lstm_tutorial` is the tutorial's own model as written (no mask: padding steps run like words), `lstm` is matched to
+xla_train's (mask_zero, so padding never changes the state). Step times come from `model.fit` itself, a callback
+stamping each batch's end, so Keras's own loop is timed. --job quickstart runs README command 1's whole job on both
+sides, alternating, on the same digits and splits (exported by xla_train): Keras's model.fit with validation and
+the best checkpoint, its held-out test and five predictions, against `python -m xla_train recipe=quickstart`, each a
+fresh process timed from start to exit, with its peak memory and held-out accuracy, and the floor of each runtime.
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 # xla_train's parameter counts (sum of numel over the torch module's parameters, recipes' constructor arguments).
-XLA_TRAIN_PARAMS = {"cnn": 1_676_912, "lstm": 1_300_769}
+XLA_TRAIN_PARAMS = {"cnn": 1_676_912, "lstm": 1_300_769, "lstm_tutorial": 1_300_769}
 
 # recipes/quickstart.yaml: CifarCNN(num_classes=10), Adam lr 1e-3, batch 32, DigitsDataModule's channel statistics.
 CNN = {"batch": 32, "lr": 1e-3, "classes": 10, "dropout": 0.25, "dense_dropout": 0.5, "mean": 0.14, "std": 0.27}
 # recipes/imdb.yaml: SentimentLSTM(10000, 128, 32), Adam lr 1e-3, batch 128, maxlen 500.
 LSTM = {"batch": 128, "lr": 1e-3, "vocab": 10000, "embed": 128, "hidden": 32, "maxlen": 500}
 SPE = (1, 8)  # steps_per_execution: Keras's default, then eight steps per compiled call
+MODELS = ("cnn", "lstm", "lstm_tutorial")
 
 
 def build_cnn(spe: int = 1) -> keras.Model:
@@ -71,19 +77,20 @@ def build_cnn(spe: int = 1) -> keras.Model:
     return model
 
 
-def build_lstm(spe: int = 1) -> keras.Model:
-    """models/lstm.py: padding id 0 is masked (mask_zero), the head reads the last real step's h."""
+def build_lstm(spe: int = 1, tutorial: bool = False) -> keras.Model:
+    """models/lstm.py: padding id 0 is masked (mask_zero), the head reads the last real step's h, one logit. With
+    `tutorial`, the Keras tutorial's model as written: no mask, a sigmoid output, Keras's default Adam."""
     layers = keras.layers
     c = LSTM
     inputs = keras.Input((c["maxlen"],), dtype="int32")
-    x = layers.Embedding(c["vocab"], c["embed"], mask_zero=True)(inputs)
+    x = layers.Embedding(c["vocab"], c["embed"], mask_zero=not tutorial)(inputs)
     x = layers.LSTM(c["hidden"])(x)
-    outputs = layers.Dense(1)(x)  # one logit
-    model = keras.Model(inputs, outputs, name="lstm")
+    outputs = layers.Dense(1, activation="sigmoid" if tutorial else None)(x)
+    model = keras.Model(inputs, outputs, name="lstm_tutorial" if tutorial else "lstm")
     model.compile(
-        optimizer=keras.optimizers.Adam(c["lr"], epsilon=1e-8),
-        loss=keras.losses.BinaryCrossentropy(from_logits=True),
-        metrics=[keras.metrics.BinaryAccuracy(threshold=0.0)],  # logit > 0, as xla_train counts it
+        optimizer=keras.optimizers.Adam(c["lr"], **({} if tutorial else {"epsilon": 1e-8})),
+        loss=keras.losses.BinaryCrossentropy(from_logits=not tutorial),
+        metrics=[keras.metrics.BinaryAccuracy(threshold=0.5 if tutorial else 0.0)],  # logit > 0 as xla_train counts
         steps_per_execution=spe,
     )
     return model
@@ -122,7 +129,7 @@ def measure(name: str, spe: int, steps: int, warmup: int, seed: int) -> dict:
     warm_exec = -(-warmup // spe)  # whole executions; the first holds the compile
     timed_exec = -(-steps // spe)
     keras.utils.set_random_seed(seed)
-    model = build_cnn(spe) if name == "cnn" else build_lstm(spe)
+    model = build_cnn(spe) if name == "cnn" else build_lstm(spe, tutorial=name == "lstm_tutorial")
     batch = (CNN if name == "cnn" else LSTM)["batch"]
     total = (warm_exec + timed_exec) * spe
     x, y = synthetic(name, total * batch, np.random.default_rng(seed))
@@ -160,9 +167,110 @@ def machine() -> dict:
     }
 
 
+EXPORT = """
+import sys, numpy as np
+from xla_train.data.digits import DigitsDataModule
+dm = DigitsDataModule()  # the quickstart's own digits, splits and seed
+np.savez(sys.argv[1], **{f"{s}_{k}": a for s in ("train", "val", "test") for k, a in zip("xy", dm.arrays(s))})
+"""
+FLOORS = {  # an empty process of each runtime that has run one op: what no job on it can go below
+    "keras floor": "import os; os.environ['KERAS_BACKEND'] = 'jax'; import keras, jax.numpy as jnp; (jnp.ones(4) + 1).block_until_ready()",
+    "xla_train floor": "import torch, torch_xla, lightning; t = torch.ones(4).to(torch_xla.device()) + 1; torch_xla.sync(); t.cpu()",
+}
+
+
+def keras_quickstart(data: str) -> int:
+    """README command 1's job in Keras: the CNN, 12 epochs at batch 32 on the digits, validated every epoch, the best
+    epoch's weights restored, its held-out test accuracy and five predictions."""
+    keras.utils.set_random_seed(0)
+    d = np.load(data)
+    model = build_cnn()
+    best = os.path.join(os.path.dirname(os.path.abspath(data)), f"best-{os.getpid()}.weights.h5")
+    keep = keras.callbacks.ModelCheckpoint(
+        best, monitor="val_sparse_categorical_accuracy", mode="max", save_best_only=True, save_weights_only=True
+    )
+    model.fit(
+        d["train_x"],
+        d["train_y"],
+        batch_size=CNN["batch"],
+        epochs=12,
+        validation_data=(d["val_x"], d["val_y"]),
+        callbacks=[keep],
+        verbose=2,
+    )
+    model.load_weights(best)
+    _, acc = model.evaluate(d["test_x"], d["test_y"], batch_size=CNN["batch"], verbose=0)
+    probs = keras.ops.softmax(model.predict(d["test_x"][:5], verbose=0))
+    print(json.dumps({"test_acc": float(acc), "predicted": np.asarray(probs).argmax(1).tolist()}))
+    return 0
+
+
+def timed(command: list[str], cwd: str, env: dict) -> dict:
+    """One fresh process from start to exit: wall seconds, peak resident MB (GNU time), its output."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", *command], cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{command} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return {"wall_s": wall, "peak_mb": int(proc.stderr.strip().splitlines()[-1]) / 1024, "out": proc.stdout}
+
+
+def whole_job(python: str, rounds: int, json_path: str | None) -> int:
+    """Both whole jobs, alternating, each in a fresh process and folder, with the runtimes' floors."""
+    import re
+    import tempfile
+
+    work = tempfile.mkdtemp(prefix="quickstart-job-")
+    user_env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "XLA_", "CPU_NUM_DEVICES", "PIP_"))}
+    data = os.path.join(work, "digits.npz")
+    subprocess.run([python, "-c", EXPORT, data], check=True, env=user_env)
+    jobs = {
+        "keras": [sys.executable, os.path.abspath(__file__), "--job-child", data],
+        "xla_train": [python, "-m", "xla_train", "recipe=quickstart"],
+        **{name: [python if name.startswith("xla") else sys.executable, "-c", code] for name, code in FLOORS.items()},
+    }
+    runs: dict[str, list[dict]] = {name: [] for name in jobs}
+    for r in range(rounds):
+        for name in list(jobs) if r % 2 == 0 else list(jobs)[::-1]:
+            cwd = tempfile.mkdtemp(dir=work)
+            env = {**user_env, "KERAS_BACKEND": "jax"} if name.startswith("keras") else user_env
+            run = timed(jobs[name], cwd, env)
+            if name == "keras":
+                run["test_acc"] = json.loads(run["out"].strip().splitlines()[-1])["test_acc"]
+            elif name == "xla_train":
+                run["test_acc"] = float(re.search(r"held-out test accuracy: ([\d.]+)", run["out"]).group(1))
+                run["time_line"] = run["out"].strip().splitlines()[-1]
+            runs[name].append({k: v for k, v in run.items() if k != "out"})
+            print(
+                f"round {r + 1} {name:16s} {run['wall_s']:6.1f} s  {run['peak_mb']:6.0f} MB  "
+                f"{run.get('test_acc', '')}  {run.get('time_line', '')}",
+                flush=True,
+            )
+    rows = {
+        n: {
+            "wall_s": statistics.median(x["wall_s"] for x in v),
+            "peak_mb": max(x["peak_mb"] for x in v),
+            "test_acc": [x.get("test_acc") for x in v],
+            "runs": v,
+        }
+        for n, v in runs.items()
+    }
+    ratio = rows["xla_train"]["wall_s"] / rows["keras"]["wall_s"]
+    print(f"# xla_train / keras whole job: {ratio:.2f}x wall (medians of {rounds} rounds)", flush=True)
+    summary = {"machine": machine(), "job": "quickstart", "rounds": rounds, "results": rows, "ratio": ratio}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(summary, f, indent=1)
+    print(json.dumps(summary))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", choices=("cnn", "lstm", "all"), default="all")
+    p.add_argument("--model", choices=(*MODELS, "all"), default="all")
+    p.add_argument("--job", choices=("quickstart",), help="the whole job on both sides instead of step times")
+    p.add_argument("--xla-train-python", help="--job: the project's python (its venv), which runs xla_train")
+    p.add_argument("--job-child", help=argparse.SUPPRESS)  # the Keras job itself, in a process of its own
     p.add_argument("--steps", type=int, default=24, help="timed steps per configuration (at least 24)")
     p.add_argument("--warmup", type=int, default=8, help="untimed steps first, the compile among them (at least 8)")
     p.add_argument("--rounds", type=int, default=1, help="repeats; each round runs the configurations in turned order")
@@ -170,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.steps < 24 or a.warmup < 8 or a.rounds < 1:
         p.error("--steps must be >= 24, --warmup >= 8, --rounds >= 1")
+    if a.job_child:
+        return keras_quickstart(a.job_child)
+    if a.job:
+        if not a.xla_train_python:
+            p.error("--job needs --xla-train-python (the project venv's python, e.g. .venv/bin/python)")
+        return whole_job(a.xla_train_python, a.rounds, a.json)
 
     info = machine()
     print(
@@ -177,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{info['cpu']}, {info['cores']} cores; {info['date_utc']}",
         flush=True,
     )
-    names = ("cnn", "lstm") if a.model == "all" else (a.model,)
+    names = MODELS if a.model == "all" else (a.model,)
     results = []
     for name in names:
         batch = (CNN if name == "cnn" else LSTM)["batch"]

@@ -1,10 +1,10 @@
-"""LitServe's own ceiling on this machine: a model that does nothing, batched as `xla_train serve` batches, under
-the closed-loop clients `bench serve` uses. What it serves is the most any model can be served at through
-LitServe here, so it bounds what `bench serve` can reach against offline predict (docs/results.md, "Serving over
-HTTP under load"). A peer measurement, not part of the package: `python benchmarks/litserve_floor.py [seconds]`.
+"""LitServe's own ceiling on this machine: a model that does nothing, batched by LitServe's own loop with `xla_train
+serve`'s defaults, under the closed-loop load `bench serve` uses (wrk). What it serves is the most any model can be
+served at through LitServe here, so it bounds what `bench serve` can reach against offline predict (docs/results.md,
+"Serving over HTTP under load"). A peer measurement, not part of the package: `python benchmarks/litserve_floor.py
+[seconds]`.
 """
 
-import asyncio
 import base64
 import json
 import os
@@ -12,8 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import litserve as ls
 
@@ -37,8 +39,8 @@ def serve(port: int) -> None:
     ls.LitServer(api, accelerator="cpu").run(port=port, generate_client_file=False, log_level="warning")
 
 
-def main(seconds: float = 4.0, clients: int = 32) -> None:
-    from xla_train.bench.serve import load  # the same clients as bench serve
+def main(seconds: int = 4, clients: int = 32) -> None:
+    from xla_train.bench.serve import run_wrk, wrk_path, write_load  # the same load as bench serve
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,12 +57,13 @@ def main(seconds: float = 4.0, clients: int = 32) -> None:
             except OSError:
                 time.sleep(0.2)
         body = json.dumps({"image": base64.b64encode(os.urandom(1500)).decode()}).encode()  # a digit PNG's size
-        now = time.perf_counter()
-        results = asyncio.run(load(port, [body], clients, now + 1.0, now + 1.0 + seconds))
-        ok = sum(1 for r in results if r[1] == 200)
+        with tempfile.TemporaryDirectory() as tmp:
+            script = write_load(Path(tmp), [body])
+            run_wrk(wrk_path(), script, port, clients, 1)  # warm-up
+            w = run_wrk(wrk_path(), script, port, clients, seconds)
         print(
-            f"LitServe {ls.__version__}, a no-op model, {clients} clients: {ok / seconds:.0f} requests/s "
-            f"({ok} of {len(results)} answered 200)"
+            f"LitServe {ls.__version__}, a no-op model, {clients} connections: {w['requests'] / w['seconds']:.0f} "
+            f"requests/s, p50 {w['p50_ms']:.1f} ms ({w['socket_errors']} socket errors, {w['non_2xx']} non-2xx)"
         )
     finally:
         os.killpg(server.pid, signal.SIGKILL)
@@ -70,4 +73,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"]:
         serve(int(sys.argv[2]))
     else:
-        main(*(float(a) for a in sys.argv[1:2]))
+        main(*(int(a) for a in sys.argv[1:2]))

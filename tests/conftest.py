@@ -85,6 +85,12 @@ def cli_env(devices: int = 1, **extra) -> dict:
     return env
 
 
+def path_with_tests() -> str:
+    """PYTHONPATH for a subprocess that imports from tests/ (user_nets, probes): tests/ before the caller's own
+    PYTHONPATH, which may name the checkout under test (an editable install elsewhere would otherwise win)."""
+    return os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def new_user_env(**extra) -> dict:
     """The environment a new user has: none of the suite's XLA or pip settings (README command 1 as written)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_", "PIP_"))}

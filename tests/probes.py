@@ -4,6 +4,7 @@ model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and
 import json
 import os
 import random
+import time
 
 import lightning.pytorch as pl
 import numpy as np
@@ -13,6 +14,7 @@ from xla_train.data.base import ArrayDataModule
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
+from xla_train.models.lstm import SentimentLSTM
 from xla_train.runtime.accelerators import TracingAccelerator
 
 
@@ -306,3 +308,36 @@ class ShardingProbe(pl.Callback):
             )
         with open(os.path.join(trainer.log_dir, "shardings.json"), "w") as f:
             json.dump({"state": state, "batch": self.batch, "rows": self.rows}, f)
+
+
+class RngDraws(pl.Callback):
+    """Before each training step, one draw from each RNG user code draws from (torch's, numpy's and Python's
+    global RNGs) and the device's own RNG state (None where the device has none apart from torch's), appended as a
+    JSON line to rng_draws.jsonl in the working folder: a resumed run's lines must be the uninterrupted run's."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        from xla_train.runtime.backend import backend_of
+
+        device = trainer.strategy.root_device
+        draws = {
+            "step": trainer.global_step,
+            "torch": torch.rand(1).item(),
+            "numpy": float(np.random.random()),
+            "python": random.random(),
+            "device": backend_of(device).rng_state(device),
+        }
+        with open("rng_draws.jsonl", "a") as f:
+            f.write(json.dumps(draws) + "\n")
+
+
+class IdleLSTM(SentimentLSTM):
+    """The LSTM, whose forward first waits idle for `idle_ms` on the host: on XLA a step's forward is the host's
+    trace, so each step's host share holds that wait, and the host's CPU time does not."""
+
+    def __init__(self, vocab_size: int = 64, embed_dim: int = 8, hidden_size: int = 8, idle_ms: float = 0.0):
+        super().__init__(vocab_size=vocab_size, embed_dim=embed_dim, hidden_size=hidden_size)
+        self.idle_ms = idle_ms
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.idle_ms / 1e3)
+        return super().forward(ids)

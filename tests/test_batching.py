@@ -61,7 +61,8 @@ def test_padding_rows_change_neither_loss_nor_accuracy():
     torch.manual_seed(0)
     logits, y = torch.randn(5, 10), torch.tensor([1, 2, 3, 4, 5])
     loss, stats = masked_stats(logits, y)
-    padded_logits = torch.cat([logits, torch.randn(3, 10) * 100])
+    # Padding rows whose argmax is class 0, what label -1 clamps to: counted at all, they would count as right.
+    padded_logits = torch.cat([logits, torch.randn(3, 10) + 100 * torch.eye(10)[0]])
     loss_p, stats_p = masked_stats(padded_logits, torch.cat([y, torch.full((3,), PAD_LABEL)]))
     torch.testing.assert_close(loss, loss_p)
     torch.testing.assert_close(stats, stats_p)
@@ -70,7 +71,8 @@ def test_padding_rows_change_neither_loss_nor_accuracy():
 
 
 def test_binary_logits_use_bce_and_threshold_at_zero():
-    logits, y = torch.tensor([[2.0], [-1.0], [0.5]]), torch.tensor([1, 1, PAD_LABEL])
+    # The padding row's logit is negative: it predicts 0, what label -1 clamps to, so it must count nowhere.
+    logits, y = torch.tensor([[2.0], [-1.0], [-0.5]]), torch.tensor([1, 1, PAD_LABEL])
     loss, stats = masked_stats(logits, y)
     assert stats.tolist()[1:] == [1.0, 2.0]
     expected = torch.nn.functional.binary_cross_entropy_with_logits(torch.tensor([2.0, -1.0]), torch.tensor([1.0, 1.0]))
@@ -122,3 +124,63 @@ def test_the_multi_tensor_optimizer_takes_the_one_at_a_time_steps_and_keeps_thei
         for k, v in s0["state"][i].items():
             torch.testing.assert_close(v, s1["state"][i][k], atol=1e-7, rtol=1e-6)
             assert v.device == s1["state"][i][k].device  # Adam's step count stays on the CPU
+
+
+class ReadsItsAnswer(torch.nn.Module):
+    """A net whose answer is written in its input: column 0 is the class it predicts (or, with one output, its
+    logit), so an evaluation's right answers are known before it runs."""
+
+    def __init__(self, outputs: int):
+        super().__init__()
+        self.outputs = outputs
+        self.unused = torch.nn.Parameter(torch.zeros(1))  # a Lightning module has parameters
+
+    def forward(self, x):
+        if self.outputs == 1:
+            return x[:, :1]
+        return torch.nn.functional.one_hot(x[:, 0].long(), self.outputs).float() * 3.0
+
+
+@pytest.mark.parametrize("resident", [False, True], ids=["streamed", "on_device"])
+@pytest.mark.parametrize("outputs", [3, 1], ids=["multiclass", "binary"])
+def test_padded_evaluation_rows_a_net_would_score_right_count_nowhere(outputs, resident):
+    """13 validation and test rows in batches of 8: 3 padding rows, which repeat row 0 as input and whose label -1
+    would clamp to class 0. Row 0 is class 0 and the net gets it right, so a padding row counted anywhere would
+    count as right: the epoch's accuracy and loss must be the 13 real rows' alone."""
+    import lightning.pytorch as pl
+
+    from xla_train.data.arrays import ArraysDataModule
+    from xla_train.training.module import Classifier
+
+    if outputs == 1:  # a logit: negative predicts 0, the class padding's label clamps to
+        answer = np.array([-2.0, 1.5, -0.5, 2.0, -1.0, 0.5, -3.0, 1.0, -0.2, 0.7, -1.5, 2.5, -0.8])
+        y = np.array([0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0, 0])
+        logits = torch.tensor(answer, dtype=torch.float32)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor(y, dtype=torch.float32))
+        right = ((logits > 0).long() == torch.tensor(y)).sum().item()
+    else:
+        answer = np.array([0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 2], dtype=np.float64)
+        y = np.array([0, 1, 0, 0, 2, 2, 1, 1, 0, 0, 1, 1, 2])
+        logits = ReadsItsAnswer(outputs)(torch.tensor(answer, dtype=torch.float32)[:, None])
+        loss = torch.nn.functional.cross_entropy(logits, torch.tensor(y))
+        right = int((answer == y).sum())
+    assert y[0] == 0 and 0 < right < 13  # row 0 right and class 0; some rows wrong
+    x = answer.astype(np.float32)[:, None]
+    dm = ArraysDataModule(batch_size=8, on_device=resident)
+    dm.hold(x, y, validation_data=(x, y), test_data=(x, y))
+    dm.place(auto_on=False, budget_bytes=2**30)
+    assert dm.resident == resident
+    model = Classifier(ReadsItsAnswer(outputs))
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    trainer.validate(model, datamodule=dm, verbose=False)
+    trainer.test(model, datamodule=dm, verbose=False)
+    for split in ("val", "test"):
+        assert model.epoch_metrics[f"{split}_acc"] == pytest.approx(right / 13, abs=1e-7), (split, right)
+        assert model.epoch_metrics[f"{split}_loss"] == pytest.approx(loss.item(), abs=1e-6), split

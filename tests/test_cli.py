@@ -160,6 +160,26 @@ def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("accelerator", ["xla", "cpu"])
+def test_a_run_without_a_tpu_asks_no_metadata_server_even_where_jax_set_its_variable(tmp_path, accelerator):
+    """Lightning's device banner asks torch_xla how many TPU cores there are, which asked the TPU metadata server
+    on every run (a network call), and with TPU_SKIP_MDS_QUERY set, as importing JAX or Keras sets it, raised a
+    TypeError: no Trainer could be built. On XLA the network is refused loudly; on the CPU the variable is set."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    guard = str(Path(__file__).with_name("offline_cli.py"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "TPU_", "XRT_", "CPU_NUM_DEVICES"))}
+    if accelerator == "cpu":
+        env["TPU_SKIP_MDS_QUERY"] = "1"
+    command = [sys.executable, guard, "fit", "recipe=quickstart", "net=probes.TinyNet", f"accelerator={accelerator}"]
+    command += ["epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "predict_samples=0"]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NETWORK ATTEMPT" not in proc.stderr and proc.stdout.strip().splitlines()[-1].startswith("time: ")
+
+
 def test_recipes_dir_lists_every_recipe():
     assert {"quickstart", "cifar10"} <= set(available_recipes())
 

@@ -98,3 +98,21 @@ def test_a_gru_built_after_torch_xla_is_imported_runs_on_the_cpu_and_the_patch_u
 
     proc = subprocess.run([sys.executable, "-c", GRU_AFTER_XLA], env=cli_env(1), capture_output=True, text=True)
     assert proc.stdout.split() == ["False", "True", "False"], proc.stderr[-2000:]
+
+
+def test_lightning_asks_no_tpu_metadata_where_the_bus_has_no_tpu_and_the_patch_undoes():
+    from lightning.fabric.accelerators.xla import XLAAccelerator
+
+    installed = compat._LIGHTNING_TPU_PROBES is not None  # an earlier run in this worker process installed it
+    compat.lightning_tpu_probes_back()
+    original = XLAAccelerator.__dict__["auto_device_count"]
+    try:
+        compat.no_tpu_for_lightning()
+        compat.no_tpu_for_lightning()  # once only: the undo gives back Lightning's own
+        assert XLAAccelerator.__dict__["auto_device_count"] is not original
+        assert XLAAccelerator.is_available() is False and XLAAccelerator.auto_device_count() == 0
+        compat.lightning_tpu_probes_back()
+        assert XLAAccelerator.__dict__["auto_device_count"] is original
+    finally:
+        if installed:
+            compat.no_tpu_for_lightning()

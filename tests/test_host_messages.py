@@ -177,3 +177,31 @@ def test_on_a_pod_only_host_0_writes_the_shared_compile_cache(tmp_path, monkeypa
     assert calls == [(str(tmp_path / "cache"), False), (str(tmp_path / "cache"), True)]
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "tpu-host-0")  # one host: it writes
     assert configure_compile_cache(str(tmp_path / "cache")) is False
+
+
+def test_the_compile_cache_is_on_by_default_on_a_tpu_each_host_its_own_and_off_on_xla_cpu(tmp_path, monkeypatch):
+    """compile_cache=auto, the default: on a TPU the programs go to this machine's own cache folder, which every
+    host of a pod writes (it is not shared); on XLA:CPU nothing is set up and nothing is said."""
+    import warnings
+
+    import torch_xla.runtime as xr
+
+    from xla_train.runtime.plan import configure_compile_cache
+
+    calls = []
+    monkeypatch.setattr(xr, "initialize_cache", lambda path, readonly: calls.append((path, readonly)))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "tpu-host-0,tpu-host-1")
+    for worker in ("0", "1"):
+        monkeypatch.setenv("TPU_WORKER_ID", worker)
+        assert configure_compile_cache("auto") is False
+    own = str(tmp_path / "home-cache" / "xla_train" / "xla_compile_cache")
+    assert calls == [(own, False), (own, False)] and (tmp_path / "home-cache" / "xla_train").is_dir()
+    assert configure_compile_cache("off") is None and len(calls) == 2
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # auto says nothing on XLA:CPU
+        assert configure_compile_cache("auto") is None
+    assert len(calls) == 2

@@ -191,28 +191,34 @@ def test_inference_info_carries_everything_a_text_checkpoint_needs(imdb_root):
 
 def test_predict_feeds_the_lstm_the_ids_training_built(imdb_root, tmp_path):
     """The same reviews, read as predict reads them (files, one review each) and as serve reads them (JSON text),
-    become the very ids the data module trained on: same shape, same values. The fixture's reviews run past
-    maxlen=64, so a cut or a pad that differs shows; probabilities would not (a small LSTM barely moves)."""
+    become the very ids the data module trains and tests on, on the training split and on the test split, tokenised
+    afresh and read back from the token cache: same shape, same values. The fixture's reviews run past maxlen=56, so
+    a cut or a pad that differs shows; probabilities would not (a small LSTM barely moves)."""
+    from xla_train.serve.http import decode_item
     from xla_train.serve.inputs import read_texts
     from xla_train.serve.predictor import load_for_inference
 
-    dm = IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=64, batch_size=16)
-    trained, _ = dm.arrays("test")
-    args = {"vocab_size": dm.vocab_size, "embed_dim": 4, "hidden_size": 4}
-    save_checkpoint(tmp_path / "t.ckpt", SentimentLSTM(**args), args, dm.inference_info())
+    cache = imdb.find_folder(str(imdb_root)) / imdb.CACHE_DIR
+    before = set(cache.glob("*.npz")) if cache.is_dir() else set()
+    # val_fraction=0: the training split is every training file, in the reader's order; maxlen=56 no other test's
+    fresh, cached = (IMDBDataModule(data_dir=str(imdb_root), download=False, maxlen=56, val_fraction=0) for _ in "ab")
+    fresh.setup()
+    assert len(set(cache.glob("*.npz")) - before) == 1  # tokenised and cached; the second module reads the cache
+    args = {"vocab_size": fresh.vocab_size, "embed_dim": 4, "hidden_size": 4}
+    save_checkpoint(tmp_path / "t.ckpt", SentimentLSTM(**args), args, fresh.inference_info())
     predictor = load_for_inference(tmp_path / "t.ckpt")
-
-    files, _, _ = imdb.list_split(imdb.find_folder(str(imdb_root)), "test")  # the data module's order
-    _, reviews = read_texts([str(f) for f in files])
-    fed = predictor.preprocess(reviews).numpy()
-    assert fed.shape == trained.shape == (len(files), 64) and fed.dtype == trained.dtype
-    np.testing.assert_array_equal(fed, trained)
-    assert (text.token_counts(trained) == 64).any()  # some reviews were cut: the cut is tested too
-
-    from xla_train.serve.http import decode_item
-
-    served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews])
-    np.testing.assert_array_equal(served, trained)
+    for split in ("train", "test"):
+        files, _, _ = imdb.list_split(imdb.find_folder(str(imdb_root)), split)  # the data module's order
+        _, reviews = read_texts([str(f) for f in files])
+        fed = predictor.preprocess(reviews).numpy()
+        served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews])
+        for dm in (fresh, cached):
+            trained, _ = dm.arrays(split)
+            assert fed.shape == trained.shape == (len(files), 56) and fed.dtype == trained.dtype, split
+            np.testing.assert_array_equal(fed, trained, err_msg=split)
+            np.testing.assert_array_equal(served, trained, err_msg=split)
+            assert (text.token_counts(trained) == 56).sum() >= 10, split  # many reviews were cut: the cut is tested
+    assert len(set(cache.glob("*.npz")) - before) == 1
 
 
 def test_imdb_validation_is_held_out_of_train_and_the_vocabulary_never_sees_test(imdb_root):
@@ -371,16 +377,36 @@ def test_a_training_step_reads_nothing_back_from_the_device(monkeypatch, lstm_cl
     assert bool(calls) == syncs, calls
 
 
+def scramble_padding(net: SentimentLSTM) -> SentimentLSTM:
+    """Non-zero LSTM biases (as training leaves them) and a non-zero padding embedding: with Keras' initial weights
+    (zero biases, zero padding row) a padding step leaves the zero state as it was, masked or not, so a test on them
+    could not tell padding skipped from padding processed."""
+    with torch.no_grad():
+        for p in (net.lstm.bias_ih_l0, net.lstm.bias_hh_l0):
+            p.uniform_(-1.0, 1.0)
+        net.embedding.weight[0].uniform_(-0.5, 0.5)
+    return net
+
+
 def test_padding_does_not_change_the_prediction():
     torch.manual_seed(0)
     tok = text.build_tokenizer([" ".join(POSITIVE + NEGATIVE + FILLER)] * 3, 100)
-    net = SentimentLSTM(vocab_size=100, embed_dim=16, hidden_size=8).eval()
+    net = scramble_padding(SentimentLSTM(vocab_size=100, embed_dim=16, hidden_size=8)).eval()
     reviews = ["A wonderful film", "the plot was a tedious mess and the actor was awful " * 3, "moving"]
+    short, long = (torch.from_numpy(text.encode(tok, reviews, n)) for n in (50, 80))
+
+    def unmasked(ids):  # the same LSTM stepping through the padding
+        return net.head(torch.nn.LSTM.forward(net.lstm, net.embedding(ids))[1][0][-1])
+
     with torch.no_grad():
-        short = net(torch.from_numpy(text.encode(tok, reviews, 50)))
-        long = net(torch.from_numpy(text.encode(tok, reviews, 80)))
-    assert short.shape == (3, 1)
-    torch.testing.assert_close(short, long, atol=1e-5, rtol=0)
+        assert net(short).shape == (3, 1)
+        torch.testing.assert_close(net(short), net(long), atol=1e-5, rtol=0)
+        for i, review in enumerate(reviews):  # each review alone, with no padding at all, predicts the same
+            alone = torch.from_numpy(text.encode(tok, [review], int(text.token_counts(short.numpy())[i])))
+            torch.testing.assert_close(net(alone), net(short)[i : i + 1], atol=1e-5, rtol=0)
+            if len(review) < 20:  # the data are hard: stepping through the padding would predict otherwise (the
+                # long review's 33 words wash out any start the LSTM had, so its prediction could not tell)
+                assert (unmasked(alone) - unmasked(short[i : i + 1])).abs().item() > 1e-3, review
 
 
 SCAN_CHECK = """
@@ -415,13 +441,19 @@ for m in (mask, None):
         assert err < 1e-5, (name, m is None, err)
 
 net = SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=6).eval()
+with torch.no_grad():  # non-zero biases and padding embedding: a padding step processed would move the state
+    for p in (net.lstm.bias_ih_l0, net.lstm.bias_hh_l0):
+        p.uniform_(-1.0, 1.0)
+    net.embedding.weight[0].uniform_(-0.5, 0.5)
 keys = list(net.state_dict())
 ids = torch.randint(2, 50, (3, 10))
 with torch.no_grad():
     expected = net(torch.nn.functional.pad(ids, (6, 0)))
+    unmasked = [torch.nn.LSTM.forward(net.lstm, net.embedding(torch.nn.functional.pad(ids, (p, 0))))[1][0] for p in (0, 6)]
+    assert (unmasked[0] - unmasked[1]).abs().amax(-1).min().item() > 1e-3  # hard data: padding stepped through shows
     assert use_scan_rnn(net) == ["lstm"] and isinstance(net.lstm, ScanRNN) and list(net.state_dict()) == keys
     net.to(dev)
-    for pad in (6, 30):
+    for pad in (0, 6, 30):
         got = net(torch.nn.functional.pad(ids, (pad, 0)).to(dev)).cpu()
         assert (got - expected).abs().max().item() < 1e-5, pad
     net.lstm.weight_hh_l0.mul_(0.5)  # "training" on the device

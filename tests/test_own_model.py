@@ -14,7 +14,8 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import TESTS, cli_env, require, run_cli
+import xla_train
+from conftest import TESTS, cli_env, require, run_cli, path_with_tests
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -63,7 +64,7 @@ def text_csv(tmp_path_factory) -> tuple[Path, Path]:
             writer = csv.writer(f)
             writer.writerow(["id", "text", "label"])  # an extra column is ignored
             for i in range(n):
-                label = ("good", "bad")[i % 2]
+                label = ("bad", "good")[i % 2]  # the test split's row 0, which padding repeats, is class 0
                 writer.writerow([i, review(rng, label), label])
     return folder / "train.csv", folder / "test.csv"
 
@@ -73,7 +74,8 @@ def spmd_images(image_folder, tmp_path_factory):
     work = tmp_path_factory.mktemp("spmd_images")
     proc = run_cli(
         *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
-        *("model.net.classes=4", "accelerator=xla", "devices=8", "batch_size=8", "epochs=2", "val_fraction=0.2"),
+        *("model.net.classes=4", "model.net.width=6", "accelerator=xla", "devices=8", "batch_size=8", "epochs=2"),
+        "val_fraction=0.2",
         cwd=work,
         devices=8,
     )
@@ -87,7 +89,8 @@ def xla_texts(text_csv, tmp_path_factory):
     train, test = text_csv
     proc = run_cli(
         *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", "net=user_nets.WordsNet"),
-        *("model.net.vocab=100", "data.vocab_size=100", "data.maxlen=24", "accelerator=xla", "epochs=2"),
+        *("model.net.vocab=100", "model.net.dim=10", "data.vocab_size=100", "data.maxlen=24", "accelerator=xla"),
+        "epochs=2",
         *("batch_size=16", "lr=0.01"),
         cwd=work,
     )
@@ -111,23 +114,27 @@ import numpy as np, torch
 import xla_train
 from user_nets import FlatNet
 rng = np.random.default_rng(0)
-x = rng.normal(size=(200, 2, 4, 4)).astype(np.float32)
+x = rng.normal(size=(440, 2, 4, 4)).astype(np.float32)
+x[400] = -2.0  # the test split's row 0, which its padding rows repeat: class 0 beyond doubt
 y = (x[:, 0].mean((1, 2)) > 0).astype(np.int64) + 2 * (x[:, 1].mean((1, 2)) > 0)  # 4 classes the net can learn
+torch.manual_seed(0)  # the net's own initialisation, drawn before fit seeds anything
 net = FlatNet()
-run = xla_train.fit(net=net, x=x[:160], y=y[:160], test_data=(x[160:], y[160:]), accelerator="xla", epochs=3,
+run = xla_train.fit(net=net, x=x[:400], y=y[:400], test_data=(x[400:], y[400:]), accelerator="xla", epochs=3,
                     batch_size=16, lr=0.01)
 # After fit, the instance holds the best checkpoint's weights (the final test loaded them), on the CPU.
 with torch.no_grad():
-    direct = torch.softmax(net.eval()(torch.from_numpy(x[160:])), 1)
-predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[160:])
+    direct = torch.softmax(net.eval()(torch.from_numpy(x[400:])), 1)
+predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[400:])
 gru_on_cpu = torch.nn.GRU(2, 3)(torch.randn(4, 1, 2))[0].shape == (4, 1, 3)  # torch's own GRU after an XLA fit
+right = (direct.argmax(1).numpy() == y[400:])
 print(json.dumps({"checkpoint": run.checkpoint, "diff": float((direct - predicted).abs().max()), "gru": gru_on_cpu,
+                  "right": right.tolist(), "y0": int(y[400]),
                   "history": run.history, "test": run.test_metrics, "param_device": str(next(net.parameters()).device)}))
 """
 
 
 def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path):
-    env = cli_env(1, PYTHONPATH=str(TESTS))
+    env = cli_env(1, PYTHONPATH=path_with_tests())
     proc = subprocess.run(
         [sys.executable, "-c", API_FIT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
@@ -135,7 +142,11 @@ def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_i
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["diff"] < 1e-5 and out["param_device"] == "cpu" and out["gru"], out
     assert len(out["history"]) == 3 and out["history"][-1]["train_acc"] > 0.5, out["history"]
-    assert out["test"]["test_acc"] > 0.5, out["test"]
+    assert out["test"]["test_acc"] > 0.7, out["test"]  # 0.85 as seeded; chance is 0.25
+    # 40 test rows in 3 batches of 16: 8 padding rows, repeating row 0, which is class 0 and which the net gets right
+    # (a padding row counted anywhere would count as right). The test accuracy is the net's own on the 40 rows.
+    assert out["y0"] == 0 and out["right"][0], out
+    assert out["test"]["test_acc"] == pytest.approx(sum(out["right"]) / 40, abs=1e-6), out
     assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"] * 2, proc.stdout  # compiled once
     block = block_of(Path(out["checkpoint"]))
     assert block["class_path"] == "user_nets.FlatNet" and block["init_args"] == {}  # a class that takes none
@@ -151,18 +162,41 @@ def test_a_users_net_trains_from_an_image_folder_under_spmd_on_eight_devices(spm
     assert "held-out test accuracy" in proc.stdout
     block = block_of(ckpt)
     assert block["format"] == 2 and block["class_path"] == "user_nets.PixelNet"
-    assert block["init_args"] == {"classes": 4, "channels": 3, "width": 8}
+    assert block["init_args"] == {"classes": 4, "channels": 3, "width": 6}  # as given (width), defaults filled in
     assert block["labels"] == CLASSES and block["kind"] == "image" and block["image_size"] == 16
     assert "arch" not in block
 
 
-def test_a_users_gru_net_trains_on_a_text_csv_on_xla(xla_texts):
+def test_the_spmd_test_accuracy_is_the_nets_own_on_every_test_image(spmd_images, image_folder):
+    """32 test images in one global batch of 64 over 8 devices: 32 padding rows, none of which may count. The
+    final test's accuracy is the checkpoint's net run on the CPU over the test folder, image for image."""
+    run, _, ckpt = spmd_images
+    files = sorted((image_folder / "test").glob("*/*"))
+    truth = np.array([CLASSES.index(f.parent.name) for f in files])
+    right = (direct_probabilities(ckpt, files).argmax(1) == truth).sum()
+    assert xla_train.Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(files), abs=1e-6)
+
+
+def test_a_users_gru_net_trains_on_a_text_csv_on_xla(xla_texts, text_csv):
     run, proc, ckpt = xla_texts
     assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"], proc.stdout
     assert "gru runs as a scan" in proc.stdout, proc.stdout  # not traced step by step
     block = block_of(ckpt)
-    assert block["class_path"] == "user_nets.WordsNet" and block["init_args"] == {"vocab": 100, "dim": 12}
+    assert block["class_path"] == "user_nets.WordsNet" and block["init_args"] == {"vocab": 100, "dim": 10}
     assert block["labels"] == ["bad", "good"] and block["kind"] == "text" and block["maxlen"] == 24
+    # The final test on XLA (40 reviews in 3 batches of 16: 8 padding rows, repeating review 0, class 0) scored
+    # what the checkpoint's net scores on the CPU, review for review; the net gets review 0 right, so a padding row
+    # counted anywhere would count as right.
+    from xla_train.serve.predictor import load_for_inference
+
+    from user_nets import WordsNet
+
+    rows = list(csv.DictReader(open(text_csv[1])))
+    predicted = load_for_inference(ckpt, net=WordsNet).probabilities([r["text"] for r in rows]).argmax(1).numpy()
+    truth = np.array([block["labels"].index(r["label"]) for r in rows])
+    assert truth[0] == 0 and predicted[0] == 0
+    right = (predicted == truth).sum()
+    assert xla_train.Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(rows), abs=1e-6)
 
 
 def test_a_copy_of_the_builtin_cnn_trains_exactly_as_the_builtin(tmp_path):
@@ -214,12 +248,13 @@ def test_predict_on_the_cpu_equals_the_net_run_directly(spmd_images, image_folde
 
 
 def test_the_server_and_the_onnx_export_answer_as_the_net(spmd_images, image_folder, tmp_path):
-    from test_serve import Server, png, request
+    from serving import Server, png, request
 
     _, _, ckpt = spmd_images
     files = sorted((image_folder / "test" / "fox").iterdir())[:3]
     direct = direct_probabilities(ckpt, files)
-    server = Server(ckpt, tmp_path, "net=user_nets.PixelNet", env=cli_env(PYTHONPATH=str(TESTS)))
+    env = cli_env(PYTHONPATH=path_with_tests())
+    server = Server(ckpt, tmp_path, "net=user_nets.PixelNet", env=env)
     try:
         server.wait_ready()
         for f, expected in zip(files, direct):
@@ -252,6 +287,93 @@ def test_text_predictions_from_the_csv_run_name_its_labels(xla_texts, tmp_path):
     assert name == "text" and label == "good" and float(p) > 0.5 and probs.startswith("bad=")
 
 
+def test_predict_feeds_a_text_net_the_ids_the_texts_module_trains_and_tests_on(text_csv, tmp_path):
+    """Each CSV review, as predict and the server read it, becomes the very ids the texts data module stores for
+    it, on the training split and on the test split; many reviews run past maxlen=16, so the cut is tested too."""
+    from conftest import save_checkpoint
+    from xla_train.data.texts import TextsDataModule
+    from xla_train.preprocess import text
+    from xla_train.serve.http import decode_item
+    from xla_train.serve.predictor import load_for_inference
+
+    from user_nets import WordsNet
+
+    train, test = text_csv
+    dm = TextsDataModule(path=str(train), test=str(test), maxlen=16, vocab_size=100, val_fraction=0)
+    save_checkpoint(tmp_path / "w.ckpt", WordsNet(), {"vocab": 100, "dim": 12}, dm.inference_info())
+    predictor = load_for_inference(tmp_path / "w.ckpt", net=WordsNet)
+    for split, path in (("train", train), ("test", test)):
+        reviews = [row["text"] for row in csv.DictReader(open(path))]  # val_fraction=0: the file's order
+        stored, _ = dm.arrays(split)
+        assert stored.shape == (len(reviews), 16), split
+        assert (text.token_counts(stored) == 16).sum() >= len(reviews) // 4, split
+        np.testing.assert_array_equal(predictor.preprocess(reviews).numpy(), stored, err_msg=split)
+        served = np.concatenate([decode_item(predictor, {"text": r}).numpy() for r in reviews[:8]])
+        np.testing.assert_array_equal(served, stored[:8], err_msg=split)
+
+
+# --- the data modules: splits, labels, statistics ----------------------------------------------------------------
+
+
+def test_a_test_split_carved_from_the_texts_is_stratified_and_the_vocabulary_never_sees_it(tmp_path):
+    """A CSV without a test split: test_fraction of it is held out, stratified (7:2:1 classes stay 7:2:1), and the
+    vocabulary is built from the rest. Each row has a word of its own, so a test row's own word is unknown (id 1) and
+    a training or validation row's is not."""
+    from xla_train.data.texts import TextsDataModule
+    from xla_train.preprocess import text
+
+    path = tmp_path / "all.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        for i in range(100):  # 70 good, 20 bad, 10 meh
+            writer.writerow([f"a film numbered{i} and more", "good" if i % 10 < 7 else "bad" if i % 10 < 9 else "meh"])
+    dm = TextsDataModule(path=str(path), test_fraction=0.2, maxlen=8, vocab_size=1000, val_fraction=0.1)
+    assert dm.labels == ["bad", "good", "meh"]  # sorted, not as first seen
+    counts = {s: np.bincount(dm.arrays(s)[1], minlength=3).tolist() for s in ("train", "val", "test")}
+    assert counts["test"] == [4, 14, 2] and sum(map(sum, counts.values())) == 100, counts  # bad, good, meh
+    unknown = {s: (dm.arrays(s)[0] == text.UNK_ID).sum(axis=1) for s in ("train", "val", "test")}
+    assert (unknown["test"] == 1).all() and (unknown["train"] == 0).all() and (unknown["val"] == 0).all(), unknown
+
+
+def test_images_take_their_statistics_from_training_alone_and_their_labels_from_the_training_classes(
+    image_folder, tmp_path
+):
+    """The channel statistics a checkpoint carries are the training images' (validation share included), never a
+    held-out test share's; a test folder that lacks a class keeps every other class's label."""
+    import shutil
+
+    from xla_train.data.arrays import ArraysDataModule
+    from xla_train.data.image_folder import ImageFolderDataModule
+    from xla_train.data.images import channel_mean_std
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 40, (60, 8, 8, 3)).astype(np.uint8)
+    x[::4] += 200  # bright images in every class and in every split
+    y = np.arange(60) % 3
+    arrays = ArraysDataModule(batch_size=8, test_fraction=0.3)
+    arrays.hold(x, y)
+    seen = np.concatenate([arrays.arrays("train")[0], arrays.arrays("val")[0]])
+    assert len(seen) == 42 and len(arrays.arrays("test")[0]) == 18
+    info = arrays.inference_info()
+    assert [info["mean"], info["std"]] == list(channel_mean_std(seen))
+    assert list(channel_mean_std(x)) != list(channel_mean_std(seen))  # the test share would move them
+
+    root = tmp_path / "images"
+    shutil.copytree(image_folder, root)
+    shutil.rmtree(root / "test" / CLASSES[0])  # no test images of the first class
+    folder = ImageFolderDataModule(path=str(root), image_size=16, val_fraction=0)
+    assert folder.labels == CLASSES
+    info = folder.inference_info()
+    trained, tested = folder.arrays("train")[0], folder.arrays("test")[0]
+    assert [info["mean"], info["std"]] == list(channel_mean_std(trained))
+    assert list(channel_mean_std(np.concatenate([trained, tested]))) != list(channel_mean_std(trained))
+    files = sorted((root / "test").glob("*/*"))
+    _, labels = folder.arrays("test")
+    assert labels.tolist() == [CLASSES.index(f.parent.name) for f in files]  # the reader's order: class, name
+    assert set(labels.tolist()) == {1, 2, 3}
+
+
 # --- never imported on a file's word ------------------------------------------------------------------------------
 
 REFUSALS = """
@@ -277,7 +399,8 @@ print(codes, "user_nets" in sys.modules)
 def test_a_checkpoint_of_a_users_net_is_refused_without_net_and_its_module_never_imported(spmd_images, tmp_path):
     run, _, ckpt = spmd_images
     log = tmp_path / "imported.txt"
-    env = cli_env(1, PYTHONPATH=str(TESTS), USER_NETS_IMPORTED=str(log))
+    env = cli_env(1, PYTHONPATH=path_with_tests())
+    env["USER_NETS_IMPORTED"] = str(log)
     args = [str(ckpt), str(run.parent.parent.parent), str(run / "config.yaml")]  # inputs: any folder
     proc = subprocess.run(
         [sys.executable, "-c", REFUSALS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300

@@ -4,6 +4,8 @@ path with the defaults that machine gets, then CPU predictions from its checkpoi
 import re
 import subprocess
 import sys
+import threading
+import time
 
 from conftest import new_user_env
 
@@ -12,16 +14,26 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
     """No PJRT_DEVICE, no CPU_NUM_DEVICES: the plan is chosen for the device the runtime starts on (XLA:CPU here,
     no TPU on the PCI bus), not for the unset variable. 8 of the recipe's 12 epochs still train 320 steps, enough
     for steps_per_execution=auto to group 8 unrolled steps, as the README's command 1 does with 480."""
-    proc = subprocess.run(
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
         [sys.executable, "-m", "xla_train", "recipe=quickstart", "epochs=8"],
         cwd=tmp_path,
         env=new_user_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    err = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)  # a full pipe would block
+    reader.start()
+    lines, elapsed = [], None  # elapsed: from the start to the time line's arrival
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("time: "):
+            elapsed = time.perf_counter() - t0
+    reader.join(timeout=600)
+    assert proc.wait(timeout=600) == 0, "".join(lines)[-3000:] + "".join(err)[-3000:]
+    out = "".join(lines)
     assert "(accelerator xla, 1 device(s))" in out
     assert (
         "steps per execution: 8 (auto: 320 training steps >= 300, enough to pay back the longer compile), "
@@ -33,3 +45,15 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
     assert acc >= 0.95, out
     predictions = re.findall(r"true (\d)  predicted (\d)  p=([\d.]+)", out)
     assert len(predictions) == 5 and sum(t == p for t, p, _ in predictions) >= 4
+
+    # The last line: where the command's time went. Every part is there and none is negative, they add up to the
+    # wall time, and that wall time is the command's own from its start (imports included), not the fit's.
+    last = out.strip().splitlines()[-1]
+    found = dict(re.findall(r"([a-z-]+) (-?[\d.]+) s", last))
+    assert last.startswith("time: ") and list(found) == ["start-up", "compile", "train", "validate", "test", "wall"], (
+        last
+    )
+    parts, wall = [float(found[k]) for k in list(found)[:-1]], float(found["wall"])
+    assert min(parts) >= 0 and abs(sum(parts) - wall) <= 0.05 * wall, last
+    assert abs(wall - elapsed) <= 0.02 * elapsed + 0.5, (last, elapsed)  # the process's time, imports included
+    assert float(found["start-up"]) > 1.0 and float(found["compile"]) > 1.0 and float(found["test"]) > 0, last

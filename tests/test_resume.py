@@ -1,5 +1,6 @@
 """Nothing lost: a run killed mid-epoch (SIGKILL) or preempted (SIGTERM) resumes to the same weights."""
 
+import json
 import re
 import subprocess
 import sys
@@ -23,7 +24,11 @@ COMMON = (
     "test_after_fit=false",
     "checkpoint_every=2",
     "val_fraction=0",
+    "--trainer.callbacks+=probes.RngDraws",  # draws from every RNG before each step, as user code would
 )
+# The CPU runs load their batches in a worker process, which reads its first indices as soon as a resumed run's
+# loader starts, before Lightning sets the epoch (the XLA runs below load in process).
+CPU = ("accelerator=cpu", "data.num_workers=1")
 
 
 def final_weights(work):
@@ -40,6 +45,20 @@ def stopped_at(step: int, *args: str, cwd, sig: str | None = None):
     return proc
 
 
+def rng_draws(work) -> dict[int, dict]:
+    """Each step's draws (tests/probes.py RngDraws) in the folder's runs; a resumed run's replace the killed one's."""
+    lines = (work / "rng_draws.jsonl").read_text().splitlines()
+    return {d["step"]: d for d in map(json.loads, lines)}
+
+
+def assert_same_draws(resumed, uninterrupted, after: int, device: bool = False):
+    """Every RNG's draw at every step equal, those after the resume included; and the RNGs really moved."""
+    assert sorted(resumed) == sorted(uninterrupted) == list(range(12))
+    assert resumed == uninterrupted, next(s for s in resumed if resumed[s] != uninterrupted[s])
+    for rng in ("torch", "numpy", "python") + (("device",) if device else ()):
+        assert len({resumed[s][rng] for s in range(after, 12)}) == 12 - after, rng  # a fresh draw each step
+
+
 def assert_same_weights(a, b, tol):
     assert a[0] == b[0], f"global_step {a[0]} != {b[0]}"
     for k in a[1]:
@@ -49,8 +68,8 @@ def assert_same_weights(a, b, tol):
 @pytest.fixture(scope="module")
 def uninterrupted_cpu(cifar_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("uninterrupted")
-    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=work)
-    return final_weights(work)
+    run_cli(*COMMON, *CPU, f"data_dir={cifar_root}", cwd=work)
+    return final_weights(work), rng_draws(work)
 
 
 def test_resumed_sampler_neither_skips_nor_repeats():
@@ -63,6 +82,24 @@ def test_resumed_sampler_neither_skips_nor_repeats():
     assert np.array_equal(np.concatenate(order[:5] + list(resumed)), np.concatenate(order))
     resumed.set_epoch(3)
     assert len(list(resumed)) == len(resumed)  # the skip applies to the interrupted epoch only
+
+
+def test_a_resumed_loader_with_a_worker_serves_the_resumed_epoch():
+    """Lightning iterates a resumed run's loader before it sets the sampler's epoch, and a DataLoader with workers
+    reads its first indices then: the sampler must already be at the resumed epoch, past its trained batches."""
+    from torch.utils.data import DataLoader
+
+    from xla_train.data.batching import ArrayDataset
+
+    full = BatchSampler(100, 8, train=True, seed=5)
+    full.set_epoch(2)
+    resumed = BatchSampler(100, 8, train=True, seed=5)
+    resumed.resume_at(2, 5)
+    data = ArrayDataset(np.arange(100)[:, None], np.arange(100))
+    batches = iter(DataLoader(data, batch_size=None, sampler=resumed, num_workers=1))  # as Lightning's fetcher
+    resumed.set_epoch(2)  # then Lightning's set_epoch
+    served = [b[1].numpy() for b in batches]
+    assert np.array_equal(np.concatenate(served), np.concatenate(list(full)[5:]))
 
 
 def test_the_xla_device_loader_reads_its_sampler_only_at_the_first_batch():
@@ -97,18 +134,21 @@ def resumed_epoch_line(stdout: str) -> str:
 
 
 def test_same_seed_same_weights_on_cpu(uninterrupted_cpu, cifar_root, tmp_path):
-    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path)
-    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=0)
+    run_cli(*COMMON, *CPU, f"data_dir={cifar_root}", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu[0], tol=0)
 
 
 def test_sigkill_mid_epoch_then_resume_gives_the_same_weights(uninterrupted_cpu, cifar_root, tmp_path):
-    stopped_at(9, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path)
+    """The weights, and every draw from torch's, numpy's and Python's RNGs after the resume (the CNN itself draws
+    only torch's, for dropout; user code draws the others), are the uninterrupted run's."""
+    stopped_at(9, *COMMON, *CPU, f"data_dir={cifar_root}", cwd=tmp_path)
     assert final_weights(tmp_path)[0] == 8  # the step-8 checkpoint, mid epoch 2, survived the kill
-    run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
-    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
+    run_cli(*COMMON, *CPU, f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu[0], tol=1e-6)
+    assert_same_draws(rng_draws(tmp_path), uninterrupted_cpu[1], after=8)
 
 
-@pytest.mark.slow  # default-suite time; torch's RNG restore: test_sigkill_mid_epoch_then_resume_gives_the_same_weights
+@pytest.mark.slow  # default-suite time; every RNG after a resume: test_sigkill_mid_epoch_then_resume_gives_the_same_weights
 def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_root, tmp_path):
     """GlobalRngCifar augments every training batch from np.random and random: a resumed run gives the
     uninterrupted run's weights only if both RNGs come back as they were at the checkpoint (RngState)."""
@@ -128,16 +168,18 @@ def test_numpy_and_python_rngs_drawn_in_training_resume_where_they_were(cifar_ro
 
 
 def test_sigterm_finishes_the_step_saves_and_exits_with_the_preemption_code(uninterrupted_cpu, cifar_root, tmp_path):
-    stopped = stopped_at(9, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", cwd=tmp_path, sig="SIGTERM")
+    args = (*COMMON, *CPU, f"data_dir={cifar_root}")
+    stopped = stopped_at(9, *args, cwd=tmp_path, sig="SIGTERM")
     assert "stopped by signal after step 9" in stopped.stderr and "ckpt=last" in stopped.stderr
     assert final_weights(tmp_path)[0] == 9
-    resumed = run_cli(*COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "ckpt=last", cwd=tmp_path)
-    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu, tol=1e-6)
+    resumed = run_cli(*args, "ckpt=last", cwd=tmp_path)
+    assert_same_weights(final_weights(tmp_path), uninterrupted_cpu[0], tol=1e-6)
+    assert_same_draws(rng_draws(tmp_path), uninterrupted_cpu[1], after=9)
     resumed_epoch_line(resumed.stdout)
 
 
 def test_sigint_is_a_clean_stop_too(cifar_root, tmp_path):
-    stopped_at(3, *COMMON, "accelerator=cpu", f"data_dir={cifar_root}", "epochs=1", cwd=tmp_path, sig="SIGINT")
+    stopped_at(3, *COMMON, *CPU, f"data_dir={cifar_root}", "epochs=1", cwd=tmp_path, sig="SIGINT")
     assert final_weights(tmp_path)[0] == 3
 
 
@@ -177,3 +219,4 @@ def test_xla_resume_on_device_data_with_device_augmentation_ends_at_the_uninterr
     assert final_weights(b)[0] == 8
     run_cli(*args, "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)
+    assert_same_draws(rng_draws(b), rng_draws(a), after=8, device=True)  # the device's RNG too

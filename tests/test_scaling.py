@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import TESTS, cli_env, free_port, run_pod
+from conftest import cli_env, free_port, run_pod, path_with_tests
 
 BATCH = 8  # per device
 GLOBAL_DEVICES = 8
@@ -98,7 +98,7 @@ def host_shares(tmp_path_factory) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path_factory.mktemp("shares"),
-        env=cli_env(GLOBAL_DEVICES, PYTHONPATH=str(TESTS)),
+        env=cli_env(GLOBAL_DEVICES, PYTHONPATH=path_with_tests()),
         capture_output=True,
         text=True,
         timeout=300,
@@ -313,7 +313,7 @@ def test_torchrun_runs_the_module_as_two_nodes(tmp_path):
     def node(n: int):
         work = tmp_path / f"node{n}"
         work.mkdir()
-        env = {k: v for k, v in cli_env(1, PYTHONPATH=str(TESTS)).items() if not k.startswith("PJRT_")}
+        env = {k: v for k, v in cli_env(1, PYTHONPATH=path_with_tests()).items() if not k.startswith("PJRT_")}
         cmd = [
             sys.executable,
             "-m",

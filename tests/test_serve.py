@@ -1,47 +1,34 @@
-"""`serve`: real servers on loopback answer as offline predict does, refuse bad requests alone, drain on SIGTERM.
+"""`serve`: real servers on loopback answer as offline predict does, refuse bad requests alone, batch only what is
+queued or coming, and drain on SIGTERM.
 
-Three servers start once for the module (a digits CNN, a small text LSTM, and a CNN with a long batch_timeout
-so that requests are surely in flight when SIGTERM comes). Random-weight checkpoints with scaled logits: the
-answers differ from input to input far more than the 1e-5 they are held to, and nothing needs training.
+Three servers start once for the module: a digits CNN, a small text LSTM, and a net whose every forward takes 0.5 s
+(user_nets.SlowNet), so that requests surely queue behind a batch, and surely are in flight when SIGTERM comes.
+The checkpoints are random-weight ones (serving.py).
 """
 
 import base64
-import contextlib
 import http.client
-import io
 import json
-import os
 import queue
 import signal
 import socket
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from conftest import cli_env, free_port, require, save_checkpoint
+from conftest import require
+from serving import SLOW, Server, formed, held_out_digits, png, request, write_checkpoint
 from xla_train.bench.serve import tree_cpu_seconds  # the bench's idle measure, the same /proc sums
 from xla_train.cli.main import main
-from xla_train.models import CifarCNN, SentimentLSTM
-from xla_train.preprocess import text
 from xla_train.serve.inputs import read_images
 from xla_train.serve.predictor import load_for_inference
 
 require("litserve")
 
-DIGITS = {
-    "kind": "image",
-    "labels": [str(i) for i in range(10)],
-    "image_size": 32,
-    "mean": [0.5] * 3,
-    "std": [0.25] * 3,
-}
-WORDS = "a wonderful superb film the plot was awful boring and tedious actor scene story moving mess".split()
 REVIEWS = [
     "A wonderful, superb film.<br />Moving!",
     "the plot was awful and boring",
@@ -50,98 +37,21 @@ REVIEWS = [
     "Nothing here is in the vocabulary",
 ]
 MAX_BODY_MB = 0.05  # 52,428 bytes: a 32x32 PNG is about 3 KB
-
-
-def write_checkpoint(path, arch):
-    torch.manual_seed(0)
-    if arch == "lstm":
-        args = {"vocab_size": 100, "embed_dim": 16, "hidden_size": 8}
-        net = SentimentLSTM(**args)
-        tok = text.build_tokenizer([" ".join(WORDS)] * 3, 100)
-        info = {"kind": "text", "labels": ["neg", "pos"], "maxlen": 40, "tokenizer": text.tokenizer_to_json(tok)}
-    else:
-        net, info, args = CifarCNN(), DIGITS, {}
-    with torch.no_grad():
-        [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1].weight.mul_(30.0 if arch == "lstm" else 100.0)
-    return save_checkpoint(path, net, args, info)
-
-
-def held_out_digits(n=24):
-    from xla_train.data.digits import load_digits_rgb32
-
-    images, _ = load_digits_rgb32()
-    return images[-n:]  # the end of scikit-learn's set; the checkpoints here never trained on any digit
-
-
-def png(image) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="PNG")
-    return buf.getvalue()
-
-
-class Server:
-    def __init__(self, ckpt, workdir, *keys, env=None):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "xla_train", "serve", f"ckpt={ckpt}", f"port={self.port}", *keys],
-            cwd=workdir,
-            env=env or cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own process group: the test can see, and end, every process it started
-        )
-
-    def wait_ready(self, timeout=90):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()
-            try:
-                if request(self.port, "GET", "/health")[0] == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("the server was not ready in time")
-
-    def stop(self):
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-            return self.proc.wait(timeout=30)
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # anything the server left behind
-
-    def group_alive(self) -> bool:
-        try:
-            os.killpg(self.proc.pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-
-
-def request(port, method, path, body=None, conn=None):
-    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request(method, path, body=body, headers={"Content-Type": "application/json"} if body is not None else {})
-    r = c.getresponse()
-    data = r.read()
-    if conn is None:
-        c.close()
-    return r.status, json.loads(data) if data.startswith((b"{", b"[")) else data.decode()
+LONG_WAIT = 20.0  # the slow server's batch_timeout: a lone request that waited for company would take this long
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     work = tmp_path_factory.mktemp("serve")
     cnn, lstm = write_checkpoint(work / "cnn.ckpt", "cnn"), write_checkpoint(work / "lstm.ckpt", "lstm")
+    slow = write_checkpoint(work / "slow.ckpt", "slow")
     running = {
         "image": Server(cnn, work, f"max_body_mb={MAX_BODY_MB}"),
         "text": Server(lstm, work),
-        "drain": Server(cnn, work, "batch_timeout=0.6", "max_batch_size=64"),
+        "slow": Server(slow, work, SLOW, f"batch_timeout={LONG_WAIT}"),  # the SIGTERM test, the last to use it, ends it
     }
     try:
-        yield {name: s.wait_ready() for name, s in running.items()}, {"image": cnn, "text": lstm}, work
+        yield {name: s.wait_ready() for name, s in running.items()}, {"image": cnn, "text": lstm, "slow": slow}, work
     finally:
         for s in running.values():
             s.stop()
@@ -174,7 +84,7 @@ def test_a_start_that_cannot_serve_is_one_line_and_exit_2(tmp_path, capsys, monk
 def test_concurrent_clients_get_offline_answers_and_bad_requests_are_refused_alone(servers):
     """16 clients x 20 requests: digits as PNG, reviews against the text model, and every kind of bad request."""
     running, ckpts, _ = servers
-    offline = {kind: load_for_inference(ckpt) for kind, ckpt in ckpts.items()}
+    offline = {kind: load_for_inference(ckpts[kind]) for kind in ("image", "text")}
     digits = held_out_digits()
     good = [("image", {"image": base64.b64encode(png(d)).decode()}, ("image", i)) for i, d in enumerate(digits)]
     good += [("text", {"text": r}, ("text", i)) for i, r in enumerate(REVIEWS)]
@@ -194,7 +104,7 @@ def test_concurrent_clients_get_offline_answers_and_bad_requests_are_refused_alo
     ]
 
     def client(k):
-        conns = {kind: http.client.HTTPConnection("127.0.0.1", s.port, timeout=30) for kind, s in running.items()}
+        conns = {kind: http.client.HTTPConnection("127.0.0.1", running[kind].port, timeout=30) for kind in offline}
         results = []
         for j in range(20):
             n = k * 20 + j
@@ -218,8 +128,52 @@ def test_concurrent_clients_get_offline_answers_and_bad_requests_are_refused_alo
         labels = offline[key[0]].labels
         assert answer["label"] == int(want.argmax()) and answer["class"] == labels[answer["label"]]
         np.testing.assert_allclose(answer["probabilities"], want.numpy(), atol=1e-5, rtol=0)
-    formed = request(running["image"].port, "GET", "/info")[1]["batching"]["batches_formed"]
-    assert max(map(int, formed)) > 1, formed  # requests were batched, bad ones among good ones
+    sizes = formed(running["image"].port)
+    assert max(sizes) > 1, sizes  # requests were batched, bad ones among good ones
+
+
+def test_a_lone_client_is_answered_at_once_and_concurrent_ones_are_batched(servers):
+    """The slow server may wait up to LONG_WAIT for a batch to fill. One client at a time: nothing is queued and
+    nobody else is coming, so each request is a batch of 1, answered in its 0.5 s forward. Eight at once, twice
+    each: the requests sent while a batch is in its forward queue behind it and are batched, and the last batch,
+    short of the one before by the client that already finished, is not held for it. Each answer is offline
+    predict's."""
+    running, ckpts, _ = servers
+    port = running["slow"].port
+    from user_nets import SlowNet
+
+    offline = load_for_inference(ckpts["slow"], net=SlowNet).probabilities(held_out_digits(8))
+    bodies = [json.dumps({"image": base64.b64encode(png(d)).decode()}) for d in held_out_digits(8)]
+
+    def check(i, status, answer):
+        assert status == 200, answer
+        np.testing.assert_allclose(answer["probabilities"], offline[i].numpy(), atol=1e-5, rtol=0)
+
+    before, conn = formed(port), http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for i in range(4):
+        t0 = time.monotonic()
+        check(i, *request(port, "POST", "/predict", bodies[i], conn))
+        took = time.monotonic() - t0
+        assert took < LONG_WAIT / 2, f"a lone request took {took:.1f} s: it waited for a batch that was not coming"
+    lone = {k: v - before.get(k, 0) for k, v in formed(port).items() if v - before.get(k, 0)}
+    assert lone == {1: 4}, lone
+
+    start = Barrier(8)
+
+    def client(i):
+        start.wait()
+        return [(i, *request(port, "POST", "/predict", bodies[i])) for _ in range(2)]
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        answers = [a for rs in pool.map(client, range(8)) for a in rs]
+    took = time.monotonic() - t0
+    for answer in answers:
+        check(*answer)
+    together = {k: v - before.get(k, 0) - lone.get(k, 0) for k, v in formed(port).items()}
+    assert sum(k * v for k, v in together.items()) == 16, together  # each request in exactly one batch
+    assert took < LONG_WAIT / 2, f"8 clients took {took:.1f} s ({together}): a batch waited for one that never came"
+    assert max(k for k, v in together.items() if v) > 1, together
 
 
 def test_a_bad_request_in_a_batch_fails_only_itself(servers):
@@ -231,7 +185,9 @@ def test_a_bad_request_in_a_batch_fails_only_itself(servers):
     from xla_train.serve.worker import PerItemLoop, PredictorAPI
 
     _, ckpts, _ = servers
-    api = PredictorAPI(str(ckpts["image"]), mp.Array("q", 9), max_batch_size=8, batch_timeout=0.0)
+    api = PredictorAPI(
+        str(ckpts["image"]), mp.Array("q", 9), torch.get_num_threads(), max_batch_size=8, batch_timeout=0.0
+    )
     api.setup("cpu")
     signal.signal(signal.SIGINT, signal.default_int_handler)  # setup() ignored it, as a worker does
     digits = held_out_digits(3)
@@ -289,6 +245,22 @@ def test_info_describes_the_checkpoint_and_the_batching(servers):
     assert info["input"]["field"] == "text" and info["input"]["maxlen"] == 40
     assert info["batching"]["max_batch_size"] == 32 and info["batching"]["batch_timeout"] == 0.005
     assert info["batching"]["workers"] == 1
+    from xla_train.serve.server import worker_threads
+
+    assert info["batching"]["threads"] == worker_threads("auto", 1)  # resolved, as the worker runs it
+
+
+def test_a_worker_leaves_a_core_to_the_http_front(monkeypatch):
+    """threads=auto: the cores less one (the HTTP front and LitServe's queues), shared among the workers; at least
+    one each. On 2 cores a worker given both spun between batches and starved the front that hands it requests."""
+    import os
+
+    from xla_train.serve.server import worker_threads
+
+    for cores, workers, expected in ((2, 1, 1), (1, 1, 1), (16, 1, 15), (16, 2, 7), (8, 16, 1)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert worker_threads("auto", workers) == expected, (cores, workers)
+    assert worker_threads(3, 1) == 3
 
 
 def test_an_idle_server_uses_next_to_no_cpu(servers):
@@ -302,9 +274,9 @@ def test_an_idle_server_uses_next_to_no_cpu(servers):
 
 
 def test_sigterm_finishes_the_requests_in_flight_and_frees_the_port(servers):
-    """batch_timeout=0.6 holds the requests in the worker's batch when SIGTERM comes."""
+    """The slow net holds the first request in the worker for 0.5 s, and the rest in the queue, when SIGTERM comes."""
     running, _, _ = servers
-    server = running["drain"]
+    server = running["slow"]
     body = json.dumps({"image": base64.b64encode(png(held_out_digits(1)[0])).decode()})
     with ThreadPoolExecutor(12) as pool:
         futures = [pool.submit(request, server.port, "POST", "/predict", body) for _ in range(12)]

@@ -9,13 +9,12 @@ fit()/evaluate() answer, only from what the launcher returned.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import TESTS, cli_env
+from conftest import TESTS, cli_env, path_with_tests
 
 SETTINGS = {
     "strategy": "xla_mp",
@@ -42,7 +41,7 @@ print(json.dumps({{"folder": str(run.folder), "last": run.last_checkpoint, "best
 
 @pytest.mark.slow  # two fits and a validate in forked workers: about a minute here
 def test_xla_mp_returns_the_workers_metrics_run_folder_and_checkpoints_to_the_parent(tmp_path):
-    env = cli_env(1, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    env = cli_env(1, PYTHONPATH=path_with_tests())
     args = [f"--{k}={v}" if k.startswith("trainer.") else f"{k}={v}" for k, v in SETTINGS.items()]
     command = [sys.executable, str(TESTS / "mp_host.py"), "recipe=quickstart", *args]
     cli = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -78,7 +77,7 @@ print(sorted(type(c).__name__ for c in trainer.callbacks))
 
 def test_an_xla_mp_trainer_pickles_for_its_workers():
     """Fast: every callback, the config writer and the data module survive the pickling to a worker."""
-    env = cli_env(1, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    env = cli_env(1, PYTHONPATH=path_with_tests())
     proc = subprocess.run([sys.executable, "-c", PICKLE], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PicklableSaveConfig" in proc.stdout and "KerasProgress" in proc.stdout, proc.stdout

@@ -5,6 +5,7 @@ imported it: loading a checkpoint must never import it on the checkpoint's word.
 """
 
 import os
+import time
 
 import torch
 from torch import nn
@@ -33,11 +34,12 @@ class PixelNet(nn.Module):
 
 
 class FlatNet(nn.Module):
-    """Any float rows (N, ...) to four logits; no constructor arguments at all, and a lazy layer."""
+    """Any float rows (N, ...) to four logits; no constructor arguments at all, a lazy layer, and a BatchNorm (its
+    running statistics in the state, so a net whose buffers were not loaded would answer otherwise)."""
 
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Flatten(), nn.LazyLinear(32), nn.Tanh(), nn.Linear(32, 4))
+        self.body = nn.Sequential(nn.Flatten(), nn.LazyLinear(32), nn.BatchNorm1d(32), nn.Tanh(), nn.Linear(32, 4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
@@ -115,3 +117,16 @@ class BrightOnly(nn.Module):
 
 class NotANet:
     """Not an nn.Module."""
+
+
+class SlowNet(nn.Module):
+    """PixelNet, each forward held `delay` seconds: while a batch is in the worker, the requests sent meanwhile
+    queue behind it however fast or loaded the machine is (tests/test_serve.py: batching and SIGTERM)."""
+
+    def __init__(self, classes: int = 10, delay: float = 0.5):
+        super().__init__()
+        self.delay, self.net = delay, PixelNet(classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.delay)
+        return self.net(x)

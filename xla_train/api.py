@@ -11,6 +11,7 @@ through a dict: `fit(recipe="cifar10_resnet", **{"model.net.depth": 56})`.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,8 +131,9 @@ def fit(
     Your own model and data (docs/own_model.md): `net` is an nn.Module instance, its class, or a class path;
     `x`, `y` (and `validation_data=(x, y)`, `test_data=(x, y)`) are arrays in memory (recipe "arrays"); `data` is
     a folder of class folders or a file (.npz, .csv; recipe "images", "texts" or "arrays" by what it holds)."""
+    started = time.perf_counter()  # the run's clock: the end-of-fit time line starts at this call
     recipe, given, settings = _own(recipe, net, x, y, validation_data, test_data, data, settings)
-    cli = _lightning("fit", recipe, settings, given)
+    cli = _lightning("fit", recipe, settings, given, started)
     trainer = cli.trainer
     best, last = trainer.checkpoint_callback.best_model_path, cli.last_checkpoint.path
     # absolute, so that the run is still found after the notebook changes its working directory
@@ -197,8 +199,9 @@ def predict_split(
 def serve(run_or_checkpoint, **settings) -> int:
     """Serve a checkpoint over HTTP, as `python -m xla_train serve ckpt=...` does, until SIGTERM or Ctrl+C (it
     blocks; in a notebook, run it in a subprocess). Settings: host, port, max_batch_size, batch_timeout, workers,
-    max_body_mb, and for your own net net= (its class path or class: the worker processes import it) with net_args=
-    (a dict) where the checkpoint records no init arguments. Returns 0 once the requests in flight are answered."""
+    max_body_mb, body_timeout, and for your own net net= (its class path or class: the worker processes import it)
+    with net_args= (a dict) where the checkpoint records no init arguments. Returns 0 once the requests in flight are
+    answered."""
     from xla_train.cli.keys import read_keys
     from xla_train.cli.serve import serve as command  # its signature is the keys
 
@@ -233,13 +236,13 @@ def benchmark(subcommand: str = "sweep", **settings) -> Path:
     return results
 
 
-def _lightning(command: str, recipe, settings: dict, given: dict | None = None):
+def _lightning(command: str, recipe, settings: dict, given: dict | None = None, started: float | None = None):
     from xla_train.config.build import run_lightning
 
     if "recipe" in settings:
         raise ConfigError("give the recipe once, as the first argument")
     pairs = {"recipe": str(recipe), **{k: _cli_value(v) for k, v in settings.items()}}
-    return _raising(run_lightning, command, pairs, [], given)
+    return _raising(run_lightning, command, pairs, [], given, started)
 
 
 def _own(recipe, net, x, y, validation_data, test_data, data, settings: dict) -> tuple:

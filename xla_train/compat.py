@@ -458,6 +458,40 @@ def untime_inductor_compiles() -> None:
         _INDUCTOR_CALLBACKS = None
 
 
+_LIGHTNING_TPU_PROBES: dict | None = None
+
+
+def no_tpu_for_lightning() -> None:
+    """Install, where the PCI bus has no TPU chip: Lightning's XLAAccelerator.is_available and auto_device_count
+    (lightning/fabric/accelerators/xla.py, 2.6.6; lru-cached static methods) answer 0 without asking torch_xla.
+    Lightning asks them for every Trainer (its device banner, setup.py _log_device_info); torch_xla's
+    num_available_devices multiplies the chips (0) by the cores per chip, for which it asks the TPU metadata
+    server: a network call on every run, and with TPU_SKIP_MDS_QUERY set (importing JAX or Keras sets it) a
+    TypeError Lightning does not catch, so no Trainer could be built. Undo: lightning_tpu_probes_back()."""
+    global _LIGHTNING_TPU_PROBES
+    from lightning.fabric.accelerators.xla import XLAAccelerator
+
+    try:
+        chips = tpu_chips_on_pci_bus()
+    except ImportError:  # no torch_xla: Lightning's probes answer 0 themselves
+        return
+    if _LIGHTNING_TPU_PROBES is None and chips == 0:
+        _LIGHTNING_TPU_PROBES = {n: XLAAccelerator.__dict__[n] for n in ("is_available", "auto_device_count")}
+        XLAAccelerator.is_available = staticmethod(lambda: False)
+        XLAAccelerator.auto_device_count = staticmethod(lambda: 0)
+
+
+def lightning_tpu_probes_back() -> None:
+    """Undo no_tpu_for_lightning()."""
+    global _LIGHTNING_TPU_PROBES
+    if _LIGHTNING_TPU_PROBES is not None:
+        from lightning.fabric.accelerators.xla import XLAAccelerator
+
+        for name, probe in _LIGHTNING_TPU_PROBES.items():
+            setattr(XLAAccelerator, name, probe)
+        _LIGHTNING_TPU_PROBES = None
+
+
 _TORCH_XLA_GRU = None
 
 

@@ -1,10 +1,13 @@
-"""`python -m xla_train serve ckpt=PATH [host= port= max_batch_size= batch_timeout= workers= max_body_mb=]`.
+"""`python -m xla_train serve ckpt=PATH [host= port= max_batch_size= batch_timeout= workers= max_body_mb=
+                                      body_timeout=]`.
 
 Its keys are serve()'s typed signature (cli/keys.py); the server itself is serve/server.py, on LitServe
 (pip install 'xla_train[serve]'). The recipe shown by /info comes from the checkpoint's run folder, if any.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
@@ -23,14 +26,29 @@ def serve(
     batch_timeout: NonNegativeFloat = 0.005,
     workers: PositiveInt = 1,
     max_body_mb: PositiveFloat = 4.0,
+    body_timeout: PositiveFloat = 10.0,
+    threads: PositiveInt | Literal["auto"] = "auto",
     net: str | None = None,
     net_args: dict | None = None,
 ) -> int:
-    """Serve the checkpoint over HTTP until SIGTERM or Ctrl+C. net= names the class of a checkpoint's own net."""
+    """Serve the checkpoint over HTTP until SIGTERM or Ctrl+C. net= names the class of a checkpoint's own net;
+    body_timeout is how long a request's body may pause before it is refused; threads, each worker's compute
+    threads (auto: the cores, less one for the HTTP front, shared among the workers)."""
     from xla_train.serve.server import serve as run
 
     return run(
-        ckpt, host, port, max_batch_size, batch_timeout, workers, max_body_mb, net, net_args, recipe=recipe_of(ckpt)
+        ckpt,
+        host,
+        port,
+        max_batch_size,
+        batch_timeout,
+        workers,
+        max_body_mb,
+        body_timeout,
+        threads,
+        net,
+        net_args,
+        recipe=recipe_of(ckpt),
     )
 
 

@@ -31,12 +31,14 @@ def own_argv():
         sys.argv = saved
 
 
-def run_lightning(command: str, pairs: dict[str, str], flags: list[str], given: dict | None = None) -> XlaTrainCLI:
+def run_lightning(
+    command: str, pairs: dict[str, str], flags: list[str], given: dict | None = None, started: float | None = None
+) -> XlaTrainCLI:
     """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI. `given`: what
-    Python hands over as objects (XlaTrainCLI)."""
+    Python hands over as objects (XlaTrainCLI); `started`: when the run's clock starts (perf_counter; now)."""
     args = lightning_args(command, pairs, flags, net_given="net" in (given or {}))
     with own_argv():
-        return XlaTrainCLI(args, given=given)
+        return XlaTrainCLI(args, given=given, started=started)
 
 
 def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):

@@ -8,7 +8,9 @@ write theirs beside the checkpoint's run (config/run_loggers.py).
 
 from __future__ import annotations
 
+import copy
 import logging
+import time
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -26,6 +28,7 @@ from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import ConfigError
 from xla_train.models.reference import NetRef
+from xla_train.runtime.backend import backend_for
 from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
@@ -35,6 +38,7 @@ from xla_train.training.module import Classifier
 from xla_train.training.progress import KerasProgress
 from xla_train.training.report import RunReport
 from xla_train.training.resume import LastCheckpoint, Preemption, RngState
+from xla_train.training.run_clock import RunClock
 
 
 LIGHTNING_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
@@ -60,9 +64,17 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
     model.net (the saved config then says model.net: null; the checkpoint names its class), and "arrays", the
     splits an ArraysDataModule takes in memory (its saved data.path is then null)."""
 
-    def __init__(self, args: list[str], run: bool = True, build_trainer: bool = True, given: dict | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        run: bool = True,
+        build_trainer: bool = True,
+        given: dict | None = None,
+        started: float | None = None,
+    ):
         self.build_trainer = build_trainer
         self.given = given or {}
+        self.started = started if started is not None else time.perf_counter()  # the run's clock starts here
         super().__init__(
             Classifier,
             ArrayDataModule,
@@ -154,8 +166,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         if plan.fast_path is not None:
             callbacks.append(FastPathCallback(plan.fast_path, publish))
+        self.clock = RunClock(self.started, backend_for(plan.kind).compile_clock())
         callbacks += [
-            RunReport(plan.kind, plan.fast_path, plan.matmul_precision),
+            self.clock,
+            RunReport(plan.kind, plan.fast_path, plan.matmul_precision, plan.compile_cache),
             RngState(),
             self.last_checkpoint,
             self.preemption,
@@ -232,8 +246,11 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
                 print(f"{self._test_label()}: {acc:.4f} (best checkpoint {best})", flush=True)
         n = self.setting("predict_samples")
         if n and best and self.trainer.is_global_zero:
-            predictor = load_for_inference(best)  # the plain nn.Module, on the CPU
+            # the plain nn.Module, on the CPU: a copy of the net that trained, the best checkpoint's weights loaded
+            predictor = load_for_inference(best, net=copy.deepcopy(self.model.net))
             images, labels = self.datamodule.arrays("test")
             print(f"CPU predictions from {best}:")
             for (label, p), truth in zip(predictor.predict(images[:n]), labels[:n]):
                 print(f"  true {predictor.labels[int(truth)]}  predicted {label}  p={p:.3f}")
+        if self.trainer.is_global_zero:
+            print(self.clock.summary(), flush=True)

@@ -50,7 +50,12 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
         "after warm-up, a new XLA compilation warns, stops the run, or is ignored",
     ),
     "progress_every": (int, 50, "on a terminal, refresh the live bar every N steps (each refresh is a host sync)"),
-    "compile_cache": (Optional[str], None, "a folder for XLA's persistent compile cache (TPU; no effect on XLA:CPU)"),
+    "compile_cache": (
+        Optional[str],
+        "auto",
+        "XLA's persistent compile cache: auto (a TPU: ~/.cache/xla_train/xla_compile_cache; none on XLA:CPU, which "
+        "cannot read it back), off, or a folder",
+    ),
     "checkpoint_every": (int, 0, "also write last.ckpt every N training steps (0: at epoch ends only)"),
     "steps_per_execution": (
         Union[PositiveInt, Literal["auto"]],

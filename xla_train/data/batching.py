@@ -45,8 +45,10 @@ class BatchSampler(Sampler[np.ndarray]):
         self.epoch = epoch
 
     def resume_at(self, epoch: int, batches_done: int) -> None:
-        """The next pass over `epoch` starts after its first `batches_done` batches, in the same order."""
-        self._skip = (epoch, batches_done)
+        """The next pass over `epoch` starts after its first `batches_done` batches, in the same order. The sampler
+        is at that epoch from now on: a resumed run's loader is iterated before Lightning sets the epoch, and a
+        loader with workers reads its first indices then."""
+        self.epoch, self._skip = epoch, (epoch, batches_done)
 
     def __len__(self) -> int:
         if self.train:

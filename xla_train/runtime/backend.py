@@ -67,6 +67,16 @@ class Backend:
         """(graphs compiled, seconds compiling, device-to-host transfers) so far: nothing is compiled ahead here."""
         return 0, 0.0, 0
 
+    def compile_clock(self):
+        """A function giving the seconds spent compiling so far in this process: torch.compile's here (its clock
+        is installed on first use), XLA's own counter on XLA."""
+        return self.compile_seconds  # a bound method, not a closure: the run's clock pickles to xla_mp workers
+
+    def compile_seconds(self) -> float:
+        from xla_train import compat
+
+        return compat.inductor_compile_clock()()[1]  # installs once; later calls only read the totals
+
     def executions(self) -> int:
         """Compiled programs dispatched so far in this process."""
         return 0
@@ -250,6 +260,9 @@ class XLABackend(Backend):
 
         if state is not None:
             xm.set_rng_state(int(state), device)
+
+    def compile_seconds(self) -> float:
+        return self.counters()[1]
 
     def counters(self) -> tuple[int, float, int]:
         """torch_xla's own host-side counters, so reading them costs no device sync."""

@@ -40,6 +40,7 @@ class HardwarePlan:
     spmd_hosts: int = 1  # hosts that run one SPMD program in lockstep: a device read on one host alone would hang
     fast_path: fast.FastPath | None = None  # cpu and gpu: precision, channels_last, torch.compile
     matmul_precision: str | None = None  # XLA: float32 matmul and convolution precision (runtime/backend.py)
+    compile_cache: str | None = None  # XLA: the persistent compile cache's folder, where one is read back
 
     @property
     def is_xla(self) -> bool:
@@ -82,7 +83,7 @@ def plan_hardware(
     devices="auto",
     strategy="auto",
     precision=None,
-    compile_cache: str | None = None,
+    compile_cache: str | None = "auto",
     num_nodes=1,
     steps_per_execution: int | str = 1,
     compile: fast.CompileSetting = "auto",
@@ -97,6 +98,7 @@ def plan_hardware(
     ):
         raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
     compat.keep_torch_gru()  # a run after one on XLA in this process (a notebook): torch's own nn.GRU
+    compat.no_tpu_for_lightning()  # no TPU on the bus: Lightning's banner must not ask the metadata server
     kind = resolve_accelerator(str(accelerator))
     loop = resolve_execution_loop(execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
     steps_per_execution, note, pending = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
@@ -112,7 +114,7 @@ def plan_hardware(
             f"{kind} computes float32 as asked (precision= chooses bf16 there), so leave it at default"
         )
     if kind in ("cpu", "gpu"):
-        if compile_cache:
+        if compile_cache and compile_cache not in ("auto", "off"):
             warnings.warn(
                 f"compile_cache={compile_cache} has no effect on accelerator={kind}: it caches XLA compilations",
                 stacklevel=2,
@@ -224,26 +226,39 @@ def xla_precision_plugin(precision):
     raise ConfigError(f"precision={p!r} is not for XLA; use precision=32 or precision=bf16")
 
 
-def configure_compile_cache(path: str | None) -> bool | None:
-    """The persistent compile cache: on a TPU a second run skips compilation. It must precede any compilation.
+def default_compile_cache() -> str:
+    """Where compile_cache=auto keeps a TPU's compiled programs: this machine's own cache folder."""
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(home, "xla_train", "xla_compile_cache")
 
-    On a pod slice every host runs the same command on the same path, usually a shared file system: host 0
-    alone writes, and the others only read (they compile what is not there yet, as host 0 does, without
-    writing it a second time). Returns whether this host reads only; None where no cache is set up."""
-    if not path:
+
+def configure_compile_cache(setting: str | None) -> bool | None:
+    """The persistent compile cache: on a TPU a second run reads its programs back instead of compiling them. It
+    must precede any compilation. `auto` (the default) keeps it in default_compile_cache() on a TPU, and nowhere on
+    XLA:CPU, which writes that cache but cannot read it back; `off` (or none) keeps none; a path keeps it there.
+
+    On a pod slice every host runs the same command: a path given is usually a shared file system, where host 0
+    alone writes and the others only read (they compile what is not there yet, as host 0 does, without writing
+    it a second time); auto's folder is each host's own, which each writes. Returns whether this host reads
+    only; None where no cache is set up."""
+    if not setting or setting == "off":
         return None
+    auto = setting == "auto"
     if pjrt_device() == "CPU":
-        warnings.warn(
-            f"compile_cache={path} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
-            f"read it back); it is for TPUs",
-            stacklevel=3,
-        )
+        if not auto:
+            warnings.warn(
+                f"compile_cache={setting} has no effect on XLA:CPU (torch_xla writes that cache but cannot "
+                f"read it back); it is for TPUs",
+                stacklevel=3,
+            )
         return None
     import torch_xla.runtime as xr
 
     from xla_train import compat
 
-    readonly = compat.tpu_worker_index() != 0  # the runtime has not started: the process index is the worker id
+    path = default_compile_cache() if auto else setting
+    # the runtime has not started: the process index is the worker id
+    readonly = not auto and compat.tpu_worker_index() != 0
     os.makedirs(path, exist_ok=True)
     xr.initialize_cache(os.path.abspath(path), readonly=readonly)
     return readonly
@@ -266,7 +281,9 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
         raise HardwareError(f"devices={requested} must be at least 1 (or auto for all)")
     plugin = xla_precision_plugin(precision)
     configure_pjrt(kind, requested)
-    configure_compile_cache(compile_cache)
+    cache = None
+    if configure_compile_cache(compile_cache) is not None:
+        cache = default_compile_cache() if compile_cache == "auto" else compile_cache
     if strategy == "xla_mp":
         if num_nodes != 1:
             raise ConfigError("strategy=xla_mp finds a pod's hosts itself; leave num_nodes unset")
@@ -302,7 +319,7 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
         "precision": None,
         "num_nodes": topo.process_count,
     }
-    return HardwarePlan(kind, kwargs, spmd_hosts=topo.process_count)
+    return HardwarePlan(kind, kwargs, spmd_hosts=topo.process_count, compile_cache=cache)
 
 
 def _check_spmd_devices(n: int, topo) -> None:

@@ -64,11 +64,19 @@ def device_loader(dataloader, device, **kwargs):
     calling set_epoch on `loader.sampler`, which a bare MpDeviceLoader lacks, so
     every epoch would replay the first epoch's order.
 
-    It is lazy: a DataLoader reads its sampler only at the first batch, but
-    MpDeviceLoader starts threads in `iter()` that read it at once. Lightning
-    calls `iter()` before `set_epoch()` when a run resumes (FitLoop.setup_data
-    runs first), so an eager prefetch would read the previous epoch's order and
-    a resumed XLA run would train on the wrong batches.
+    It is lazy: a DataLoader without workers reads its sampler only at the first
+    batch, but MpDeviceLoader starts threads in `iter()` that read it at once.
+    Lightning calls `iter()` before `set_epoch()` when a run resumes
+    (FitLoop.setup_data runs first), so an eager prefetch would read the previous
+    epoch's order and a resumed XLA run would train on the wrong batches (a
+    loader with workers reads ahead at `iter()` too: BatchSampler.resume_at puts
+    the sampler at the resumed epoch at once).
+
+    It starts the wrapped loader's iterator where Lightning starts a DataLoader's, in the training thread at
+    `iter()`: a DataLoader's iterator draws its base seed from torch's global RNG as it starts, so started in
+    MpDeviceLoader's thread at the first batch, a resumed run drew it after RngState had restored torch's RNG
+    (one draw more than the uninterrupted run, whose draw came before its checkpoint), and every later draw
+    from torch's RNG differed.
 
     It fails loudly: MpDeviceLoader's thread reads the wrapped loader, and an
     error there ends its queue as if the epoch were over (ParallelLoader's
@@ -89,6 +97,7 @@ def device_loader(dataloader, device, **kwargs):
         @override
         def __iter__(self):
             start = super().__iter__
+            source.start()
 
             def batches():  # a generator: nothing starts until the first next()
                 source.error = None
@@ -106,6 +115,11 @@ class _Recorded:
 
     def __init__(self, loader) -> None:
         self.loader, self.error = loader, None
+        self._started = None
+
+    def start(self) -> None:
+        """Start the loader's iterator now, in this thread; the next iteration reads from it."""
+        self._started = iter(self.loader)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -116,8 +130,9 @@ class _Recorded:
         return getattr(self.loader, name)
 
     def __iter__(self):
+        started, self._started = self._started, None
         try:
-            yield from self.loader
+            yield from started if started is not None else self.loader
         except Exception as e:
             self.error = e
             raise

@@ -2,12 +2,13 @@
 
 Every request is checked and decoded on its own, with the decoder and tokenizer `predict` uses, so a bad one
 gets its own 400 and one line while the good ones batched with it are answered (docs/serving.md, "Serve over
-HTTP"). The body gate answers what must never reach a worker: a body over the size limit (413) and one that
-is not JSON (400). Plain torch and starlette: no Lightning, no torch_xla.
+HTTP"). The body gate answers what must never reach a worker: a body over the size limit (413), one that is
+not JSON (400) and one that stalls (400). Plain torch and starlette: no Lightning, no torch_xla.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import io
@@ -127,10 +128,16 @@ def describe_input(predictor) -> dict:
 
 
 class BodyGate:
-    """ASGI middleware for POST bodies: 413 past max_bytes (read no further), 400 when it is not JSON."""
+    """ASGI middleware for POST bodies: 413 past max_bytes, 400 when it is not JSON or stalls for timeout seconds.
 
-    def __init__(self, app, max_bytes: int, path: str = "/predict"):
-        self.app, self.max_bytes, self.path = app, max_bytes, path
+    The bytes are counted as they arrive, so the limit holds however the body is framed: a Content-Length over it is
+    refused before any is read, and a chunked body, or one longer than its Content-Length, is cut off at it (uvicorn
+    itself answers framing it cannot parse with a 400 and closes). A body that stops short of its Content-Length,
+    or a chunked one with no last chunk, would hold its connection forever: uvicorn has no body timeout.
+    """
+
+    def __init__(self, app, max_bytes: int, timeout: float, path: str = "/predict"):
+        self.app, self.max_bytes, self.timeout, self.path = app, max_bytes, timeout, path
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
@@ -141,7 +148,12 @@ class BodyGate:
             return await refuse(send, 413, too_big)
         body, more = b"", True
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout)
+            except asyncio.TimeoutError:
+                declared = f" of the {int(length):,} its Content-Length declares" if length.isdigit() else ""
+                stalled = f"the body stopped at {len(body):,} bytes{declared}: nothing more came for {self.timeout:g} s"
+                return await refuse(send, 400, stalled + " (body_timeout)", close=True)  # the rest may yet come
             if message["type"] == "http.disconnect":
                 return
             body += message.get("body", b"")
@@ -167,8 +179,9 @@ class BodyGate:
         await self.app(scope, replay, send)
 
 
-async def refuse(send, status: int, detail: str) -> None:
+async def refuse(send, status: int, detail: str, close: bool = False) -> None:
     payload = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    headers += [(b"connection", b"close")] if close else []
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

@@ -54,6 +54,16 @@ def check_address(host: str, port: int) -> None:
             ) from None
 
 
+def worker_threads(threads: int | str, workers: int) -> int:
+    """Each worker's compute threads: as given, or (auto) this process's cores less one, which the HTTP front and
+    LitServe's queues need, shared among the workers. Given every core, a worker's threads spin between batches
+    and take the CPU the front needs to hand them requests (docs/results.md, "Serving over HTTP under load")."""
+    if threads != "auto":
+        return int(threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, (cores - 1) // workers)
+
+
 def info(ckpt, recipe, predictor, settings: dict, counts) -> dict:
     net = predictor.model
     return {
@@ -78,6 +88,8 @@ def serve(
     batch_timeout: float,
     workers: int,
     max_body_mb: float,
+    body_timeout: float,
+    threads: int | str,
     net=None,
     net_args: dict | None = None,
     recipe: str | None = None,
@@ -92,8 +104,15 @@ def serve(
     from xla_train.serve.worker import PredictorAPI
 
     counts = mp.get_context("spawn").Array("q", max_batch_size + 1)  # batches formed, by size
+    threads = worker_threads(threads, workers)
     api = PredictorAPI(
-        str(ckpt), counts, net=net, net_args=net_args, max_batch_size=max_batch_size, batch_timeout=batch_timeout
+        str(ckpt),
+        counts,
+        threads,
+        net=net,
+        net_args=net_args,
+        max_batch_size=max_batch_size,
+        batch_timeout=batch_timeout,
     )
     max_bytes = int(max_body_mb * 2**20)
     server = ls.LitServer(
@@ -101,11 +120,16 @@ def serve(
         accelerator="cpu",
         workers_per_device=workers,
         info_path="/litserve/info",
-        middlewares=[(BodyGate, {"max_bytes": max_bytes})],
+        middlewares=[(BodyGate, {"max_bytes": max_bytes, "timeout": body_timeout})],
     )
     server.uvicorn_graceful_timeout = DRAIN_S
     settings = dict(
-        max_batch_size=max_batch_size, batch_timeout=batch_timeout, workers=workers, max_body_bytes=max_bytes
+        max_batch_size=max_batch_size,
+        batch_timeout=batch_timeout,
+        workers=workers,
+        threads=threads,
+        max_body_bytes=max_bytes,
+        body_timeout=body_timeout,
     )
     server.app.add_api_route("/info", lambda: info(ckpt, recipe, predictor, settings, counts), methods=["GET"])
     url = f"http://{'127.0.0.1' if host == '0.0.0.0' else host}:{port}"

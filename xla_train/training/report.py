@@ -15,8 +15,11 @@ from xla_train.training.metrics_log import EpochCallback, publish
 
 
 class RunReport(EpochCallback):
-    def __init__(self, hardware: str, fast_path=None, matmul_precision: str | None = None) -> None:
+    def __init__(
+        self, hardware: str, fast_path=None, matmul_precision: str | None = None, compile_cache: str | None = None
+    ) -> None:
         self.hardware, self.fast_path, self.matmul_precision = hardware, fast_path, matmul_precision
+        self.compile_cache = compile_cache
         self._t0 = 0.0
         self._samples = 0
         self._train_s: float | None = None
@@ -38,6 +41,8 @@ class RunReport(EpochCallback):
                     f"XLA:CPU computes float32)",
                     flush=True,
                 )
+            if self.compile_cache:  # a TPU: programs compiled once are read back by the next run
+                print(f"compile cache: {self.compile_cache} (a later run reads its programs back)", flush=True)
             placement = getattr(trainer.datamodule, "placement", None)
             if placement:  # data.on_device: which path feeds the steps, and why
                 print(f"data: {placement}", flush=True)
