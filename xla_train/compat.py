@@ -202,8 +202,8 @@ def xla_mark_sharding(tensor, op_sharding) -> None:
     torch_xla._XLAC._xla_mark_sharding(tensor, op_sharding)
 
 
-# The lazy-tensor internals behind runtime/step_program.py, as torch_xla's own
-# experimental/gradient_accumulation.py uses them (2.9.0).
+# The lazy-tensor internals behind runtime/step_program.py and runtime/scan_loop.py, as torch_xla's own
+# experimental/gradient_accumulation.py and experimental/scan.py use them (2.9.0).
 
 
 def xla_pending(tensors) -> bool:
@@ -254,6 +254,18 @@ def xla_seed_after_step(seed: int) -> int:
     seed = 1012031 + seed * 7012063 (uint64; csrc/xla_graph_executor.cpp, 2.9.0). steps_per_execution keeps a
     step's batch without a sync, and gives the next step the seed that sync would have given it."""
     return (1012031 + (seed & (2**64 - 1)) * 7012063) & (2**64 - 1)
+
+
+def xla_lowered(outputs, inputs) -> tuple[bytes, list[int], int]:
+    """(HLO module, parameter number of each of `inputs` or -1 where unused, how many parameters) of the graph that
+    computes `outputs`, lowered as torch_xla's scan lowers its body (experimental/scan.py, _scan_impl_flat, 2.9.0:
+    a LoweringContext, where every tensor without pending work becomes a parameter; runtime/scan_loop.py)."""
+    import torch_xla
+
+    ctx = torch_xla._XLAC.lowering.LoweringContext("FnComputation")
+    ctx.set_name_string("fn_ctx")
+    ctx.build(list(outputs))
+    return ctx.hlo(), [ctx.tensor_parameter_id(t) for t in inputs], len(ctx.device_parameter_id_tensor_mapping())
 
 
 def xla_user_computation(name: str, inputs, computation) -> list:

@@ -1,18 +1,19 @@
 """nn.LSTM, nn.GRU and nn.RNN as XLA While loops, swapped in when a model runs on XLA.
 
 XLA traces a recurrent layer step by step, so its compile time grows with the sequence length. Here each layer and
-direction projects its whole input in one matmul, and one traced recurrent step is looped by torch_xla's `scan` (the
-reverse direction scans the time-flipped sequence). The backward is a second scan written out per cell, not scan's
-own autograd, which caches graphs whatever requires_grad and needs torchax under SPMD; both loops are batch-parallel,
-and the weight gradients are one matmul over all steps after them, so no collective runs inside a loop. The
-recurrent weight (and GRU's b_hh, which r multiplies) rides in each scan's carry: a closure over it fails to trace.
-ScanRNN holds the module's own Parameters under their names, so checkpoints load into the nn module, and
-restore_rnn puts it back. What the scan cannot run (cells, proj_size, a subclass's own forward) stays as it is,
-with one warning naming it (docs/hardware.md, "The LSTM on XLA").
+direction projects its whole input in one matmul, and a While loop (runtime/scan_loop.py) runs the cell's step
+(runtime/rnn_cells.py), `chunk` steps per iteration (the reverse direction loops over the time-flipped sequence).
+The backward is a second loop written out per cell, not torch_xla scan's own autograd, which caches graphs whatever
+requires_grad and needs torchax under SPMD; both loops are batch-parallel, and the weight gradients are one matmul
+over all steps after them, so no collective runs inside a loop. The recurrent weight (and GRU's b_hh, which r
+multiplies) rides in each loop's carry. ScanRNN holds the module's own Parameters under their names, so checkpoints
+load into the nn module, and restore_rnn puts it back. What the scan cannot run (cells, proj_size, a subclass's own
+forward) stays as it is, with one warning naming it (docs/hardware.md, "The LSTM on XLA").
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -21,203 +22,81 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-# Each cell is a namespace of functions of ONE time step, so that a later change can unroll a chunk of K steps
-# inside one While iteration: scan over xs reshaped to (T/K, K, ...), with a body that calls the step K times.
-# They slice gates on the last dimension only, and must stay module-level objects: scan caches its trace by function.
-#   step(carry=(*state, *weights), xs=(gx_t, keep_t)) -> (carry, saved_t)
-#   step_back(carry=(*d_state, w_hh), xs=(d_out_t, keep_t, *back_inputs(saved)_t)) -> (carry, d_gx_t)
-# keep_t (N, 1) is False where a mask skips the step: the state passes through unchanged and the output is zero.
+from xla_train.errors import ConfigError
+from xla_train.runtime.rnn_cells import CELLS, backward_body, forward_body
+from xla_train.runtime.scan_loop import scan_loop
+
+# Time steps per While iteration: 1, by measurement on XLA:CPU (2-core AMD EPYC; docs/hardware.md). An iteration of
+# XLA:CPU's While costs under a microsecond (an LSTM of batch 16, 8 units: 2,000 iterations took 13.2 ms, 500 of 4
+# steps 12.9), against about 160 us of work in each iteration of the IMDB recipe's layer (batch 128, 32 units), so
+# 8 steps per iteration saved nothing (the recipe's step: 191 against 185 ms at maxlen 500, 45 against 43 at 100)
+# and compiled 3.2 times as long (4.1 against 1.3 s at maxlen 500): each unrolled step is more kernels to compile.
+# On a TPU, whose iterations are said to cost more (not measured here), XLA_TRAIN_SCAN_CHUNK sets another.
+CHUNK = 1
+CHUNK_ENV = "XLA_TRAIN_SCAN_CHUNK"  # another chunk, for every scan a process builds (to measure one on a TPU)
+_ONES: dict = {}
 
 
-def _split(t: torch.Tensor, parts: int):
-    size = t.shape[-1] // parts
-    return [t[..., k * size : (k + 1) * size] for k in range(parts)]
+def default_chunk() -> int:
+    """XLA_TRAIN_SCAN_CHUNK where set, else CHUNK."""
+    value = os.environ.get(CHUNK_ENV, "").strip()
+    if not value:
+        return CHUNK
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{CHUNK_ENV}={value!r} is not a number of time steps (a whole number, 1 or more)")
+    return int(value)
 
 
-class _LSTM:
-    """Gate order i, f, g, o; both biases are folded into gx before the loop."""
-
-    states, bias_in_loop = 2, False
-
-    @staticmethod
-    def step(carry, xs):
-        h, c, w_hh = carry
-        gx, keep = xs
-        a = gx + h @ w_hh.t()
-        i, f, _, o = _split(torch.sigmoid(a), 4)
-        g = torch.tanh(_split(a, 4)[2])
-        c_new = f * c + i * g
-        tc = torch.tanh(c_new)
-        acts = torch.cat([i, f, g, o], dim=-1)
-        return (torch.where(keep, o * tc, h), torch.where(keep, c_new, c), w_hh), (h, c, acts, tc)
-
-    @staticmethod
-    def outputs(saved, keep):
-        _, _, acts, tc = saved
-        return torch.where(keep, _split(acts, 4)[3] * tc, torch.zeros_like(tc))
-
-    @staticmethod
-    def back_inputs(saved):
-        _, c_prev, acts, tc = saved
-        return c_prev, acts, tc
-
-    @staticmethod
-    def step_back(carry, xs):
-        dh, dc, w_hh = carry  # w.r.t. the state after this step
-        dy, keep, c_prev, acts, tc = xs
-        i, f, g, o = _split(acts, 4)
-        zero = torch.zeros_like(dh)
-        dh_new = torch.where(keep, dh + dy, zero)  # a skipped step passed the state through untouched
-        dc_new = torch.where(keep, dc, zero) + dh_new * o * (1 - tc * tc)
-        d_gates = torch.cat(
-            [
-                dc_new * g * i * (1 - i),
-                dc_new * c_prev * f * (1 - f),
-                dc_new * i * (1 - g * g),
-                dh_new * tc * o * (1 - o),
-            ],
-            dim=-1,
-        )
-        dh_prev = d_gates @ w_hh + torch.where(keep, zero, dh)
-        dc_prev = dc_new * f + torch.where(keep, zero, dc)
-        return (dh_prev, dc_prev, w_hh), d_gates
-
-    @staticmethod
-    def hidden_grads(d_gx, saved):
-        return d_gx  # the gradient of h @ W_hh^T (+ b_hh) is the gates' own
+def _one(t: torch.Tensor) -> torch.Tensor:
+    """A (1, 1) tensor of ones on t's device, made once: a graph input, so XLA cannot fold a division by it away."""
+    key = (str(t.device), t.dtype)
+    if key not in _ONES:
+        _ONES[key] = torch.ones((1, 1), dtype=t.dtype).to(t.device)
+    return _ONES[key]
 
 
-class _GRU:
-    """Gate order r, z, n; n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), so b_hh rides in the carry with W_hh."""
-
-    states, bias_in_loop = 1, True
-
-    @staticmethod
-    def step(carry, xs):
-        h, w_hh, *b_hh = carry
-        gx, keep = xs
-        gh = h @ w_hh.t()
-        if b_hh:
-            gh = gh + b_hh[0]
-        gx_r, gx_z, gx_n = _split(gx, 3)
-        gh_r, gh_z, gh_n = _split(gh, 3)
-        r, z = torch.sigmoid(gx_r + gh_r), torch.sigmoid(gx_z + gh_z)
-        n = torch.tanh(gx_n + r * gh_n)
-        h_new = n + z * (h - n)
-        return (torch.where(keep, h_new, h), w_hh, *b_hh), (h, torch.cat([r, z, n], dim=-1), gh_n)
-
-    @staticmethod
-    def outputs(saved, keep):
-        h_prev, acts, _ = saved
-        _, z, n = _split(acts, 3)
-        return torch.where(keep, n + z * (h_prev - n), torch.zeros_like(n))
-
-    @staticmethod
-    def back_inputs(saved):
-        return saved  # h_prev, acts, gh_n
-
-    @staticmethod
-    def step_back(carry, xs):
-        dh, w_hh = carry
-        dy, keep, h_prev, acts, gh_n = xs
-        r, z, n = _split(acts, 3)
-        zero = torch.zeros_like(dh)
-        dh_new = torch.where(keep, dh + dy, zero)
-        da_n = dh_new * (1 - z) * (1 - n * n)
-        da_z = dh_new * (h_prev - n) * z * (1 - z)
-        da_r = da_n * gh_n * r * (1 - r)
-        dh_prev = torch.cat([da_r, da_z, da_n * r], dim=-1) @ w_hh + dh_new * z + torch.where(keep, zero, dh)
-        return (dh_prev, w_hh), torch.cat([da_r, da_z, da_n], dim=-1)
-
-    @staticmethod
-    def hidden_grads(d_gx, saved):
-        r = _split(saved[1], 3)[0]
-        d_r, d_z, d_n = _split(d_gx, 3)
-        return torch.cat([d_r, d_z, d_n * r], dim=-1)  # n's pre-activation sees W_hn h + b_hn through r
-
-
-def _rnn_step(carry, xs, act):
-    h, w_hh = carry
-    gx, keep = xs
-    h_new = act(gx + h @ w_hh.t())
-    return (torch.where(keep, h_new, h), w_hh), (h, h_new)
-
-
-def _rnn_step_back(carry, xs, d_act):
-    dh, w_hh = carry
-    dy, keep, h_new = xs
-    zero = torch.zeros_like(dh)
-    da = torch.where(keep, dh + dy, zero) * d_act(h_new)
-    return (da @ w_hh + torch.where(keep, zero, dh), w_hh), da
-
-
-class _TanhRNN:
-    states, bias_in_loop = 1, False
-
-    @staticmethod
-    def step(carry, xs):
-        return _rnn_step(carry, xs, torch.tanh)
-
-    @staticmethod
-    def step_back(carry, xs):
-        return _rnn_step_back(carry, xs, lambda h: 1 - h * h)
-
-    @staticmethod
-    def outputs(saved, keep):
-        return torch.where(keep, saved[1], torch.zeros_like(saved[1]))
-
-    @staticmethod
-    def back_inputs(saved):
-        return (saved[1],)
-
-    @staticmethod
-    def hidden_grads(d_gx, saved):
-        return d_gx
-
-
-class _ReluRNN(_TanhRNN):
-    @staticmethod
-    def step(carry, xs):
-        return _rnn_step(carry, xs, torch.relu)
-
-    @staticmethod
-    def step_back(carry, xs):
-        return _rnn_step_back(carry, xs, lambda h: (h > 0).to(h.dtype))
-
-
-CELLS = {"LSTM": _LSTM, "GRU": _GRU, "RNN_TANH": _TanhRNN, "RNN_RELU": _ReluRNN}
+def _pad(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """`pad` steps of zeros (False) in front of t (T, ...); F.pad lowers to one op even when pad is 0, so the graph
+    is the same size whatever T % chunk is."""
+    return F.pad(t, (0, 0) * (t.dim() - 1) + (pad, 0))
 
 
 class _Recurrence(torch.autograd.Function):
-    """One layer, one direction: (cell, gx (T, N, G*H), keep (T, N, 1), *state0, *weights) -> (out (T, N, H),
-    *final state), weights being (W_hh,) or, for GRU with bias, (W_hh, b_hh)."""
+    """One layer, one direction: (cell, chunk, gx (T, N, G*H), keep (T, N, 1), *state0, *weights) -> (out (T, N, H),
+    *final state), weights being (W_hh,) or, for GRU with bias, (W_hh, b_hh).
+
+    Each While iteration runs `chunk` steps. A T the chunk does not divide gets masked steps in front: there the
+    state passes through exactly unchanged (the mask's where(), not arithmetic) and the gradients are zero, so
+    outputs, final states and gradients are those of the T steps. In front, because that is where the data's own
+    padding is; the final state and the last outputs, which a classifier reads, come after the real steps either
+    way.
+    """
 
     @staticmethod
-    def forward(ctx, cell, gx, keep, *tensors):
-        from torch_xla.experimental.scan import scan
-
+    def forward(ctx, cell, chunk, gx, keep, *tensors):
+        t = gx.shape[0]
+        k = min(chunk, t)
+        pad = -t % k
+        gx, keep = _pad(gx, pad), _pad(keep, pad)
         weights = tensors[cell.states :]
-        carry, saved = scan(cell.step, tuple(tensors), (gx, keep), is_fn_pure=True)
-        ctx.cell, ctx.n_weights = cell, len(weights)
+        carry, saved = scan_loop(forward_body(cell, k), k, (*tensors, _one(gx)), (gx, keep))
+        ctx.cell, ctx.n_weights, ctx.k, ctx.pad = cell, len(weights), k, pad
         ctx.save_for_backward(keep, *weights, *saved)
-        return (cell.outputs(saved, keep), *carry[: cell.states])
+        return (cell.outputs(saved, keep)[pad:], *carry[: cell.states])
 
     @staticmethod
     def backward(ctx, d_out, *d_state):
-        from torch_xla.experimental.scan import scan
-
-        cell = ctx.cell
+        cell, k, pad = ctx.cell, ctx.k, ctx.pad
         keep, *rest = ctx.saved_tensors
         weights, saved = rest[: ctx.n_weights], rest[ctx.n_weights :]
-        back = [torch.flip(t, [0]) for t in (d_out, keep, *cell.back_inputs(saved))]  # scan runs forwards only
+        xs = (_pad(d_out, pad), keep, *cell.back_inputs(saved))
         with torch.no_grad():
-            carry, d_gx = scan(cell.step_back, (*d_state, weights[0]), tuple(back), is_fn_pure=True)
-        d_gx = torch.flip(d_gx, [0])
-        d_gh = cell.hidden_grads(d_gx, saved)
-        d_weights = [torch.einsum("tng,tnh->gh", d_gh, saved[0])]  # one matmul over all steps, outside the loop
+            carry, (d_gx,) = scan_loop(backward_body(cell, k), k, (*d_state, weights[0], _one(d_out)), xs, reverse=True)
+        d_gh = cell.hidden_grads(d_gx, saved)  # the padding's gradients are zero
+        d_weights = [torch.einsum("tng,tnh->gh", d_gh, cell.h_prev(saved))]  # one matmul over all steps
         if ctx.n_weights == 2:
             d_weights.append(d_gh.sum((0, 1)))
-        return (None, d_gx, None, *carry[: cell.states], *d_weights)
+        return (None, None, d_gx[pad:], None, *carry[: cell.states], *d_weights)
 
 
 class ScanRNN(nn.Module):
@@ -242,6 +121,7 @@ class ScanRNN(nn.Module):
             rnn.bidirectional,
         )
         self.training = rnn.training
+        self.chunk = default_chunk()
         self.names = list(rnn._flat_weights_names)
         for name in self.names:
             setattr(self, name, getattr(rnn, name))  # the same Parameter, not a copy, in nn's order
@@ -320,7 +200,7 @@ class ScanRNN(nn.Module):
                 gx = gx + (b_ih + b_hh)
         if state0 is None:
             state0 = [gx.new_zeros(x.shape[1], self.hidden_size) for _ in range(self.cell.states)]
-        out, *final = _Recurrence.apply(self.cell, gx, keep, *(s.to(gx.dtype) for s in state0), *weights)
+        out, *final = _Recurrence.apply(self.cell, self.chunk, gx, keep, *(s.to(gx.dtype) for s in state0), *weights)
         return out, final
 
 

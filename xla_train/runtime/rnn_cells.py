@@ -1,0 +1,238 @@
+"""One time step of each recurrent cell, forward and backward, and the loop bodies that run K of them.
+
+runtime/scan_rnn.py runs these bodies in XLA While loops (runtime/scan_loop.py). A body runs a chunk of K steps,
+unrolled, so that a device whose While iterations have a fixed cost pays it once per K steps; the compiled graph
+grows with K, never with the sequence length.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+# Each cell is a namespace of functions of ONE time step; they slice gates on the last dimension only.
+#   step(carry=(*state, *weights), xs=(gx_t, keep_t)) -> (carry, (saved_t,))
+#   step_back(carry=(*d_state, w_hh), xs=(d_out_t, keep_t, saved_t)) -> (carry, d_gx_t)
+# keep_t (N, 1) is False where a mask skips the step: the state passes through unchanged and the output is zero.
+# Each step saves ONE tensor (N, width * H) for the backward, so that the loop writes one buffer per step; what is
+# cheap to recompute (LSTM's tanh(c), the outputs) is recomputed rather than saved.
+
+
+def _split(t: torch.Tensor, parts: int):
+    size = t.shape[-1] // parts
+    return [t[..., k * size : (k + 1) * size] for k in range(parts)]
+
+
+class _LSTM:
+    """Gate order i, f, g, o; both biases are folded into gx before the loop. Saves [i f g o | h_prev | c_prev]
+    (6H; tanh(c) is recomputed, where four buffers held h, c, the gates and tanh(c): 7H). One sigmoid over all 4H
+    columns with g = tanh(a) = 2 sigmoid(2a) - 1, one kernel for the four gates, measured no faster on XLA:CPU
+    than this sigmoid and tanh on slices, so the exact tanh stays."""
+
+    states, bias_in_loop = 2, False
+
+    @staticmethod
+    def step(carry, xs):
+        h, c, w_hh = carry
+        gx, keep = xs
+        a = gx + h @ w_hh.t()
+        i, f, _, o = _split(torch.sigmoid(a), 4)
+        g = torch.tanh(_split(a, 4)[2])
+        c_new = f * c + i * g
+        h_new = o * torch.tanh(c_new)
+        saved = torch.cat([i, f, g, o, h, c], -1)
+        return (torch.where(keep, h_new, h), torch.where(keep, c_new, c), w_hh), (saved,)
+
+    @staticmethod
+    def outputs(saved, keep):
+        i, f, g, o, _, c_prev = _split(saved[0], 6)
+        out = o * torch.tanh(f * c_prev + i * g)
+        return torch.where(keep, out, torch.zeros_like(out))
+
+    @staticmethod
+    def back_inputs(saved):
+        return saved
+
+    @staticmethod
+    def h_prev(saved):
+        return _split(saved[0], 6)[4]
+
+    @staticmethod
+    def step_back(carry, xs):
+        dh, dc, w_hh = carry  # w.r.t. the state after this step
+        dy, keep, saved = xs
+        i, f, g, o, _, c_prev = _split(saved, 6)
+        tc = torch.tanh(f * c_prev + i * g)
+        zero = torch.zeros_like(dh)
+        dh_new = torch.where(keep, dh + dy, zero)  # a skipped step passed the state through untouched
+        dc_new = torch.where(keep, dc, zero) + dh_new * o * (1 - tc * tc)
+        d_gates = torch.cat(
+            [
+                dc_new * g * i * (1 - i),
+                dc_new * c_prev * f * (1 - f),
+                dc_new * i * (1 - g * g),
+                dh_new * tc * o * (1 - o),
+            ],
+            dim=-1,
+        )
+        dh_prev = d_gates @ w_hh + torch.where(keep, zero, dh)
+        dc_prev = dc_new * f + torch.where(keep, zero, dc)
+        return (dh_prev, dc_prev, w_hh), d_gates
+
+    @staticmethod
+    def hidden_grads(d_gx, saved):
+        return d_gx  # the gradient of h @ W_hh^T (+ b_hh) is the gates' own
+
+
+class _GRU:
+    """Gate order r, z, n; n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), so b_hh rides in the carry with W_hh.
+    Saves [r z n | W_hn h + b_hn | h_prev]."""
+
+    states, bias_in_loop = 1, True
+
+    @staticmethod
+    def step(carry, xs):
+        h, w_hh, *b_hh = carry
+        gx, keep = xs
+        gh = h @ w_hh.t()
+        if b_hh:
+            gh = gh + b_hh[0]
+        h_size = h.shape[-1]
+        rz = torch.sigmoid(gx[..., : 2 * h_size] + gh[..., : 2 * h_size])
+        r, z = _split(rz, 2)
+        gh_n = gh[..., 2 * h_size :]
+        n = torch.tanh(gx[..., 2 * h_size :] + r * gh_n)
+        h_new = n + z * (h - n)
+        return (torch.where(keep, h_new, h), w_hh, *b_hh), (torch.cat([rz, n, gh_n, h], -1),)
+
+    @staticmethod
+    def outputs(saved, keep):
+        _, z, n, _, h_prev = _split(saved[0], 5)
+        return torch.where(keep, n + z * (h_prev - n), torch.zeros_like(n))
+
+    @staticmethod
+    def back_inputs(saved):
+        return saved
+
+    @staticmethod
+    def h_prev(saved):
+        return _split(saved[0], 5)[4]
+
+    @staticmethod
+    def step_back(carry, xs):
+        dh, w_hh = carry
+        dy, keep, saved = xs
+        r, z, n, gh_n, h_prev = _split(saved, 5)
+        zero = torch.zeros_like(dh)
+        dh_new = torch.where(keep, dh + dy, zero)
+        da_n = dh_new * (1 - z) * (1 - n * n)
+        da_z = dh_new * (h_prev - n) * z * (1 - z)
+        da_r = da_n * gh_n * r * (1 - r)
+        dh_prev = torch.cat([da_r, da_z, da_n * r], dim=-1) @ w_hh + dh_new * z + torch.where(keep, zero, dh)
+        return (dh_prev, w_hh), torch.cat([da_r, da_z, da_n], dim=-1)
+
+    @staticmethod
+    def hidden_grads(d_gx, saved):
+        r = _split(saved[0], 5)[0]
+        d_r, d_z, d_n = _split(d_gx, 3)
+        return torch.cat([d_r, d_z, d_n * r], dim=-1)  # n's pre-activation sees W_hn h + b_hn through r
+
+
+def _rnn_step(carry, xs, act):
+    h, w_hh = carry
+    gx, keep = xs
+    h_new = act(gx + h @ w_hh.t())
+    return (torch.where(keep, h_new, h), w_hh), (torch.cat([h, h_new], -1),)
+
+
+def _rnn_step_back(carry, xs, d_act):
+    dh, w_hh = carry
+    dy, keep, saved = xs
+    zero = torch.zeros_like(dh)
+    da = torch.where(keep, dh + dy, zero) * d_act(_split(saved, 2)[1])
+    return (da @ w_hh + torch.where(keep, zero, dh), w_hh), da
+
+
+class _TanhRNN:
+    """Saves [h_prev | h_new]."""
+
+    states, bias_in_loop = 1, False
+
+    @staticmethod
+    def step(carry, xs):
+        return _rnn_step(carry, xs, torch.tanh)
+
+    @staticmethod
+    def step_back(carry, xs):
+        return _rnn_step_back(carry, xs, lambda h: 1 - h * h)
+
+    @staticmethod
+    def outputs(saved, keep):
+        h_new = _split(saved[0], 2)[1]
+        return torch.where(keep, h_new, torch.zeros_like(h_new))
+
+    @staticmethod
+    def back_inputs(saved):
+        return saved
+
+    @staticmethod
+    def h_prev(saved):
+        return _split(saved[0], 2)[0]
+
+    @staticmethod
+    def hidden_grads(d_gx, saved):
+        return d_gx
+
+
+class _ReluRNN(_TanhRNN):
+    @staticmethod
+    def step(carry, xs):
+        return _rnn_step(carry, xs, torch.relu)
+
+    @staticmethod
+    def step_back(carry, xs):
+        return _rnn_step_back(carry, xs, lambda h: (h > 0).to(h.dtype))
+
+
+CELLS = {"LSTM": _LSTM, "GRU": _GRU, "RNN_TANH": _TanhRNN, "RNN_RELU": _ReluRNN}
+
+
+def _once(carry, states: int, one: torch.Tensor, k: int):
+    """The state divided by a runtime 1, which is exact, when a chunk runs several steps. XLA:CPU otherwise fuses
+    each step's cheap state update into every later kernel that reads it, recomputing the chain from the chunk's
+    first step (K^2 / 2 step updates per chunk: K=8 took 1.3 times the CPU time); a division is an expensive op,
+    which XLA computes once. XLA cannot drop it: `one` is a graph input, not a constant."""
+    return carry if k == 1 else (*(t / one for t in carry[:states]), *carry[states:])
+
+
+@functools.cache
+def forward_body(cell, k: int):
+    """scan_loop's body for the forward scan: the cell's step over K steps, in time order. Carry (*carry, one)."""
+
+    def body(carry, steps):
+        *carry, one = carry
+        carry, outputs = tuple(carry), []
+        for xs in steps:
+            carry, saved = cell.step(carry, xs)
+            carry = _once(carry, cell.states, one, k)
+            outputs.append(saved)
+        return (*carry, one), outputs
+
+    return body
+
+
+@functools.cache
+def backward_body(cell, k: int):
+    """scan_loop's body for the backward scan: the cell's step_back over K steps, the last first."""
+
+    def body(carry, steps):
+        *carry, one = carry
+        carry, outputs = tuple(carry), [None] * k
+        for j in reversed(range(k)):
+            carry, d_gx = cell.step_back(carry, steps[j])
+            carry = _once(carry, cell.states, one, k)
+            outputs[j] = (d_gx,)
+        return (*carry, one), outputs
+
+    return body
