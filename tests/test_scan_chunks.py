@@ -85,7 +85,7 @@ def front_padded(n, t):
     return torch.arange(t)[None, :] >= lead[:, None]
 
 
-CASES = {  # T = 11 and 7: chunk 3 leaves 2 and 1 steps over, chunk 4 leaves 3
+CASES = {  # T = 11 and 7: chunk 3 leaves 2 and 1 steps over
     "2-layer bidirectional batch_first LSTM, hx given": (
         lambda: rnn.LSTM(5, 6, num_layers=2, bidirectional=True, batch_first=True),
         torch.randn(4, 11, 5), (torch.randn(4, 4, 6), torch.randn(4, 4, 6)), front_padded(4, 11),
@@ -106,7 +106,7 @@ for name, (make, x, hx, mask) in CASES.items():
     reference = run(one, x, hx, mask)
     weights = [torch.randn_like(v) for v in reference.values()]
     reference = run(one, x, hx, mask, weights)
-    for chunk in (3, 4, 16):  # 16: longer than the sequence
+    for chunk in (3, 16):  # 16: longer than the sequence
         twin = ScanRNN(make()).to(dev).eval()
         twin.load_state_dict(one.state_dict())
         twin.chunk = chunk
@@ -159,7 +159,7 @@ def test_the_loop_runs_k_steps_per_iteration_in_order_and_is_built_once(on_xla):
 def test_chunked_scans_compute_what_one_step_per_iteration_computes(on_xla):
     """Outputs, final states and the gradients of the input, hx and every parameter, for LSTM, GRU and RNN (two
     layers, both directions), front padding masked, at lengths the chunk does not divide."""
-    assert len(on_xla["chunks"]) == 9
+    assert len(on_xla["chunks"]) == 6
     for case, found in on_xla["chunks"].items():
         assert {"out", "state 0", "d input", "d weight_hh_l0", "d weight_ih_l0_reverse"} <= set(found), case
         for name, (shape, reference_shape, error) in found.items():
