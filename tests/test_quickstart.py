@@ -13,7 +13,7 @@ from conftest import new_user_env
 def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu(tmp_path):
     """No PJRT_DEVICE, no CPU_NUM_DEVICES: the plan is chosen for the device the runtime starts on (XLA:CPU here,
     no TPU on the PCI bus), not for the unset variable. 8 of the recipe's 12 epochs still train 320 steps, enough
-    for steps_per_execution=auto to group 8 unrolled steps, as the README's command 1 does with 480."""
+    for steps_per_execution=auto to group 4 unrolled steps, as the README's command 1 does with 480."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "xla_train", "recipe=quickstart", "epochs=8"],
@@ -36,7 +36,7 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
     out = "".join(lines)
     assert "(accelerator xla, 1 device(s))" in out
     assert (
-        "steps per execution: 8 (auto: 320 training steps >= 300, enough to pay back the longer compile), "
+        "steps per execution: 4 (auto: 320 training steps >= 300, enough to pay back the longer compile), "
         "as an XLA unrolled program (execution_loop=unroll)" in out
     ), out[:2000]
     epochs = re.findall(r"^40/40 - .*\(host (-?[\d.]+)ms\)", out, re.M)

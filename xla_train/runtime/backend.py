@@ -333,9 +333,11 @@ EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
 # which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
 # run unrolled (XLA:CPU), UNROLLED_K once the run trains UNROLL_PAYBACK_STEPS steps: measured on XLA:CPU, K=8's
-# longer compile and first execution paid back after 47 to 227 steps for the three recipes (docs/results.md).
+# longer compile and first execution paid back after 47 to 227 steps for the three recipes, and K=4's steady step
+# equalled K=8's in all three while its first execution took 2 to 5 s less and its peak 230 to 490 MB less
+# (docs/results.md, "What steps_per_execution=auto chooses").
 WHILE_K = 32
-UNROLLED_K = 8
+UNROLLED_K = 4
 UNROLL_PAYBACK_STEPS = 300
 MATMUL_PRECISIONS = ("default", "high", "highest")
 MATMUL_MEANING = {
