@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.job:
         if not a.xla_train_python:
             p.error("--job needs --xla-train-python (the project venv's python, e.g. .venv/bin/python)")
-        return whole_job(a.xla_train_python, a.rounds, a.json)
+        return whole_job(os.path.abspath(a.xla_train_python), a.rounds, a.json)
 
     info = machine()
     print(

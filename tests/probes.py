@@ -48,7 +48,7 @@ class AutocastProbe(pl.Callback):
 class LibraryLoads(pl.Callback):
     """Counts the shared libraries opened (ctypes.CDLL) inside each training step, and notes whether Lightning's
     NVML-based CUDA check is set there; as a control, after fit, what one torch.cuda.is_available() opens with
-    that check set."""
+    that check set. Also notes how many times the run trimmed the C heap (training/host_memory.py)."""
 
     def __init__(self, out: str):
         self.out, self.steps, self._opened = out, [], [0]
@@ -83,8 +83,9 @@ class LibraryLoads(pl.Callback):
         if previous is not None:
             os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = previous
         ctypes.CDLL.__init__ = self._init
+        trims = [c.trims for c in trainer.callbacks if type(c).__name__ == "HostHeapTrim"]
         with open(self.out, "w") as f:
-            json.dump({"steps": self.steps, "control": control}, f)
+            json.dump({"steps": self.steps, "control": control, "heap_trims": trims}, f)
 
 
 class TinyNet(torch.nn.Module):

@@ -47,6 +47,14 @@ def test_an_xla_step_opens_no_library_though_lightning_set_its_nvml_check(xla_ru
         assert seen["control"] >= 1, seen
 
 
+def test_fit_trims_the_host_heap_after_its_first_steps_and_every_epoch(xla_run):
+    """training/host_memory.py's trim (tests/test_host_memory.py) runs after each of the first 8 of the run's 10
+    steps, where the compiler's memory has been freed, and after each of its 2 epochs."""
+    run, _ = xla_run
+    seen = json.loads((run.parents[2] / "loads.json").read_text())
+    assert len(seen["steps"]) == 10 and seen["heap_trims"] == [8 + 2], seen
+
+
 def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
     run, proc = xla_run
     compiles = epoch_value(metrics_rows(run), "xla_compiles")

@@ -35,6 +35,7 @@ from xla_train.serve.predictor import load_for_inference
 from xla_train.training.compile_guard import CompileAccounting
 from xla_train.training.metrics_log import publish
 from xla_train.training.module import Classifier
+from xla_train.training.host_memory import HostHeapTrim
 from xla_train.training.progress import KerasProgress
 from xla_train.training.report import RunReport
 from xla_train.training.resume import LastCheckpoint, Preemption, RngState
@@ -174,6 +175,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
             self.last_checkpoint,
             self.preemption,
             KerasProgress(every),
+            HostHeapTrim(),
         ]
         kwargs["callbacks"] = callbacks
         try:
