@@ -291,7 +291,7 @@ IDLE_MS = 20.0  # what each step's forward waits idle on the host (probes.IdleLS
 def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_became(tiny_recipe, tmp_path):
     """bench's default steps_per_execution=auto is decided against the recipe's own run, as fit decides it, not
     against the few steps a cell times: the tiny recipe trains 1,000 epochs of IMDB's 22,500 reviews (Lightning's
-    default), so K=4 unrolled on XLA:CPU; a recipe capped at 100 steps runs one step at a time. The CSV keeps each
+    default), so K=8 unrolled on XLA:CPU; a recipe capped at 100 steps runs one step at a time. The CSV keeps each
     setting next to what it became, and the host's CPU time per step. In the short recipe the net waits idle 20 ms
     on the host in each step's forward (traced anew each step at K=1; a K program is traced once), which the host's
     wall time holds and its CPU time cannot, however loaded the machine is."""
@@ -313,10 +313,10 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
         assert 0 < float(r["host_cpu_ms_per_step"]) <= float(r["host_ms_per_step"]) + 1e-3, r
     host, host_cpu = float(short["host_ms_per_step"]), float(short["host_cpu_ms_per_step"])
     assert host >= IDLE_MS and host_cpu <= host - 0.9 * IDLE_MS, short  # the idle wait: wall time, not CPU time
-    assert (long["steps_per_execution_used"], long["execution_loop_used"]) == ("4", "unroll")
+    assert (long["steps_per_execution_used"], long["execution_loop_used"]) == ("8", "unroll")
     assert (short["steps_per_execution_used"], short["execution_loop_used"]) == ("1", "")
     md = (tmp_path / "runs" / "bench" / "version_0" / "bench.md").read_text()
-    assert "| 4 (auto) | unroll (auto) |" in md
+    assert "| 8 (auto) | unroll (auto) |" in md
 
 
 @pytest.mark.slow  # default-suite time; SPMD itself: test_spmd.py

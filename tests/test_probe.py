@@ -12,7 +12,14 @@ import pytest
 
 from xla_train import compat
 from xla_train.runtime import probe
-from xla_train.runtime.backend import UNROLL_PAYBACK_STEPS, UNROLLED_K, WHILE_K, xla
+from xla_train.runtime.backend import (
+    SHORT_UNROLLED_K,
+    UNROLL_LONG_STEPS,
+    UNROLL_PAYBACK_STEPS,
+    UNROLLED_K,
+    WHILE_K,
+    xla,
+)
 from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution, run_steps
 
 
@@ -67,8 +74,12 @@ def test_a_second_run_in_the_process_is_planned_alike(new_user):
 
 
 def test_auto_k_on_unrolled_steps_pays_back_its_compile():
+    k, note, pending = xla().auto_steps("unroll", UNROLL_LONG_STEPS)
+    assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note and UNROLLED_K == 8
+    k, note, pending = xla().auto_steps("unroll", UNROLL_LONG_STEPS - 1)
+    assert (k, pending) == (SHORT_UNROLLED_K, False) and "enough to pay back" in note and SHORT_UNROLLED_K == 4
     k, note, pending = xla().auto_steps("unroll", UNROLL_PAYBACK_STEPS)
-    assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note
+    assert (k, pending) == (SHORT_UNROLLED_K, False) and "enough to pay back" in note
     k, note, pending = xla().auto_steps("unroll", UNROLL_PAYBACK_STEPS - 1)
     assert (k, pending) == (1, False) and "too few to pay back" in note
     assert xla().auto_steps("unroll", float("inf"))[0] == UNROLLED_K

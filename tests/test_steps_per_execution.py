@@ -253,7 +253,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
     [
         ("auto", "tpu", "auto", "while", 32),
         ("auto", "xla", "spmd", "while", 32),
-        ("auto", "xla", "auto", "unroll", 4),  # until the run's length decides (tests/test_probe.py)
+        ("auto", "xla", "auto", "unroll", 8),  # until the run's length decides (tests/test_probe.py)
         ("auto", "tpu", "xla_mp", "while", 1),
         ("auto", "cpu", "auto", "while", 1),
         ("auto", "gpu", "auto", "while", 1),

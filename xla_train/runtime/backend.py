@@ -186,19 +186,22 @@ class XLABackend(Backend):
 
     def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
         """A While program's compile time and host memory do not grow with K, so K is chosen for the device alone.
-        An unrolled program's do, so K=UNROLLED_K only where the run is long enough to pay back its longer compile
-        and first execution (UNROLL_PAYBACK_STEPS: docs/results.md, "What steps_per_execution=auto chooses")."""
+        An unrolled program's do, so K=SHORT_UNROLLED_K only where the run is long enough to pay back its longer
+        compile and first execution (UNROLL_PAYBACK_STEPS), and K=UNROLLED_K only where it is long enough for a
+        step perhaps a few percent shorter to pay back its longer compile still (UNROLL_LONG_STEPS): docs/results.md,
+        "What steps_per_execution=auto chooses". Before the run's length is known, UNROLLED_K."""
         if loop == "while":
             return WHILE_K, f"{WHILE_K} (auto)", False
         if run_steps is None:
             return UNROLLED_K, f"{UNROLLED_K} (auto)", True
         steps = "an unbounded number of" if run_steps == float("inf") else f"{int(run_steps):,}"
-        if run_steps >= UNROLL_PAYBACK_STEPS:
-            why = f"{steps} training steps >= {UNROLL_PAYBACK_STEPS}, enough to pay back the longer compile"
-            return UNROLLED_K, f"{UNROLLED_K} (auto: {why})", False
+        for k, least in ((UNROLLED_K, UNROLL_LONG_STEPS), (SHORT_UNROLLED_K, UNROLL_PAYBACK_STEPS)):
+            if run_steps >= least:
+                why = f"{steps} training steps >= {least:,}, enough to pay back the longer compile"
+                return k, f"{k} (auto: {why})", False
         why = (
             f"{steps} training steps < {UNROLL_PAYBACK_STEPS}, too few to pay back the longer compile of "
-            f"{UNROLLED_K} unrolled steps; steps_per_execution={UNROLLED_K} groups them anyway"
+            f"{SHORT_UNROLLED_K} unrolled steps; steps_per_execution={SHORT_UNROLLED_K} groups them anyway"
         )
         return 1, f"1 (auto: {why})", False
 
@@ -332,13 +335,16 @@ class XLABackend(Backend):
 EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
 # which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
-# run unrolled (XLA:CPU), UNROLLED_K once the run trains UNROLL_PAYBACK_STEPS steps: measured on XLA:CPU, K=8's
-# longer compile and first execution paid back after 47 to 227 steps for the three recipes, and K=4's steady step
-# equalled K=8's in all three while its first execution took 2 to 5 s less and its peak 230 to 490 MB less
-# (docs/results.md, "What steps_per_execution=auto chooses").
+# run unrolled (XLA:CPU): measured there, K=8's longer compile and first execution paid back against K=1 after 47
+# to 227 steps for the three recipes; K=4's first execution took 2 to 5 s less than K=8's and 230 to 490 MB less
+# memory, and its steady step was the same to 10% slower, by the day (docs/results.md, "What
+# steps_per_execution=auto chooses"). So SHORT_UNROLLED_K from UNROLL_PAYBACK_STEPS training steps, and
+# UNROLLED_K from UNROLL_LONG_STEPS, where a step 5% shorter (7-13 ms for IMDB and cifar10) repays the 2-5 s.
 WHILE_K = 32
-UNROLLED_K = 4
+UNROLLED_K = 8
+SHORT_UNROLLED_K = 4
 UNROLL_PAYBACK_STEPS = 300
+UNROLL_LONG_STEPS = 1000
 MATMUL_PRECISIONS = ("default", "high", "highest")
 MATMUL_MEANING = {
     "default": "one bf16 pass for float32 on a TPU",
