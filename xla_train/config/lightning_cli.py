@@ -33,9 +33,9 @@ from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
 from xla_train.training.compile_guard import CompileAccounting
+from xla_train.training.host_memory import HostHeapTrim
 from xla_train.training.metrics_log import publish
 from xla_train.training.module import Classifier
-from xla_train.training.host_memory import HostHeapTrim
 from xla_train.training.progress import KerasProgress
 from xla_train.training.report import RunReport
 from xla_train.training.resume import LastCheckpoint, Preemption, RngState
