@@ -7,6 +7,7 @@ SPMD mode are fixed for the life of a process.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import pickle
 import socket
@@ -83,6 +84,16 @@ def cli_env(devices: int = 1, **extra) -> dict:
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
+
+
+def script_json(code: str, env: dict | None = None, cwd=None, timeout: int = 300):
+    """Runs `python -c code` (on one XLA:CPU device unless `env` says otherwise) and returns its last line of
+    output read as JSON; a script that fails fails the test, with the end of its stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env or cli_env(1), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def path_with_tests() -> str:

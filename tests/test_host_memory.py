@@ -2,13 +2,11 @@
 creep from epoch to epoch: the trim itself, on a heap left as XLA:CPU's buffers leave it, and its place in fit
 (tests/test_fit.py's run counts the trims)."""
 
-import json
-import subprocess
 import sys
 
 import pytest
 
-from conftest import cli_env
+from conftest import script_json
 
 # In a fresh process: 200 MB of 4 MB blocks in the heap (a freed 16 MB mmapped block first raises glibc's mmap
 # threshold, as a run's first freed buffers do), a block above them that stays in use, then the 200 MB freed.
@@ -37,8 +35,6 @@ print(json.dumps({"before": before, "after": rss_mb(), "trimmed": trimmed}))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim and /proc: Linux")
 def test_trim_returns_the_free_pages_a_heap_keeps_after_its_buffers_are_freed():
-    proc = subprocess.run([sys.executable, "-c", HEAP], env=cli_env(1), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = script_json(HEAP, timeout=120)
     assert seen["trimmed"], seen
     assert seen["before"] - seen["after"] >= 150, seen  # the 200 MB freed but resident until the trim

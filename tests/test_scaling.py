@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import cli_env, free_port, run_pod, path_with_tests
+from conftest import cli_env, free_port, path_with_tests, run_pod, script_json
 
 BATCH = 8  # per device
 GLOBAL_DEVICES = 8
@@ -95,16 +95,8 @@ def _host_share_probe() -> None:
 @pytest.fixture(scope="module")
 def host_shares(tmp_path_factory) -> dict:
     code = "import test_scaling; test_scaling._host_share_probe()"
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path_factory.mktemp("shares"),
-        env=cli_env(GLOBAL_DEVICES, PYTHONPATH=path_with_tests()),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    env = cli_env(GLOBAL_DEVICES, PYTHONPATH=path_with_tests())
+    return script_json(code, env=env, cwd=tmp_path_factory.mktemp("shares"))
 
 
 def _global_batches(split: str) -> list[list[int]]:

@@ -7,13 +7,10 @@ The XLA checks run in one subprocess (the XLA runtime is fixed for a process's l
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import cli_env
+from conftest import script_json
 
 ON_XLA = r"""
 import json
@@ -142,9 +139,7 @@ print(json.dumps(found))
 
 @pytest.fixture(scope="module")
 def on_xla() -> dict:
-    proc = subprocess.run([sys.executable, "-c", ON_XLA], env=cli_env(1), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return script_json(ON_XLA)
 
 
 def test_the_loop_runs_k_steps_per_iteration_in_order_and_is_built_once(on_xla):

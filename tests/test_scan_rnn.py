@@ -7,16 +7,13 @@ The XLA checks run in one subprocess (the XLA runtime is fixed for a process's l
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from conftest import cli_env
+from conftest import script_json
 from xla_train.runtime.scan_rnn import ScanRNN, use_scan_rnn
 
 ON_XLA = r"""
@@ -230,9 +227,7 @@ print(json.dumps(found))
 
 @pytest.fixture(scope="module")
 def on_xla() -> dict:
-    proc = subprocess.run([sys.executable, "-c", ON_XLA], env=cli_env(1), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return script_json(ON_XLA)
 
 
 def test_scans_compute_what_nn_computes_forward_and_backward(on_xla):
