@@ -4,6 +4,7 @@ model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and
 import json
 import os
 import random
+import sys
 import time
 
 import lightning.pytorch as pl
@@ -85,7 +86,8 @@ class LibraryLoads(pl.Callback):
         ctypes.CDLL.__init__ = self._init
         trims = [c.trims for c in trainer.callbacks if type(c).__name__ == "HostHeapTrim"]
         with open(self.out, "w") as f:
-            json.dump({"steps": self.steps, "control": control, "heap_trims": trims}, f)
+            passes = "torch._inductor.pattern_matcher" in sys.modules  # compat.defer_torch_xla_dynamo_bridge
+            json.dump({"steps": self.steps, "control": control, "heap_trims": trims, "inductor_passes": passes}, f)
 
 
 class TinyNet(torch.nn.Module):

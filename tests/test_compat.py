@@ -116,3 +116,42 @@ def test_lightning_asks_no_tpu_metadata_where_the_bus_has_no_tpu_and_the_patch_u
     finally:
         if installed:
             compat.no_tpu_for_lightning()
+
+
+DEFERRED_BRIDGE = """
+import inspect, json, sys
+from xla_train import compat
+compat.defer_torch_xla_dynamo_bridge()
+compat.defer_torch_xla_dynamo_bridge()  # once: one finder
+finders = sum(type(f).__name__ == "_DeferredDynamoBridge" for f in sys.meta_path)
+import torch_xla, torch_xla.distributed.spmd, torch_xla.experimental.scan
+passes = "torch._inductor.pattern_matcher"
+seen = {"finders": finders, "finder_left": any(type(f).__name__ == "_DeferredDynamoBridge" for f in sys.meta_path)}
+inspect.getmodule(inspect)  # reads __file__ on every module in sys.modules, as torch.library's registrations do
+seen["at_import"] = passes in sys.modules
+bridge = sys.modules["torch_xla._dynamo.dynamo_bridge"]
+seen["fallback_ops"] = callable(bridge.get_fallback_ops)  # a first read runs it, in the same module object
+seen["after_use"] = passes in sys.modules and sys.modules["torch_xla._dynamo.dynamo_bridge"] is bridge
+from torch_xla.core.dynamo_bridge import *  # torch._dynamo's openxla backend's import
+seen["star_import"] = callable(extract_compiled_graph)
+print(json.dumps(seen))
+"""
+
+
+def test_torch_xla_imports_without_its_dynamo_bridge_which_runs_on_first_use():
+    """The bridge pulls in torch._inductor's lowerings (about 1.1 s of every start); deferred, it runs when read."""
+    from conftest import script_json
+
+    seen = script_json(DEFERRED_BRIDGE)
+    assert seen == {
+        "finders": 1,
+        "finder_left": False,
+        "at_import": False,
+        "fallback_ops": True,
+        "after_use": True,
+        "star_import": True,
+    }, seen
+    undone = script_json(
+        DEFERRED_BRIDGE.replace("finders = sum", "compat.undefer_torch_xla_dynamo_bridge()\nfinders = sum")
+    )
+    assert undone["finders"] == 0 and undone["at_import"] is True, undone

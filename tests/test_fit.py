@@ -55,6 +55,13 @@ def test_fit_trims_the_host_heap_after_its_first_steps_and_every_epoch(xla_run):
     assert len(seen["steps"]) == 10 and seen["heap_trims"] == [8 + 2], seen
 
 
+def test_an_xla_fit_never_imports_inductors_passes(xla_run):
+    """torch_xla's dynamo bridge (torch.compile's backend, which a fit never uses) stays unrun, and with it the
+    second of start-up that importing torch._inductor's lowerings costs (compat.defer_torch_xla_dynamo_bridge)."""
+    run, _ = xla_run
+    assert json.loads((run.parents[2] / "loads.json").read_text())["inductor_passes"] is False
+
+
 def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
     run, proc = xla_run
     compiles = epoch_value(metrics_rows(run), "xla_compiles")
