@@ -62,6 +62,15 @@ def test_an_xla_fit_never_imports_inductors_passes(xla_run):
     assert json.loads((run.parents[2] / "loads.json").read_text())["inductor_passes"] is False
 
 
+def test_batch_norm_counters_moved_to_the_device_as_data_count_every_step(xla_run):
+    """The net's 0-dim buffers go to the device as data, not as the IR constants .to() makes of a 0 or a 1
+    (runtime/single_device.py); each BatchNorm's num_batches_tracked still counts the run's 10 steps."""
+    run, _ = xla_run
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    counters = {k: int(v) for k, v in state.items() if k.endswith("num_batches_tracked")}
+    assert len(counters) == 2 and set(counters.values()) == {10}, counters
+
+
 def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
     run, proc = xla_run
     compiles = epoch_value(metrics_rows(run), "xla_compiles")

@@ -39,6 +39,9 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
         "steps per execution: 4 (auto: 320 training steps >= 300, enough to pay back the longer compile), "
         "as an XLA unrolled program (execution_loop=unroll)" in out
     ), out[:2000]
+    # One training program (80 executions of 4 steps) and one validation graph: the net's BatchNorm counters went
+    # to the device as data, not as constants that the first validation batch's sync compiled as a second graph.
+    assert re.search(r"^compiled graphs by phase: train 1 \([\d.]+ s\), validate 1 \(", out, re.M), out[-3000:]
     epochs = re.findall(r"^40/40 - .*\(host (-?[\d.]+)ms\)", out, re.M)
     assert len(epochs) == 8 and all(float(h) >= 0 for h in epochs), out
     acc = float(re.search(r"held-out test accuracy: ([\d.]+)", out).group(1))

@@ -14,10 +14,10 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.single_device import ScanRNNOnXLA, device_loader
+from xla_train.runtime.single_device import ModelOnXLA, device_loader
 
 
-class XLAMultiProcessStrategy(ScanRNNOnXLA, compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):
+class XLAMultiProcessStrategy(ModelOnXLA, compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):
     """Lightning's XLAStrategy with the atomic checkpoint writer, the device loader that shows Lightning the
     sampler to reshuffle, and the scan RNNs."""
 

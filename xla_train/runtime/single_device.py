@@ -18,16 +18,31 @@ from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
 from xla_train.runtime.steps_per_execution import StepsPerExecution
 
 
-class ScanRNNOnXLA:
-    """For any XLA strategy: nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as
-    loops, with the same parameters, until teardown gives the model its nn modules back for the CPU."""
+class ModelOnXLA:
+    """For any XLA strategy, how the model moves to the device.
+
+    nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as loops, with the same
+    parameters, until teardown gives the model its nn modules back for the CPU.
+
+    Its 0-dim buffers (BatchNorm's num_batches_tracked) go as data: `.to(device)` makes a scalar 0 or 1 an IR
+    constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output a
+    buffer), in the first validation or training step.
+    """
 
     @override
     def model_to_device(self) -> None:
         from xla_train.runtime.scan_rnn import use_scan_rnn
 
+        scalars = [(m, name, b) for m in self.model.modules() for name, b in m.named_buffers(recurse=False)]
+        scalars = [(m, name, b) for m, name, b in scalars if b.dim() == 0 and b.device.type == "cpu"]
         use_scan_rnn(self.model)
         super().model_to_device()
+        if scalars:
+            import torch_xla.core.xla_model as xm
+
+            on_device = xm.send_cpu_data_to_device([b for _, _, b in scalars], self.root_device)
+            for (module, name, _), tensor in zip(scalars, on_device):
+                setattr(module, name, tensor)
 
     @override
     def teardown(self) -> None:
@@ -37,7 +52,7 @@ class ScanRNNOnXLA:
         restore_rnn(self.model)  # ...where the nn modules, not the scans, run them
 
 
-class XLASingleDeviceStrategy(StepsPerExecution, ScanRNNOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
+class XLASingleDeviceStrategy(StepsPerExecution, ModelOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
     strategy_name = "xla_single"
 
     def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
