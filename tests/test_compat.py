@@ -119,7 +119,7 @@ def test_lightning_asks_no_tpu_metadata_where_the_bus_has_no_tpu_and_the_patch_u
 
 
 DEFERRED_BRIDGE = """
-import inspect, json, sys
+import inspect, json, sys, threading
 from xla_train import compat
 compat.defer_torch_xla_dynamo_bridge()
 compat.defer_torch_xla_dynamo_bridge()  # once: one finder
@@ -130,7 +130,10 @@ seen = {"finders": finders, "finder_left": any(type(f).__name__ == "_DeferredDyn
 inspect.getmodule(inspect)  # reads __file__ on every module in sys.modules, as torch.library's registrations do
 seen["at_import"] = passes in sys.modules
 bridge = sys.modules["torch_xla._dynamo.dynamo_bridge"]
-seen["fallback_ops"] = callable(bridge.get_fallback_ops)  # a first read runs it, in the same module object
+got = []  # a first read runs it, in the same module object; a second thread's read meanwhile waits for it
+readers = [threading.Thread(target=lambda: got.append(callable(bridge.get_fallback_ops))) for _ in range(2)]
+[r.start() for r in readers] and [r.join() for r in readers]
+seen["fallback_ops"] = got == [True, True]
 seen["after_use"] = passes in sys.modules and sys.modules["torch_xla._dynamo.dynamo_bridge"] is bridge
 from torch_xla.core.dynamo_bridge import *  # torch._dynamo's openxla backend's import
 seen["star_import"] = callable(extract_compiled_graph)

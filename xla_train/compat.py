@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import types
 
 from lightning.pytorch.cli import LightningCLI
@@ -494,6 +495,7 @@ def lightning_tpu_probes_back() -> None:
 
 
 _DYNAMO_BRIDGE = "torch_xla._dynamo.dynamo_bridge"
+_DEFERRED_LOCK = threading.RLock()
 
 
 class _Deferred(types.ModuleType):
@@ -502,12 +504,12 @@ class _Deferred(types.ModuleType):
     so inspect's scans of sys.modules, which read __file__ on every module, leave it unrun."""
 
     def __getattr__(self, name):
-        loader = self.__dict__.pop("_deferred_loader", None)
-        if loader is None:
-            raise AttributeError(name)
-        self.__class__ = types.ModuleType
-        loader.exec_module(self)
-        return getattr(self, name)
+        with _DEFERRED_LOCK:  # a second thread's first read waits for the module's code, then reads as usual
+            loader = self.__dict__.pop("_deferred_loader", None)
+            if loader is not None:
+                loader.exec_module(self)
+                self.__class__ = types.ModuleType  # after its code: until then another thread's read comes here
+        return types.ModuleType.__getattribute__(self, name)
 
 
 class _DeferredLoader:

@@ -25,8 +25,8 @@ class ModelOnXLA:
     parameters, until teardown gives the model its nn modules back for the CPU.
 
     Its 0-dim buffers (BatchNorm's num_batches_tracked) go as data: `.to(device)` makes a scalar 0 or 1 an IR
-    constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output a
-    buffer), in the first validation or training step.
+    constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output per
+    buffer) at the first validation or training batch.
     """
 
     @override
