@@ -12,7 +12,7 @@ session, alternating (docs/results.md, "XLA:CPU's fresh pages per execution"):
 Each execution is waited for before the next is traced (not pipelined as in training), so a step time is its
 execution's own; `python -m xla_train bench` gives the pipelined figure. A peer measurement, not part of the
 package, and not an xla_train command, so it starts with the environment as given (a command restarts
-itself with the huge-page tunable: runtime/huge_pages.py).
+itself with the huge-page tunable: cli/huge_pages.py).
 """
 
 import os

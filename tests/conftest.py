@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xla_train.runtime.huge_pages import TUNABLE as HUGE_PAGES
+from xla_train.cli.huge_pages import TUNABLE as HUGE_PAGES
 
 TESTS = Path(__file__).resolve().parent
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -84,7 +84,7 @@ def save_checkpoint(path, net, init_args: dict | None, info: dict):
 def cli_env(devices: int = 1, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})
-    # what a command gives itself as it starts (runtime/huge_pages.py), set here so that its restart is not paid twice
+    # what a command gives itself as it starts (cli/huge_pages.py), set here so that its restart is not paid twice
     env.setdefault("GLIBC_TUNABLES", HUGE_PAGES)
     env.update(extra)
     return env

@@ -64,7 +64,7 @@ def test_an_xla_fit_never_imports_inductors_passes(xla_run):
 
 
 def test_an_xla_execution_maps_its_buffers_on_huge_pages(xla_run):
-    """A command's large heap blocks on transparent huge pages (runtime/huge_pages.py): XLA:CPU's per-execution
+    """A command's large heap blocks on transparent huge pages (cli/huge_pages.py): XLA:CPU's per-execution
     temporary buffer (about 55 MB here) faulted in 16,000 to 40,000 4 KiB pages a step without them."""
     run, _ = xla_run
     seen = json.loads((run.parents[2] / "loads.json").read_text())

@@ -1,11 +1,11 @@
-"""runtime/huge_pages.py: a command restarts itself once with glibc's huge-page tunable, and only where it should."""
+"""cli/huge_pages.py: a command restarts itself once with glibc's huge-page tunable, and only where it should."""
 
 import os
 import sys
 
 import pytest
 
-from xla_train.runtime import huge_pages
+from xla_train.cli import huge_pages
 
 
 @pytest.fixture

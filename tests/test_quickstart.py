@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import new_user_env
 
-from xla_train.runtime.huge_pages import is_glibc
+from xla_train.cli.huge_pages import is_glibc
 
 
 def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu(tmp_path):
@@ -31,7 +31,7 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
     reader.start()
     lines, elapsed = [], None  # elapsed: from the start to the time line's arrival
     environ = Path(f"/proc/{proc.pid}/environ")
-    restarted = None  # the command's environment once it prints: after its restart (runtime/huge_pages.py)
+    restarted = None  # the command's environment once it prints: after its restart (cli/huge_pages.py)
     for line in proc.stdout:
         if restarted is None and environ.exists():
             restarted = environ.read_bytes().split(b"\0")

@@ -50,7 +50,7 @@ def split_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the program itself: once, before its imports, with huge pages for large heap blocks
-        from xla_train.runtime.huge_pages import restart_with_huge_pages
+        from xla_train.cli.huge_pages import restart_with_huge_pages
 
         restart_with_huge_pages()
     argv = sys.argv[1:] if argv is None else list(argv)
