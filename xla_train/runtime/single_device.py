@@ -22,7 +22,8 @@ class ModelOnXLA:
     """For any XLA strategy, how the model moves to the device.
 
     nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as loops, with the same
-    parameters, until teardown gives the model its nn modules back for the CPU.
+    parameters, until teardown gives the model its nn modules back for the CPU. nn.Linear layers compute their
+    weight gradient in the weight's own shape (runtime/linear_grad.py) until then too.
 
     Its 0-dim buffers (BatchNorm's num_batches_tracked) go as data: `.to(device)` makes a scalar 0 or 1 an IR
     constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output per
@@ -31,11 +32,13 @@ class ModelOnXLA:
 
     @override
     def model_to_device(self) -> None:
+        from xla_train.runtime.linear_grad import use_xla_linear
         from xla_train.runtime.scan_rnn import use_scan_rnn
 
         scalars = [(m, name, b) for m in self.model.modules() for name, b in m.named_buffers(recurse=False)]
         scalars = [(m, name, b) for m, name, b in scalars if b.dim() == 0 and b.device.type == "cpu"]
         use_scan_rnn(self.model)
+        self._linears = use_xla_linear(self.model)
         super().model_to_device()
         if scalars:
             import torch_xla.core.xla_model as xm
@@ -47,9 +50,12 @@ class ModelOnXLA:
     @override
     def teardown(self) -> None:
         super().teardown()  # moves the model back to the CPU
+        from xla_train.runtime.linear_grad import restore_linear
         from xla_train.runtime.scan_rnn import restore_rnn
 
         restore_rnn(self.model)  # ...where the nn modules, not the scans, run them
+        restore_linear(getattr(self, "_linears", {}))
+        self._linears = {}
 
 
 class XLASingleDeviceStrategy(StepsPerExecution, ModelOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):

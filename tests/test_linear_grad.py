@@ -1,0 +1,131 @@
+"""runtime/linear_grad.py: nn.Linear on XLA gives stock autograd's gradients, with the weight's in its own shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import script_json
+
+SCRIPT = r"""
+import json
+import torch, torch_xla
+from torch import nn
+from xla_train.runtime.linear_grad import restore_linear, use_xla_linear
+
+dev = torch_xla.device()
+torch.manual_seed(0)
+found = {"grads": {}}
+
+
+def grads(layer, x, on):
+    layer = layer.to(on)
+    x = x.detach().clone().to(on).requires_grad_()
+    (layer(x) * torch.linspace(-1, 1, layer.out_features, device=on)).sum().backward()
+    out = {"x": x.grad, "weight": layer.weight.grad}
+    if layer.bias is not None:
+        out["bias"] = layer.bias.grad
+    return {k: v.cpu() for k, v in out.items()}
+
+
+for name, shape, bias in [("2-D", (8, 5), True), ("3-D", (2, 3, 5), True), ("no bias", (8, 5), False)]:
+    stock = nn.Linear(5, 4, bias=bias)
+    x = torch.randn(*shape)
+    reference = grads(stock, x, "cpu")
+    swapped = nn.Linear(5, 4, bias=bias)
+    swapped.load_state_dict(stock.state_dict())
+    changed = use_xla_linear(swapped)
+    got = grads(swapped, x, dev)
+    found["grads"][name] = {
+        "swapped": type(swapped).__name__ == "Linear" and type(swapped) is not nn.Linear and len(changed) == 1,
+        "diff": {k: (got[k] - reference[k]).abs().max().item() for k in reference},
+        "shapes": {k: [list(got[k].shape), list(reference[k].shape)] for k in reference},
+    }
+    restore_linear(changed)
+    found["grads"][name]["restored"] = type(swapped) is nn.Linear
+
+
+# The weight gradient's graph: a transpose of an [in, out] product (stock), or the [out, in] product itself.
+# (Transposes of a product's operands fold into its contracting dimensions; of its result, they do not.)
+def transposed_products(swap):
+    layer = nn.Linear(64, 32)
+    if swap:
+        use_xla_linear(layer)
+    layer = layer.to(dev)
+    x = torch.randn(16, 64).to(dev)
+    layer(x).square().sum().backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([layer.weight.grad])
+    return sum(" transpose(" in line and " %dot" in line for line in hlo.splitlines())
+
+
+found["transposes"] = {"stock": transposed_products(False), "swapped": transposed_products(True)}
+
+# bf16 autocast, as precision=bf16-mixed runs on XLA: float32 gradients, close to stock autocast's.
+auto = {}
+for swap in (False, True):
+    torch.manual_seed(1)
+    layer = nn.Linear(16, 8)
+    if swap:
+        use_xla_linear(layer)
+    layer = layer.to(dev)
+    x = torch.randn(4, 16).to(dev)
+    with torch.autocast("xla", dtype=torch.bfloat16):
+        y = layer(x)
+    y.float().sum().backward()
+    auto[swap] = (y.dtype, layer.weight.grad.cpu(), layer.bias.grad.cpu())
+found["autocast"] = {
+    "dtypes": [str(auto[True][0]), str(auto[True][1].dtype)],
+    "diff": max((auto[True][i] - auto[False][i]).abs().max().item() for i in (1, 2)),
+}
+
+
+# A subclass with a forward of its own keeps it; one without gets the swap; state dict keys stay.
+class Scaled(nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class Plain(nn.Linear):
+    pass
+
+
+net = nn.Sequential(Scaled(3, 3), Plain(3, 3), nn.ReLU(), nn.Linear(3, 2))
+keys = list(net.state_dict())
+changed = use_xla_linear(net)
+found["which"] = {
+    "swapped": sorted(type(m).__mro__[1].__name__ for m in changed),
+    "scaled kept": type(net[0]) is Scaled,
+    "keys": list(net.state_dict()) == keys,
+    "isinstance": isinstance(net[1], Plain),
+}
+restore_linear(changed)
+found["which"]["restored"] = [type(m).__name__ for m in net] == ["Scaled", "Plain", "ReLU", "Linear"]
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def found():
+    return script_json(SCRIPT)
+
+
+def test_the_swapped_layer_gives_stock_autograds_gradients_and_is_restored(found):
+    for name, case in found["grads"].items():
+        assert case["swapped"] and case["restored"], name
+        assert all(a == b for a, b in case["shapes"].values()), case["shapes"]
+        assert max(case["diff"].values()) < 1e-5, (name, case["diff"])
+
+
+def test_the_weight_gradient_is_computed_in_the_weights_shape_with_no_transpose(found):
+    assert found["transposes"]["stock"] >= 1  # what the swap is for: stock autograd's [in, out] product, transposed
+    assert found["transposes"]["swapped"] == 0
+
+
+def test_under_bf16_autocast_the_gradients_stay_float32_and_match_stock(found):
+    assert found["autocast"]["dtypes"] == ["torch.bfloat16", "torch.float32"]
+    assert found["autocast"]["diff"] < 1e-2
+
+
+def test_a_subclass_with_its_own_forward_keeps_it(found):
+    which = found["which"]
+    assert which["swapped"] == ["Linear", "Plain"] and which["scaled kept"]
+    assert which["keys"] and which["isinstance"] and which["restored"]
