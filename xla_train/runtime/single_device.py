@@ -35,8 +35,12 @@ class ModelOnXLA:
         from xla_train.runtime.linear_grad import use_xla_linear
         from xla_train.runtime.scan_rnn import use_scan_rnn
 
-        scalars = [(m, name, b) for m in self.model.modules() for name, b in m.named_buffers(recurse=False)]
-        scalars = [(m, name, b) for m, name, b in scalars if b.dim() == 0 and b.device.type == "cpu"]
+        scalars = [
+            (m, name, b)
+            for m in self.model.modules()
+            for name, b in m.named_buffers(recurse=False)
+            if b.dim() == 0 and b.device.type == "cpu"
+        ]
         use_scan_rnn(self.model)
         self._linears = use_xla_linear(self.model)
         super().model_to_device()
