@@ -1,0 +1,138 @@
+"""runtime/max_pool.py: max pooling over tiling windows on XLA:CPU gives torch's values and gradients exactly,
+without select-and-scatter, and only where the windows tile the input."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import script_json
+
+SCRIPT = r"""
+import json
+import torch, torch_xla
+import torch.nn.functional as F
+from torch import nn
+from xla_train import compat
+from xla_train.runtime.max_pool import use_tiled_max_pool
+from xla_train.runtime.single_device import ModelOnXLA
+
+dev = torch_xla.device()
+torch.manual_seed(0)
+found = {"exact": {}}
+
+
+def run(layer, x, on):
+    x = x.detach().clone().to(on).requires_grad_()
+    y = layer(x)
+    (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(on)).sum().backward()  # the same weights on both
+    return y.detach().cpu(), x.grad.cpu()
+
+
+# Ties (small integers: many equal maxima in a window) must send the gradient where torch's kernel sends it, to
+# the first maximum in row-major order; rows and columns no window covers (9 rows, k=2) get none.
+cases = [
+    ("random", (2, 3, 8, 8), 2, False),
+    ("ties, cropped", (2, 3, 9, 7), 2, True),
+    ("k=3, ties", (1, 2, 9, 9), 3, True),
+    ("3-D input", (3, 6, 6), 2, True),
+    ("all equal", (1, 1, 4, 4), 2, "zeros"),
+]
+for name, shape, k, ties in cases:
+    x = torch.zeros(shape) if ties == "zeros" else torch.randint(0, 3, shape).float() if ties else torch.randn(shape)
+    stock_y, stock_g = run(nn.MaxPool2d(k), x, "cpu")
+    layer = nn.MaxPool2d(k)
+    changed = use_tiled_max_pool(layer)
+    y, g = run(layer, x, dev)
+    found["exact"][name] = {
+        "swapped": len(changed) == 1 and type(layer) is not nn.MaxPool2d,
+        "values": torch.equal(y, stock_y),
+        "grads": torch.equal(g, stock_g),
+    }
+    compat.restore_classes(changed)
+
+
+def pool_ops(swap):
+    layer = nn.MaxPool2d(2)
+    if swap:
+        use_tiled_max_pool(layer)
+    x = torch.randn(2, 4, 8, 8).to(dev).requires_grad_()
+    layer(x).square().sum().backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([x.grad])
+    return {op: hlo.count(op) for op in ("select-and-scatter(", "reduce-window(", "scatter(")}
+
+
+found["ops"] = {"stock": pool_ops(False), "swapped": pool_ops(True)}
+
+
+class OwnForward(nn.MaxPool2d):
+    def forward(self, x):
+        return -super().forward(-x)
+
+
+class Plain(nn.MaxPool2d):
+    pass
+
+
+net = nn.Sequential(
+    nn.MaxPool2d(2),
+    nn.MaxPool2d((3, 3), stride=3),
+    Plain(2),
+    OwnForward(2),
+    nn.MaxPool2d(3, stride=2),
+    nn.MaxPool2d(2, padding=1),
+    nn.MaxPool2d(2, ceil_mode=True),
+    nn.MaxPool2d(2, dilation=2),
+    nn.MaxPool2d(2, return_indices=True),
+)
+changed = use_tiled_max_pool(net)
+found["which"] = [i for i, m in enumerate(net) if m in changed]
+compat.restore_classes(changed)
+found["restored"] = [type(m).__name__ for m in net[:4]] == ["MaxPool2d", "MaxPool2d", "Plain", "OwnForward"]
+
+
+# The strategy's own path: swapped while the model is on XLA:CPU, its classes back at teardown.
+class Base:
+    def model_to_device(self):
+        self.model.to(self.root_device)
+
+    def teardown(self):
+        self.model.to("cpu")
+
+
+class Strategy(ModelOnXLA, Base):
+    pass
+
+
+s = Strategy()
+s.model, s.root_device = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)), dev
+s.model_to_device()
+found["in fit"] = [type(m) is not type_ for m, type_ in zip(s.model, (nn.Conv2d, nn.MaxPool2d, nn.Flatten, nn.Linear))]
+s.teardown()
+found["after fit"] = [type(m).__name__ for m in s.model]
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def found():
+    return script_json(SCRIPT)
+
+
+def test_values_and_gradients_are_torchs_exactly_ties_and_cropped_edges_included(found):
+    for name, case in found["exact"].items():
+        assert case == {"swapped": True, "values": True, "grads": True}, name
+
+
+def test_the_gradient_needs_no_select_and_scatter(found):
+    assert found["ops"]["stock"]["select-and-scatter("] >= 1  # what the swap is for
+    assert found["ops"]["swapped"] == {"select-and-scatter(": 0, "reduce-window(": 0, "scatter(": 0}
+
+
+def test_only_tiling_windows_of_layers_without_their_own_forward_are_swapped(found):
+    assert found["which"] == [0, 1, 2]
+    assert found["restored"]
+
+
+def test_the_strategy_swaps_on_xla_cpu_and_gives_the_classes_back_at_teardown(found):
+    assert found["in fit"] == [False, True, False, True]  # MaxPool2d and Linear swapped; Conv2d, Flatten not
+    assert found["after fit"] == ["Conv2d", "MaxPool2d", "Flatten", "Linear"]
