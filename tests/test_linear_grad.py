@@ -44,10 +44,19 @@ for name, shape, bias in [("2-D", (8, 5), True), ("3-D", (2, 3, 5), True), ("no 
     found["grads"][name]["restored"] = type(swapped) is nn.Linear
 
 
+class Scaled(nn.Linear):
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+class Plain(nn.Linear):
+    pass
+
+
 # The weight gradient's graph: a transpose of an [in, out] product (stock), or the [out, in] product itself.
 # (Transposes of a product's operands fold into its contracting dimensions; of its result, they do not.)
-def transposed_products(swap):
-    layer = nn.Linear(64, 32)
+def transposed_products(swap, cls=nn.Linear):
+    layer = cls(64, 32)
     if swap:
         use_xla_linear(layer)
     layer = layer.to(dev)
@@ -58,6 +67,7 @@ def transposed_products(swap):
 
 
 found["transposes"] = {"stock": transposed_products(False), "swapped": transposed_products(True)}
+found["transposes"]["own forward"] = transposed_products(True, Scaled)
 
 # bf16 autocast, as precision=bf16-mixed runs on XLA: float32 gradients, close to stock autocast's.
 auto = {}
@@ -78,26 +88,22 @@ found["autocast"] = {
 }
 
 
-# A subclass with a forward of its own keeps it; one without gets the swap; state dict keys stay.
-class Scaled(nn.Linear):
-    def forward(self, x):
-        return 2 * super().forward(x)
-
-
-class Plain(nn.Linear):
-    pass
-
-
+# A subclass with a forward of its own keeps it, its super().forward() swapped; one without gets the swap; state
+# dict keys stay.
 net = nn.Sequential(Scaled(3, 3), Plain(3, 3), nn.ReLU(), nn.Linear(3, 2))
 keys = list(net.state_dict())
+x = torch.randn(4, 3)
+stock_scaled = net[0](x)
 changed = use_xla_linear(net)
 found["which"] = {
-    "swapped": sorted(type(m).__mro__[1].__name__ for m in changed),
-    "scaled kept": type(net[0]) is Scaled,
+    "swapped": sorted(cls.__name__ for cls in changed.values()),
+    "scaled kept": isinstance(net[0], Scaled)
+    and (net[0].to(dev)(x.to(dev)).cpu() - stock_scaled).abs().max().item() < 1e-5,
     "keys": list(net.state_dict()) == keys,
     "isinstance": isinstance(net[1], Plain),
 }
 restore_linear(changed)
+net[0].to("cpu")
 found["which"]["restored"] = [type(m).__name__ for m in net] == ["Scaled", "Plain", "ReLU", "Linear"]
 print(json.dumps(found))
 """
@@ -125,7 +131,8 @@ def test_under_bf16_autocast_the_gradients_stay_float32_and_match_stock(found):
     assert found["autocast"]["diff"] < 1e-2
 
 
-def test_a_subclass_with_its_own_forward_keeps_it(found):
+def test_a_subclass_with_its_own_forward_keeps_it_and_its_super_forward_is_swapped(found):
     which = found["which"]
-    assert which["swapped"] == ["Linear", "Plain"] and which["scaled kept"]
+    assert which["swapped"] == ["Linear", "Plain", "Scaled"] and which["scaled kept"]
+    assert found["transposes"]["own forward"] == 0
     assert which["keys"] and which["isinstance"] and which["restored"]

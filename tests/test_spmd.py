@@ -486,6 +486,29 @@ def test_reduction_batch_norm_matches_torch_and_is_undone(cls, shape, momentum):
     assert type(mine[0]) is cls
 
 
+def test_a_users_batch_norm_with_its_own_forward_keeps_it_over_the_reduction_form():
+    """A user's subclass whose forward adds to BatchNorm's: its own code still runs, and its super().forward() is
+    the reduction form (runtime/spmd.py), not torch's fused BatchNorm."""
+    from xla_train.runtime.spmd import _reduction_batch_norm, restore_batch_norm, use_reduction_batch_norm
+
+    class Shifted(nn.BatchNorm2d):
+        def forward(self, x):
+            return super().forward(x) + 1.0
+
+    torch.manual_seed(0)
+    ref, mine = Shifted(3), Shifted(3)
+    mine.load_state_dict(ref.state_dict())
+    changed = use_reduction_batch_norm(mine)
+    mro = type(mine).__mro__
+    owners = [c for c in mro if "forward" in vars(c)]
+    assert owners[:2] == [Shifted, owners[1]] and vars(owners[1])["forward"] is _reduction_batch_norm
+    x = torch.randn(8, 3, 4, 4) * 2 + 1
+    torch.testing.assert_close(mine(x), ref(x), atol=1e-5, rtol=1e-5)  # Shifted's + 1 included
+    torch.testing.assert_close(mine.running_mean, ref.running_mean)
+    restore_batch_norm(changed)
+    assert type(mine) is Shifted
+
+
 def test_reduction_batch_norm_keeps_float32_statistics_under_bf16_autocast():
     """precision=bf16 under SPMD: the convolution hands BatchNorm bf16 activations. torch_xla's autocast keeps
     stock batch_norm in float32 (measured on XLA:CPU, torch_xla 2.9.0: bf16 in, float32 out); the reduction form

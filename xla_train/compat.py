@@ -349,17 +349,29 @@ def time_xla_syncs() -> list[float]:
 def swap_forward(module, classes: tuple, forward) -> dict:
     """Install: every layer of `module` that is an instance of `classes` gets, as its class, a subclass of its own
     class whose forward is `forward`; its state dict keys, parameters and isinstance checks stay as they were
-    (runtime/spmd.py's reduction BatchNorm). Returns {layer: its own class}. Undo: restore_classes()."""
+    (runtime/spmd.py's reduction BatchNorm). A layer whose class has a forward of its own (a user's subclass) keeps
+    it: `forward` goes beneath it, in place of the listed class's, so that its `super().forward()` runs `forward`.
+    Returns {layer: its own class}. Undo: restore_classes()."""
     made = _SWAPPED.setdefault(forward, {})
+    stock = {c.forward for c in classes}
     changed = {}
     for layer in module.modules():
         cls = type(layer)
         if isinstance(layer, classes) and cls not in made.values():
             if cls not in made:
-                made[cls] = type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+                made[cls] = _with_forward(cls, classes, stock, forward)
             layer.__class__ = made[cls]
             changed[layer] = cls
     return changed
+
+
+def _with_forward(cls, classes: tuple, stock: set, forward) -> type:
+    if cls.forward in stock:
+        return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+    listed = next(c for c in cls.__mro__ if c in classes)
+    beneath = type(listed.__name__, (listed,), {"forward": forward, "__module__": listed.__module__})
+    # C3 order: cls and the classes between it and `listed`, then `beneath`, then `listed`
+    return type(cls.__name__, (cls, beneath), {"__module__": cls.__module__})
 
 
 _SWAPPED: dict = {}  # forward -> {class: its subclass with that forward}, made once each

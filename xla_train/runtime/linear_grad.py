@@ -5,8 +5,8 @@ they say column-major, so it computes `grad.T @ x`; an XLA tensor reports contig
 XLA gets `(x.T @ grad).T`. Where the gradient is a graph output (one step per execution), XLA:CPU reads that
 transpose column by column in each optimizer fusion that uses it: a tenth of the quickstart's step
 (docs/results.md, "A linear layer's gradient"). `grad.T @ x` gives the [out, in] gradient directly, the same
-sums. While a model trains on XLA every layer running nn.Linear's own forward runs this one; teardown gives the
-layers their class back, so the model handed back is plain torch.
+sums. While a model trains on XLA every nn.Linear's forward (or a subclass's super().forward()) runs this one;
+teardown gives the layers their class back, so the model handed back is plain torch.
 """
 
 from __future__ import annotations
@@ -45,13 +45,9 @@ def _forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def use_xla_linear(module: nn.Module) -> dict[nn.Module, type]:
-    """Every layer of `module` that runs nn.Linear's forward runs _Linear; returns {layer: its class} to undo it.
-    A subclass with a forward of its own keeps it."""
-    plain = [m for m in module.modules() if isinstance(m, nn.Linear) and type(m).forward is nn.Linear.forward]
-    changed: dict[nn.Module, type] = {}
-    for layer in plain:
-        changed.update(compat.swap_forward(layer, (nn.Linear,), _forward))
-    return changed
+    """Every nn.Linear layer of `module` runs _Linear; returns {layer: its class} to undo it. A subclass with a
+    forward of its own keeps it, and its `super().forward()` runs _Linear."""
+    return compat.swap_forward(module, (nn.Linear,), _forward)
 
 
 def restore_linear(changed: dict[nn.Module, type]) -> None:

@@ -78,10 +78,10 @@ def _forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def use_tiled_max_pool(module: nn.Module) -> dict[nn.Module, type]:
-    """Every layer of `module` that runs nn.MaxPool2d's own forward over tiling windows runs _TiledMaxPool;
-    returns {layer: its class} to undo it. A subclass with a forward of its own keeps it."""
+    """Every nn.MaxPool2d of `module` whose windows tile its input runs _TiledMaxPool; returns {layer: its class}
+    to undo it. A subclass with a forward of its own keeps it, and its `super().forward()` runs _TiledMaxPool."""
     changed: dict[nn.Module, type] = {}
     for layer in module.modules():
-        if isinstance(layer, nn.MaxPool2d) and type(layer).forward is nn.MaxPool2d.forward and tiles(layer):
+        if isinstance(layer, nn.MaxPool2d) and tiles(layer):
             changed.update(compat.swap_forward(layer, (nn.MaxPool2d,), _forward))
     return changed
