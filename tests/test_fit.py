@@ -93,6 +93,15 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
     assert "epoch 2  " in proc.stdout and "compile 0.0 s (0 graphs)" in proc.stdout
 
 
+def test_the_first_training_step_compiles_the_program_every_later_step_runs(xla_run):
+    """At steps_per_execution=1 (auto, for this 10-step run) one training program: Adam's state is made as data
+    before the first step (runtime/optimizer_state.py), where torch's first step made it inside its own graph,
+    a second program compiled for that step alone."""
+    _, proc = xla_run
+    assert "steps per execution: 1 (auto" in proc.stdout, proc.stdout
+    assert re.search(r"compiled graphs by phase: train 1 \(", proc.stdout), proc.stdout
+
+
 def test_keras_style_lines_agree_with_the_logged_metrics(xla_run):
     run, proc = xla_run
     rows = metrics_rows(run)

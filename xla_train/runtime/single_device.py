@@ -28,7 +28,8 @@ class ModelOnXLA:
 
     Its 0-dim buffers (BatchNorm's num_batches_tracked) go as data: `.to(device)` makes a scalar 0 or 1 an IR
     constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output per
-    buffer) at the first validation or training batch.
+    buffer) at the first validation or training batch. So does the optimizer's state, made before the first step
+    (runtime/optimizer_state.py).
     """
 
     @override
@@ -55,6 +56,18 @@ class ModelOnXLA:
             on_device = xm.send_cpu_data_to_device([b for _, _, b in scalars], self.root_device)
             for (module, name, _), tensor in zip(scalars, on_device):
                 setattr(module, name, tensor)
+
+    @override
+    def on_train_start(self) -> None:
+        """Adam's and SGD's state made as data before the first step (runtime/optimizer_state.py), after any resume
+        has restored its own: otherwise the first step compiles a program that no later step runs."""
+        super().on_train_start()
+        import torch_xla.core.xla_model as xm
+
+        from xla_train.runtime.optimizer_state import prime_optimizer_state
+
+        for optimizer in self.optimizers:
+            prime_optimizer_state(optimizer, lambda ts: xm.send_cpu_data_to_device(ts, self.root_device))
 
     @override
     def teardown(self) -> None:
