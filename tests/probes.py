@@ -247,6 +247,31 @@ class StopRecord(pl.Callback):
             json.dump({"step": trainer.global_step, "exception": type(exception).__name__}, f)
 
 
+class TestCompiles(pl.Callback):
+    """Writes {"validations", "test_compiles"} to `out` after the test: how many validation loops ran, and the
+    graphs XLA compiled while the test ran (torch_xla's own counter)."""
+
+    def __init__(self, out: str):
+        self.out, self.validations = out, 0
+
+    @staticmethod
+    def _compiles() -> int:
+        import torch_xla.debug.metrics as met
+
+        data = met.metric_data("CompileTime")
+        return data[0] if data else 0
+
+    def on_validation_end(self, trainer, pl_module):
+        self.validations += 1
+
+    def on_test_start(self, trainer, pl_module):
+        self._start = self._compiles()
+
+    def on_test_end(self, trainer, pl_module):
+        with open(self.out, "w") as f:
+            json.dump({"validations": self.validations, "test_compiles": self._compiles() - self._start}, f)
+
+
 class OneCore(TracingAccelerator):  # for tests/mp_host.py; picklable here, for the forked worker
     """strategy=xla_mp's accelerator (Lightning's XLAAccelerator underneath) counts TPU chips on the PCI bus
     without starting the runtime, which the worker must start; here it counts the one XLA:CPU device."""

@@ -171,3 +171,22 @@ def test_on_device_true_over_the_budget_is_one_line_and_writes_nothing(cifar_roo
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "data.on_device=true: the splits take 0.82 MB on each device, over the 0.5 MB budget" in errors[0]
     assert not list(tmp_path.iterdir())  # refused before any run folder
+
+
+@pytest.mark.parametrize("val_fraction", [0.1, 0.0])
+def test_the_evaluation_splits_share_one_table_each_held_once(cifar_root, relaxed_cifar_checks, val_fraction):
+    """Resident validation and test batches gather from one table of both splits (one program for both); with
+    val_fraction=0 "val" is the test split, held once, and both read its rows."""
+    d = CIFAR10DataModule(data_dir=str(cifar_root), download=False, batch_size=16, val_fraction=val_fraction)
+    d.setup()
+    d.place(True, 1 << 30)
+    inputs = d.batch_inputs()
+    (xv, yv, first_v), (xt, yt, first_t) = inputs.table("val", "cpu"), inputs.table("test", "cpu")
+    assert xv is xt and yv is yt
+    n_val, n_test = len(d.arrays("val")[0]), len(d.arrays("test")[0])
+    distinct = n_test if val_fraction == 0 else n_val + n_test
+    assert len(xv) == len(yv) == distinct
+    assert (int(first_v), int(first_t)) == ((0, 0) if val_fraction == 0 else (0, n_val))
+    assert first_t.shape == (1,)  # data, not a 0-dim scalar that XLA would make a constant of the program
+    x_test, y_test = d.arrays("test")
+    assert np.array_equal(xt[int(first_t) :].numpy(), x_test) and np.array_equal(yt[int(first_t) :].numpy(), y_test)

@@ -32,6 +32,8 @@ def xla_run(cifar_root, tmp_path_factory):
         f"data_dir={cifar_root}",
         "--trainer.callbacks+=probes.LibraryLoads",
         f"--trainer.callbacks.init_args.out={work / 'loads.json'}",
+        "--trainer.callbacks+=probes.TestCompiles",
+        f"--trainer.callbacks.init_args.out={work / 'test_compiles.json'}",
         cwd=work,
     )
     return work / "runs" / "cifar10" / "version_0", proc
@@ -100,6 +102,16 @@ def test_the_first_training_step_compiles_the_program_every_later_step_runs(xla_
     _, proc = xla_run
     assert "steps per execution: 1 (auto" in proc.stdout, proc.stdout
     assert re.search(r"compiled graphs by phase: train 1 \(", proc.stdout), proc.stdout
+
+
+def test_the_test_runs_the_validation_program_over_the_resident_splits(xla_run):
+    """Validation and test batches read one table of both splits on the device (data/batching.py), so the test
+    compiles nothing after the validations: with a table each, their shapes differed and the test compiled its
+    own program."""
+    run, proc = xla_run
+    assert "data: on the device" in proc.stdout, proc.stdout
+    seen = json.loads((run.parents[2] / "test_compiles.json").read_text())
+    assert seen == {"validations": 3, "test_compiles": 0}, seen  # the sanity check and 2 epochs
 
 
 def test_keras_style_lines_agree_with_the_logged_metrics(xla_run):

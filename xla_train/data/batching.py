@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 PAD_LABEL = -1
+EVAL_SPLITS = ("val", "test")  # resident, they share one table on the device (ResidentInputs.table)
 
 
 class BatchSampler(Sampler[np.ndarray]):
@@ -174,15 +175,33 @@ class ResidentInputs(BatchInputs):
     def __getstate__(self) -> dict:  # a pickled copy (xla_mp workers) uploads its own
         return {**self.__dict__, "_tables": {}, "_order": (None, None), "place_rows": None}
 
-    def table(self, split: str, device) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.arrays[split]
-        key = (id(x), str(device))  # val_fraction=0: "val" is the test split, held once
+    def table(self, split: str, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(inputs, labels, the split's first row in them) on the device; the training split's table is its own
+        (first row None). The evaluation splits share one, end to end (val_fraction=0: "val" is the test split,
+        held once), and the first row is a 1-element tensor of data, not a constant, so validation and test
+        batches are one program: with a table each, their shapes differed and each compiled its own."""
+        if split not in EVAL_SPLITS:
+            x, y = self.arrays[split]
+            key = (id(x), str(device))
+            if key not in self._tables:
+                self._tables[key] = self._upload([(x, y)], device)
+            return (*self._tables[key], None)
+        parts = {id(self.arrays[s][0]): self.arrays[s] for s in EVAL_SPLITS}  # distinct, in EVAL_SPLITS' order
+        key = ("eval", str(device))
         if key not in self._tables:
-            self._tables[key] = (
-                torch.from_numpy(np.ascontiguousarray(x)).to(device),
-                torch.from_numpy(np.asarray(y, dtype=np.int64)).to(device),
-            )
-        return self._tables[key]
+            self._tables[key] = self._upload(list(parts.values()), device)
+        first = dict(zip(parts, np.cumsum([0] + [len(x) for x, _ in parts.values()]).tolist()))
+        start_key = (split, str(device))
+        if start_key not in self._tables:
+            start = first[id(self.arrays[split][0])]
+            self._tables[start_key] = torch.tensor([start], dtype=torch.int64).to(device)  # 1-D: data, not IR
+        return (*self._tables[key], self._tables[start_key])
+
+    @staticmethod
+    def _upload(parts: list[tuple[np.ndarray, np.ndarray]], device) -> tuple[torch.Tensor, torch.Tensor]:
+        x = parts[0][0] if len(parts) == 1 else np.concatenate([x for x, _ in parts])
+        y = np.concatenate([np.asarray(y, dtype=np.int64) for _, y in parts])
+        return torch.from_numpy(np.ascontiguousarray(x)).to(device), torch.from_numpy(y).to(device)
 
     def epoch_order(self, device) -> torch.Tensor:
         """The current epoch's order, transposed so that dimension 0 is the batch's rows; one upload an epoch."""
@@ -200,8 +219,8 @@ class ResidentInputs(BatchInputs):
         (idx,) = batch
         if idx.dim() == 0:  # a training step's number: its indices are that column of the epoch's order
             idx = self.epoch_order(idx.device).index_select(1, idx.unsqueeze(0)).squeeze(1)  # not [:, idx]: .item()
-        xs, ys = self.table(split, idx.device)
-        safe = idx.clamp(min=0)
+        xs, ys, first = self.table(split, idx.device)
+        safe = idx.clamp(min=0) if first is None else idx.clamp(min=0) + first
         y = torch.where(idx < 0, torch.full_like(idx, PAD_LABEL), ys[safe])
         return self.prepare(xs[safe], augment=self.augment and train), y
 
