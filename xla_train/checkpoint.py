@@ -24,15 +24,27 @@ from xla_train.errors import CheckpointError
 FORMATS = (1, 2)  # 1: a built-in net by key; 2: any net by its class path (models/reference.py)
 
 
-def to_cpu(obj):
-    """Plain CPU tensors all the way down, whatever device they were on."""
+def to_cpu(obj, moved: dict | None = None):
+    """Plain CPU tensors all the way down, whatever device they were on; `moved` maps id(tensor) to its CPU copy
+    where the caller has already moved some (all of a device's at once, runtime/checkpoint_io.py)."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
+        return moved[id(obj)] if moved and id(obj) in moved else obj.detach().cpu()
     if isinstance(obj, dict):
-        return obj.__class__((k, to_cpu(v)) for k, v in obj.items())
+        return obj.__class__((k, to_cpu(v, moved)) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_cpu(v) for v in obj)
+        return type(obj)(to_cpu(v, moved) for v in obj)
     return obj
+
+
+def tensors_in(obj) -> list[torch.Tensor]:
+    """Every tensor in nested dicts, lists and tuples, in to_cpu's order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in tensors_in(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in tensors_in(v)]
+    return []
 
 
 class FolderSyncError(OSError):
@@ -77,10 +89,11 @@ def atomic_write(path: str | os.PathLike, write) -> None:
             raise FolderSyncError(e.errno, e.strerror or str(e), str(path.parent)) from None
 
 
-def atomic_save(obj, path: str | os.PathLike) -> None:
-    """torch.save of plain CPU tensors, serialised fully in memory first, then written atomically."""
+def atomic_save(obj, path: str | os.PathLike, moved: dict | None = None) -> None:
+    """torch.save of plain CPU tensors (`moved`: see to_cpu), serialised fully in memory first, then written
+    atomically."""
     buf = io.BytesIO()
-    torch.save(to_cpu(obj), buf)
+    torch.save(to_cpu(obj, moved), buf)
     try:
         atomic_write(path, lambda f: f.write(buf.getbuffer()))
     except FolderSyncError as e:

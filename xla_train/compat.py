@@ -215,6 +215,15 @@ def xla_pending(tensors) -> bool:
     return any(torch_xla._XLAC._check_tensor_need_materialization(list(tensors)))
 
 
+def xla_to_cpu(tensors) -> list:
+    """XLA tensors as CPU tensors, all in one transfer: `_XLAC._xla_get_cpu_tensors`, the call behind `.cpu()`
+    (torch_xla 2.9.0's tensor methods) and behind Lightning's XLACheckpointIO (xm._maybe_convert_to_cpu), given
+    the whole list instead of one tensor a call. Pending work behind them runs as one graph."""
+    import torch_xla
+
+    return torch_xla._XLAC._xla_get_cpu_tensors(list(tensors))
+
+
 def xla_materialize(tensors) -> None:
     """Run the pending work behind these tensors as one graph, without ending the step: unlike torch_xla.sync(),
     the device's random seed does not advance (SyncTensorsGraph, not MarkStep)."""

@@ -1,15 +1,14 @@
 """The optimizer's state made before the first step, as device data, so that the first step compiles nothing extra.
 
-torch makes Adam's moments (`torch.zeros_like(p)`) and SGD's momentum buffer (a clone of the gradient) at the first
-step. On XLA that is lazy work inside the first step's graph: the zeros are constants of it and the state is none of
-its inputs, so the first step is a program of its own, compiled for one execution, and the second step compiles the
-program every later step runs. At steps_per_execution=1 on XLA:CPU that first program was 2.9 s of the 6.8 s a
-two-epoch quickstart compiled (docs/results.md, "The first step's program"); on a TPU it is a second compile of the
-whole step. Sent from the host beforehand, the state is an input from the first step on.
+torch makes Adam's moments (`zeros_like(p)`) and SGD's momentum buffer (a clone of the gradient) at the first step.
+On XLA that is lazy work inside the first step's graph: the zeros are its constants and the state none of its
+inputs, so the first step compiles a program run once, and the second step the one every later step runs (two
+training graphs at steps_per_execution=1; docs/results.md, "The first step's program"). On a TPU that is a second
+compile of the whole step. Sent from the host beforehand, the state is an input from the first step on.
 
-The values are torch's own: Adam's (and AdamW's) zero moments with its step count 0 on the host; SGD's
-zero buffer, which at the first step becomes `0 * momentum + gradient`, the gradient itself, as torch's clone is,
-only where dampening is 0. An optimizer or setting whose first step differs in more than that is left as it is.
+The values are torch's own: Adam's (and AdamW's) zero moments, its step count 0 on the host; SGD's zero buffer,
+which at the first step becomes `0 * momentum + gradient`, the gradient itself as torch's clone is, only where
+dampening is 0. An optimizer or setting whose first step differs in more than that is left as it is.
 """
 
 from __future__ import annotations
