@@ -10,7 +10,6 @@ must not half-write: config.yaml, exports, prediction tables, the IMDB token cac
 from __future__ import annotations
 
 import errno
-import io
 import os
 import pickle
 import secrets
@@ -90,12 +89,11 @@ def atomic_write(path: str | os.PathLike, write) -> None:
 
 
 def atomic_save(obj, path: str | os.PathLike, moved: dict | None = None) -> None:
-    """torch.save of plain CPU tensors (`moved`: see to_cpu), serialised fully in memory first, then written
-    atomically."""
-    buf = io.BytesIO()
-    torch.save(to_cpu(obj, moved), buf)
+    """torch.save of plain CPU tensors (`moved`: see to_cpu), written atomically. It serialises straight into the
+    temporary file: a copy in memory first was a second checkpoint-sized block at each save, the host's peak."""
+    cpu = to_cpu(obj, moved)
     try:
-        atomic_write(path, lambda f: f.write(buf.getbuffer()))
+        atomic_write(path, lambda f: torch.save(cpu, f))
     except FolderSyncError as e:
         raise CheckpointError(
             f"wrote checkpoint {path}, but could not flush its folder to disk: {e.strerror}; "
