@@ -101,9 +101,14 @@ def test_device_resident_data_trains_exactly_as_streamed_batches(cnn_runs):
 
 
 def test_eight_steps_per_execution_train_as_one_at_a_time_cnn(cnn_runs):
-    """Adam and dropout; 12 steps an epoch, so groups of 8 and 4 alternate. Lightning still counts single steps."""
+    """Adam and dropout; 12 steps an epoch, so groups of 8 and 4 alternate. Lightning still counts single steps.
+
+    The losses agree to 1e-5 (measured: 2e-7), so the steps and their dropout masks are the same; the weights to
+    1e-4. The two programs fuse differently, and Adam answers a near-zero gradient's last bits with up to a whole
+    learning-rate step (1e-3): after 16 steps the weights were 2.8e-6 apart with torch_xla's dropout and 2.3e-5
+    with XLA:CPU's hashed one (runtime/dropout.py), 5.7e-5 with its seed held constant (identical masks)."""
     runs, procs = cnn_runs
-    assert_same_training(runs[1], runs[8])
+    assert_same_training(runs[1], runs[8], tol=1e-4)
     assert "12/12 - " in procs[8].stdout and "ms/step (host " in procs[8].stdout
 
 

@@ -24,7 +24,7 @@ class ModelOnXLA:
     nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as loops, with the same
     parameters, until teardown gives the model its nn modules back for the CPU. nn.Linear layers compute their
     weight gradient in the weight's own shape (runtime/linear_grad.py) until then too, and on XLA:CPU max pooling
-    over tiling windows runs as a reduction (runtime/max_pool.py).
+    over tiling windows runs as a reduction (runtime/max_pool.py) and dropout hashes its mask (runtime/dropout.py).
 
     Its 0-dim buffers (BatchNorm's num_batches_tracked) go as data: `.to(device)` makes a scalar 0 or 1 an IR
     constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output per
@@ -35,6 +35,7 @@ class ModelOnXLA:
     @override
     def model_to_device(self) -> None:
         from xla_train.runtime.backend import xla
+        from xla_train.runtime.dropout import use_hashed_dropout
         from xla_train.runtime.linear_grad import use_xla_linear
         from xla_train.runtime.max_pool import use_tiled_max_pool
         from xla_train.runtime.scan_rnn import use_scan_rnn
@@ -47,8 +48,9 @@ class ModelOnXLA:
         ]
         use_scan_rnn(self.model)
         self._swapped = use_xla_linear(self.model)  # {layer: its own class}, for teardown
-        if xla().platform() == "CPU":  # a TPU has select-and-scatter of its own; its tiled layouts dislike the reshape
+        if xla().platform() == "CPU":  # a TPU has select-and-scatter and a random-bit generator of its own
             self._swapped.update(use_tiled_max_pool(self.model))
+            self._swapped.update(use_hashed_dropout(self.model))
         super().model_to_device()
         if scalars:
             import torch_xla.core.xla_model as xm
