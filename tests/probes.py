@@ -18,6 +18,7 @@ from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
 from xla_train.models.lstm import SentimentLSTM
 from xla_train.runtime.accelerators import TracingAccelerator
+from xla_train.runtime.single_device import ModelOnXLA
 
 
 class AutocastProbe(pl.Callback):
@@ -270,6 +271,31 @@ class TestCompiles(pl.Callback):
     def on_test_end(self, trainer, pl_module):
         with open(self.out, "w") as f:
             json.dump({"validations": self.validations, "test_compiles": self._compiles() - self._start}, f)
+
+
+class _PlainPlacement:
+    """What Lightning's strategy does beneath ModelOnXLA: the model to its device, and back to the CPU."""
+
+    def model_to_device(self):
+        self.model.to(self.root_device)
+
+    def teardown(self):
+        self.model.to("cpu")
+
+
+class ModelOnXLAOnly(ModelOnXLA, _PlainPlacement):
+    """ModelOnXLA's swaps and their undoing without a Trainer; the caller sets `model` and `root_device`."""
+
+
+def swaps_in_fit(model, device) -> tuple[list[bool], list[str]]:
+    """Which layers of `model` ModelOnXLA swaps while it is on `device`, and their class names after teardown."""
+    own = [type(m) for m in model]
+    s = ModelOnXLAOnly()
+    s.model, s.root_device = model, device
+    s.model_to_device()
+    swapped = [type(m) is not t for m, t in zip(model, own)]
+    s.teardown()
+    return swapped, [type(m).__name__ for m in model]
 
 
 class OneCore(TracingAccelerator):  # for tests/mp_host.py; picklable here, for the forked worker

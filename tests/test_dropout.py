@@ -7,16 +7,15 @@ import math
 
 import pytest
 
-from conftest import script_json
+from conftest import cli_env, path_with_tests, script_json
 
 SCRIPT = r"""
 import json
 import re
 import torch, torch_xla
 from torch import nn
-from xla_train import compat
 from xla_train.runtime.dropout import use_hashed_dropout
-from xla_train.runtime.single_device import ModelOnXLA
+from probes import swaps_in_fit
 
 dev = torch_xla.device()
 found = {}
@@ -87,31 +86,15 @@ use_hashed_dropout(own)
 found["own forward"] = set(own(ones[:1000]).cpu().unique().tolist()) == {0.0, 6.0}
 
 
-class Base:
-    def model_to_device(self):
-        self.model.to(self.root_device)
-
-    def teardown(self):
-        self.model.to("cpu")
-
-
-class Strategy(ModelOnXLA, Base):
-    pass
-
-
-s = Strategy()
-s.model, s.root_device = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Dropout2d(0.5)), dev
-s.model_to_device()
-found["in fit"] = [type(m) is not t for m, t in zip(s.model, (nn.Linear, nn.Dropout, nn.Dropout2d))]
-s.teardown()
-found["after fit"] = [type(m).__name__ for m in s.model]
+net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.Dropout2d(0.5))
+found["in fit"], found["after fit"] = swaps_in_fit(net, dev)
 print(json.dumps(found))
 """
 
 
 @pytest.fixture(scope="module")
 def found():
-    return script_json(SCRIPT)
+    return script_json(SCRIPT, env=cli_env(1, PYTHONPATH=path_with_tests()))
 
 
 def test_one_random_number_a_call_instead_of_one_an_element(found):

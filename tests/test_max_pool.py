@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import script_json
+from conftest import cli_env, path_with_tests, script_json
 
 SCRIPT = r"""
 import json
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from xla_train import compat
 from xla_train.runtime.max_pool import use_tiled_max_pool
-from xla_train.runtime.single_device import ModelOnXLA
+from probes import swaps_in_fit
 
 dev = torch_xla.device()
 torch.manual_seed(0)
@@ -95,31 +95,15 @@ found["restored"] = [type(m).__name__ for m in net[:4]] == ["MaxPool2d", "MaxPoo
 
 
 # The strategy's own path: swapped while the model is on XLA:CPU, its classes back at teardown.
-class Base:
-    def model_to_device(self):
-        self.model.to(self.root_device)
-
-    def teardown(self):
-        self.model.to("cpu")
-
-
-class Strategy(ModelOnXLA, Base):
-    pass
-
-
-s = Strategy()
-s.model, s.root_device = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2)), dev
-s.model_to_device()
-found["in fit"] = [type(m) is not type_ for m, type_ in zip(s.model, (nn.Conv2d, nn.MaxPool2d, nn.Flatten, nn.Linear))]
-s.teardown()
-found["after fit"] = [type(m).__name__ for m in s.model]
+net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8, 2))
+found["in fit"], found["after fit"] = swaps_in_fit(net, dev)
 print(json.dumps(found))
 """
 
 
 @pytest.fixture(scope="module")
 def found():
-    return script_json(SCRIPT)
+    return script_json(SCRIPT, env=cli_env(1, PYTHONPATH=path_with_tests()))
 
 
 def test_values_and_gradients_are_torchs_exactly_ties_and_cropped_edges_included(found):
