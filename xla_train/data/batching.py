@@ -186,13 +186,12 @@ class ResidentInputs(BatchInputs):
             if key not in self._tables:
                 self._tables[key] = self._upload([(x, y)], device)
             return (*self._tables[key], None)
-        parts = {id(self.arrays[s][0]): self.arrays[s] for s in EVAL_SPLITS}  # distinct, in EVAL_SPLITS' order
-        key = ("eval", str(device))
-        if key not in self._tables:
-            self._tables[key] = self._upload(list(parts.values()), device)
-        first = dict(zip(parts, np.cumsum([0] + [len(x) for x, _ in parts.values()]).tolist()))
-        start_key = (split, str(device))
-        if start_key not in self._tables:
+        key, start_key = ("eval", str(device)), (split, str(device))
+        if start_key not in self._tables:  # once a split and device, not at every batch
+            parts = {id(self.arrays[s][0]): self.arrays[s] for s in EVAL_SPLITS}  # distinct, in EVAL_SPLITS' order
+            if key not in self._tables:
+                self._tables[key] = self._upload(list(parts.values()), device)
+            first = dict(zip(parts, np.cumsum([0] + [len(x) for x, _ in parts.values()]).tolist()))
             start = first[id(self.arrays[split][0])]
             self._tables[start_key] = torch.tensor([start], dtype=torch.int64).to(device)  # 1-D: data, not IR
         return (*self._tables[key], self._tables[start_key])
