@@ -291,6 +291,45 @@ def test_the_compiled_graph_does_not_grow_with_the_sequence_length(on_xla):
     assert unrolled_400 > 3 * unrolled_100 and unrolled_100 > 5 * scan_100, hlo
 
 
+COMPILED = r"""
+import glob, json, os, re, sys
+import torch, torch_xla
+from torch.nn.modules import rnn
+from xla_train.runtime.scan_rnn import ScanRNN
+
+dev, (t, n, h) = torch_xla.device(), (50, 8, 16)
+found = {}
+for name, gates in (("LSTM", 4), ("GRU", 3)):
+    net = ScanRNN(getattr(rnn, name)(8, h)).to(dev)
+    out, state = net(torch.randn(t, n, 8).to(dev))
+    (state[0] if name == "LSTM" else state).sum().backward()
+    torch_xla.sync()
+    hlo = open(sorted(glob.glob(os.environ["DUMP"] + "/*after_optimizations.txt"))[-1]).read()
+    found[name] = {
+        "gate gradients transposed": len(re.findall(rf" = f32\[{gates * h},{t},{n}\]", hlo)),
+        "reduces": len(re.findall(r" reduce(-window)?\(", hlo)),
+        "dots": len(re.findall(r" dot\(", hlo)),
+    }
+print(json.dumps(found))
+"""
+
+
+def test_the_weight_gradients_read_the_gate_gradients_as_they_lie(tmp_path):
+    """In the program XLA:CPU compiles for a training step, W_hh's gradient transposes h_prev (T, N, H), not the
+    gates' gradients (T, N, G*H), and the biases' gradients are matmuls with ones, not reductions over (T, N): at
+    the IMDB recipe's shapes those took 27-33 and 5.6 ms, against 9-10 and 2.0 (docs/hardware.md). Read from
+    XLA's dump of the optimised program; the step's loss is a sum whose gradient is no reduction either."""
+    from conftest import cli_env
+
+    dump = tmp_path / "dump"
+    flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$"
+    found = script_json(COMPILED, env=cli_env(1, XLA_FLAGS=flags, DUMP=str(dump)))
+    for cell, counts in found.items():
+        assert counts["gate gradients transposed"] == 0, (cell, counts)
+        assert counts["reduces"] == 0, (cell, counts)
+        assert counts["dots"] >= 4, (cell, counts)  # the loops' and the gradients' matmuls were found at all
+
+
 class OwnLSTM(nn.LSTM):
     def forward(self, input, hx=None):  # noqa: A002
         return super().forward(input * 2, hx)

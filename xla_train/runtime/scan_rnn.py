@@ -47,12 +47,31 @@ def default_chunk() -> int:
     return int(value)
 
 
-def _one(t: torch.Tensor) -> torch.Tensor:
-    """A (1, 1) tensor of ones on t's device, made once: a graph input, so XLA cannot fold a division by it away."""
-    key = (str(t.device), t.dtype)
+def _ones(t: torch.Tensor, shape: tuple = (1, 1)) -> torch.Tensor:
+    """Ones of `shape` on t's device, made once: a graph input, which XLA cannot fold away as it folds a constant."""
+    key = (str(t.device), t.dtype, tuple(shape))
     if key not in _ONES:
-        _ONES[key] = torch.ones((1, 1), dtype=t.dtype).to(t.device)
+        _ONES[key] = torch.ones(shape, dtype=t.dtype).to(t.device)
     return _ONES[key]
+
+
+def _sum_steps(t: torch.Tensor) -> torch.Tensor:
+    """t (T, N, G) summed over steps and batch, as a product with ones: XLA:CPU's reduce over both read t at a third
+    of the speed (5.6 against 2.0 ms at the IMDB recipe's 500 x 128 x 128). Contracting dims, not a reshape of
+    (T, N) into one, so a batch split over devices stays split."""
+    return torch.einsum("tn,tng->g", _ones(t, t.shape[:2]), t)
+
+
+class _AddBias(torch.autograd.Function):
+    """gx (T, N, G) + b (G,), whose backward sums the gradient with _sum_steps."""
+
+    @staticmethod
+    def forward(ctx, gx, b):
+        return gx + b
+
+    @staticmethod
+    def backward(ctx, d):
+        return d, _sum_steps(d)
 
 
 def _pad(t: torch.Tensor, pad: int) -> torch.Tensor:
@@ -79,7 +98,7 @@ class _Recurrence(torch.autograd.Function):
         pad = -t % k
         gx, keep = _pad(gx, pad), _pad(keep, pad)
         weights = tensors[cell.states :]
-        carry, saved = scan_loop(forward_body(cell, k), k, (*tensors, _one(gx)), (gx, keep))
+        carry, saved = scan_loop(forward_body(cell, k), k, (*tensors, _ones(gx)), (gx, keep))
         ctx.cell, ctx.n_weights, ctx.k, ctx.pad = cell, len(weights), k, pad
         ctx.save_for_backward(keep, *weights, *saved)
         return (cell.outputs(saved, keep)[pad:], *carry[: cell.states])
@@ -91,11 +110,15 @@ class _Recurrence(torch.autograd.Function):
         weights, saved = rest[: ctx.n_weights], rest[ctx.n_weights :]
         xs = (_pad(d_out, pad), keep, *cell.back_inputs(saved))
         with torch.no_grad():
-            carry, (d_gx,) = scan_loop(backward_body(cell, k), k, (*d_state, weights[0], _one(d_out)), xs, reverse=True)
+            carry, (d_gx,) = scan_loop(
+                backward_body(cell, k), k, (*d_state, weights[0], _ones(d_out)), xs, reverse=True
+            )
         d_gh = cell.hidden_grads(d_gx, saved)  # the padding's gradients are zero
-        d_weights = [torch.einsum("tng,tnh->gh", d_gh, cell.h_prev(saved))]  # one matmul over all steps
+        # One matmul over all steps. This operand order makes XLA:CPU transpose h_prev (T, N, H) for it, where
+        # "tng,tnh->gh" transposed d_gh (T, N, 4H): 27-33 against 9-10 ms at the IMDB recipe's shapes.
+        d_weights = [torch.einsum("tnh,tng->hg", cell.h_prev(saved), d_gh).t()]
         if ctx.n_weights == 2:
-            d_weights.append(d_gh.sum((0, 1)))
+            d_weights.append(_sum_steps(d_gh[pad:]))  # the steps' own length: b_ih's sum takes the same ones
         return (None, None, d_gx[pad:], None, *carry[: cell.states], *d_weights)
 
 
@@ -195,9 +218,9 @@ class ScanRNN(nn.Module):
         if self.bias:
             b_ih, b_hh = getattr(self, f"bias_ih{suffix}"), getattr(self, f"bias_hh{suffix}")
             if self.cell.bias_in_loop:
-                gx, weights = gx + b_ih, (w_hh, b_hh)
+                gx, weights = _AddBias.apply(gx, b_ih), (w_hh, b_hh)
             else:
-                gx = gx + (b_ih + b_hh)
+                gx = _AddBias.apply(gx, b_ih + b_hh)
         if state0 is None:
             state0 = [gx.new_zeros(x.shape[1], self.hidden_size) for _ in range(self.cell.states)]
         out, *final = _Recurrence.apply(self.cell, self.chunk, gx, keep, *(s.to(gx.dtype) for s in state0), *weights)
