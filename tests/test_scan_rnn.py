@@ -39,13 +39,14 @@ def leaves(hx, device, grad):
 
 
 def run(module, x, hx, device, weights=None, autocast=False):
-    # outputs and final states; with `weights`, the gradients of a loss that weights each of them at random
+    # outputs and final states; with `weights`, the gradients of a loss that weights each of them at random (a None
+    # weight: the loss does not read that one, so autograd hands the scan None for its gradient)
     x, hx = leaves(x, device, weights is not None), leaves(hx, device, weights is not None)
     with torch.autocast("xla", dtype=torch.bfloat16, enabled=autocast):  # around the forward, as Lightning's
         out, state = module(x) if hx is None else module(x, hx)
     got = {"out": out, **{f"state {i}": s for i, s in enumerate(state if isinstance(state, tuple) else [state])}}
     if weights is not None:
-        sum((t * w.to(device)).sum() for t, w in zip(got.values(), weights)).backward()
+        sum((t * w.to(device)).sum() for t, w in zip(got.values(), weights) if w is not None).backward()
         got["d input"] = x.grad
         hxs = () if hx is None else hx if isinstance(hx, tuple) else (hx,)
         got.update({f"d hx {i}": h.grad for i, h in enumerate(hxs)})
@@ -86,6 +87,13 @@ for name, (make, x, hx) in CASES.items():
     weights = [torch.randn_like(t) for t in run(ref, x, hx, cpu).values()]
     found["equal"][name] = differences(run(ref, x, hx, cpu, weights), run(scan, x, hx, dev, weights))
     scans[name] = scan, ref, x, hx, weights
+
+# A loss that reads the final state alone (the IMDB model's), or the outputs alone.
+found["partial"] = {}
+for name, reads in ((list(CASES)[0], ("state 0",)), (list(CASES)[1], ("out",))):
+    scan, ref, x, hx, weights = scans[name]
+    part = [w if k in reads else None for k, w in zip(("out", "state 0", "state 1"), weights)]
+    found["partial"][name] = differences(run(ref, x, hx, cpu, part), run(scan, x, hx, dev, part))
 
 # Dropout between layers, in training mode only: layer 0's final state is untouched, the last layer's output too.
 found["dropout"] = {}
@@ -240,6 +248,15 @@ def test_scans_compute_what_nn_computes_forward_and_backward(on_xla):
         assert {"out", "state 0", "d input", "d weight_hh_l0"} <= set(found), case
 
 
+def test_a_loss_that_reads_only_the_final_state_or_only_the_outputs_gets_nn_gradients(on_xla):
+    """The backward runs without the outputs' gradient (no zeros made) or with zeros for the final state's."""
+    assert len(on_xla["partial"]) == 2
+    for case, found in on_xla["partial"].items():
+        for name, (shape, nn_shape, error) in found.items():
+            assert shape == nn_shape and error < 1e-5, (case, name, shape, nn_shape, error)
+        assert {"d input", "d weight_hh_l0", "d bias_ih_l0"} & set(found), case
+
+
 def test_dropout_runs_between_layers_in_training_only(on_xla):
     for case, found in on_xla["dropout"].items():  # eval mode equals nn (above), with the same dropout=0.5
         assert found["finite"] and found["output change"] > 1e-3, (case, found)
@@ -309,15 +326,17 @@ for name, gates in (("LSTM", 4), ("GRU", 3)):
         "gate gradients transposed": len(re.findall(rf" = f32\[{gates * h},{t},{n}\]", hlo)),
         "reduces": len(re.findall(r" reduce(-window)?\(", hlo)),
         "dots": len(re.findall(r" dot\(", hlo)),
+        "outputs' zeros": len(re.findall(rf" = f32\[{t},{n},{h}\]\S* broadcast\(", hlo)),
     }
 print(json.dumps(found))
 """
 
 
-def test_the_weight_gradients_read_the_gate_gradients_as_they_lie(tmp_path):
+def test_the_backward_reads_the_gate_gradients_as_they_lie_and_scans_no_zeros(tmp_path):
     """In the program XLA:CPU compiles for a training step, W_hh's gradient transposes h_prev (T, N, H), not the
     gates' gradients (T, N, G*H), and the biases' gradients are matmuls with ones, not reductions over (T, N): at
-    the IMDB recipe's shapes those took 27-33 and 5.6 ms, against 9-10 and 2.0 (docs/hardware.md). Read from
+    the IMDB recipe's shapes those took 27-33 and 5.6 ms, against 9-10 and 2.0 (docs/hardware.md). The loss reads
+    the final state alone, so the backward loop gets no (T, N, H) of zeros for the outputs' gradient. Read from
     XLA's dump of the optimised program; the step's loss is a sum whose gradient is no reduction either."""
     from conftest import cli_env
 
@@ -327,7 +346,8 @@ def test_the_weight_gradients_read_the_gate_gradients_as_they_lie(tmp_path):
     for cell, counts in found.items():
         assert counts["gate gradients transposed"] == 0, (cell, counts)
         assert counts["reduces"] == 0, (cell, counts)
-        assert counts["dots"] >= 4, (cell, counts)  # the loops' and the gradients' matmuls were found at all
+        assert counts["dots"] >= 4, (cell, counts)
+        assert counts["outputs' zeros"] == 0, (cell, counts)  # the loops' and the gradients' matmuls were found at all
 
 
 class OwnLSTM(nn.LSTM):

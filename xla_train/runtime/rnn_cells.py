@@ -19,6 +19,11 @@ import torch
 # cheap to recompute (LSTM's tanh(c), the outputs) is recomputed rather than saved.
 
 
+def _plus(dh: torch.Tensor, dy: torch.Tensor | None) -> torch.Tensor:
+    """The state's gradient plus the output's, which is None when nothing read the outputs."""
+    return dh if dy is None else dh + dy
+
+
 def _split(t: torch.Tensor, parts: int):
     size = t.shape[-1] // parts
     return [t[..., k * size : (k + 1) * size] for k in range(parts)]
@@ -65,7 +70,7 @@ class _LSTM:
         i, f, g, o, _, c_prev = _split(saved, 6)
         tc = torch.tanh(f * c_prev + i * g)
         zero = torch.zeros_like(dh)
-        dh_new = torch.where(keep, dh + dy, zero)  # a skipped step passed the state through untouched
+        dh_new = torch.where(keep, _plus(dh, dy), zero)  # a skipped step passed the state through untouched
         dc_new = torch.where(keep, dc, zero) + dh_new * o * (1 - tc * tc)
         d_gates = torch.cat(
             [
@@ -125,7 +130,7 @@ class _GRU:
         dy, keep, saved = xs
         r, z, n, gh_n, h_prev = _split(saved, 5)
         zero = torch.zeros_like(dh)
-        dh_new = torch.where(keep, dh + dy, zero)
+        dh_new = torch.where(keep, _plus(dh, dy), zero)
         da_n = dh_new * (1 - z) * (1 - n * n)
         da_z = dh_new * (h_prev - n) * z * (1 - z)
         da_r = da_n * gh_n * r * (1 - r)
@@ -150,7 +155,7 @@ def _rnn_step_back(carry, xs, d_act):
     dh, w_hh = carry
     dy, keep, saved = xs
     zero = torch.zeros_like(dh)
-    da = torch.where(keep, dh + dy, zero) * d_act(_split(saved, 2)[1])
+    da = torch.where(keep, _plus(dh, dy), zero) * d_act(_split(saved, 2)[1])
     return (da @ w_hh + torch.where(keep, zero, dh), w_hh), da
 
 
@@ -223,14 +228,16 @@ def forward_body(cell, k: int):
 
 
 @functools.cache
-def backward_body(cell, k: int):
-    """scan_loop's body for the backward scan: the cell's step_back over K steps, the last first."""
+def backward_body(cell, k: int, outputs_read: bool = True):
+    """scan_loop's body for the backward scan: the cell's step_back over K steps, the last first. Without
+    outputs_read, the steps hold no output gradient (a model that reads only the final state): no (T, N, H) of
+    zeros is made, read or added."""
 
     def body(carry, steps):
         *carry, one = carry
         carry, outputs = tuple(carry), [None] * k
         for j in reversed(range(k)):
-            carry, d_gx = cell.step_back(carry, steps[j])
+            carry, d_gx = cell.step_back(carry, steps[j] if outputs_read else (None, *steps[j]))
             carry = _once(carry, cell.states, one, k)
             outputs[j] = (d_gx,)
         return (*carry, one), outputs

@@ -99,7 +99,8 @@ class _Recurrence(torch.autograd.Function):
         gx, keep = _pad(gx, pad), _pad(keep, pad)
         weights = tensors[cell.states :]
         carry, saved = scan_loop(forward_body(cell, k), k, (*tensors, _ones(gx)), (gx, keep))
-        ctx.cell, ctx.n_weights, ctx.k, ctx.pad = cell, len(weights), k, pad
+        ctx.cell, ctx.n_weights, ctx.k, ctx.pad, ctx.state_shape = cell, len(weights), k, pad, carry[0].shape
+        ctx.set_materialize_grads(False)  # outputs nothing reads get None, not a tensor of zeros to scan
         ctx.save_for_backward(keep, *weights, *saved)
         return (cell.outputs(saved, keep)[pad:], *carry[: cell.states])
 
@@ -108,11 +109,11 @@ class _Recurrence(torch.autograd.Function):
         cell, k, pad = ctx.cell, ctx.k, ctx.pad
         keep, *rest = ctx.saved_tensors
         weights, saved = rest[: ctx.n_weights], rest[ctx.n_weights :]
-        xs = (_pad(d_out, pad), keep, *cell.back_inputs(saved))
+        d_state = [weights[0].new_zeros(ctx.state_shape) if d is None else d for d in d_state]
+        xs = (keep, *cell.back_inputs(saved)) if d_out is None else (_pad(d_out, pad), keep, *cell.back_inputs(saved))
         with torch.no_grad():
-            carry, (d_gx,) = scan_loop(
-                backward_body(cell, k), k, (*d_state, weights[0], _ones(d_out)), xs, reverse=True
-            )
+            body = backward_body(cell, k, d_out is not None)
+            carry, (d_gx,) = scan_loop(body, k, (*d_state, weights[0], _ones(weights[0])), xs, reverse=True)
         d_gh = cell.hidden_grads(d_gx, saved)  # the padding's gradients are zero
         # One matmul over all steps. This operand order makes XLA:CPU transpose h_prev (T, N, H) for it, where
         # "tng,tnh->gh" transposed d_gh (T, N, 4H): 27-33 against 9-10 ms at the IMDB recipe's shapes.
