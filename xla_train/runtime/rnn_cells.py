@@ -13,7 +13,8 @@ import torch
 
 # Each cell is a namespace of functions of ONE time step; they slice gates on the last dimension only.
 #   step(carry=(*state, *weights), xs=(gx_t, keep_t)) -> (carry, (saved_t,))
-#   step_back(carry=(*d_state, w_hh), xs=(d_out_t, keep_t, saved_t)) -> (carry, d_gx_t)
+#   step_back(carry=(*d_state, w_hh), xs=(d_out_t or None, keep_t, saved_t)) -> (carry, d_gx_t); None: nothing
+#   read the outputs, so they add no gradient
 # keep_t (N, 1) is False where a mask skips the step: the state passes through unchanged and the output is zero.
 # Each step saves ONE tensor (N, width * H) for the backward, so that the loop writes one buffer per step; what is
 # cheap to recompute (LSTM's tanh(c), the outputs) is recomputed rather than saved.
