@@ -376,6 +376,31 @@ class ShardingProbe(pl.Callback):
             json.dump({"state": state, "batch": self.batch, "rows": self.rows}, f)
 
 
+class NetCalls(pl.Callback):
+    """How many times the net's forward ran inside training batches (a trace runs it; an execution of a program
+    traced before does not); writes net_calls.json into the run folder."""
+
+    def __init__(self):
+        self.calls, self.training, self._hook = 0, False, None
+
+    def _count(self, module, args):
+        self.calls += self.training
+
+    def on_train_start(self, trainer, pl_module):
+        self._hook = pl_module.net.register_forward_pre_hook(self._count)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.training = True
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.training = False
+
+    def on_train_end(self, trainer, pl_module):
+        self._hook.remove()
+        with open(os.path.join(trainer.log_dir, "net_calls.json"), "w") as f:
+            json.dump({"train": self.calls}, f)
+
+
 class RngDraws(pl.Callback):
     """Before each training step, one draw from each RNG user code draws from (torch's, numpy's and Python's
     global RNGs) and the device's own RNG state (None where the device has none apart from torch's), appended as a

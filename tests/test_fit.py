@@ -96,9 +96,9 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
 
 
 def test_the_first_training_step_compiles_the_program_every_later_step_runs(xla_run):
-    """At steps_per_execution=1 (auto, for this 10-step run) one training program: Adam's state is made as data
-    before the first step (runtime/optimizer_state.py), where torch's first step made it inside its own graph,
-    a second program compiled for that step alone."""
+    """One training program: auto runs every step through the program its first step traced, Adam's state sent as
+    data before it (runtime/steps_per_execution.py), where torch's first step made that state inside its own graph,
+    a second program compiled for that step alone (Lightning's own step: tests/test_optimizer_state.py)."""
     _, proc = xla_run
     assert "steps per execution: 1 (auto" in proc.stdout, proc.stdout
     assert re.search(r"compiled graphs by phase: train 1 \(", proc.stdout), proc.stdout

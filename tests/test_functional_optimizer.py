@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from xla_train.errors import ConfigError
-from xla_train.runtime.steps_per_execution import FunctionalOptimizer
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 STEPS = 4  # Adam's bias correction and SGD's momentum buffer both change over the first steps
 

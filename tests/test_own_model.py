@@ -507,16 +507,25 @@ def test_bad_arrays_or_nets_in_python_raise_one_user_error(tmp_path, monkeypatch
 
 
 def test_a_net_whose_shapes_depend_on_the_data_is_named_by_the_compile_guard(tmp_path):
-    proc = run_cli(
-        *("fit", "recipe=quickstart", "net=user_nets.BrightOnly", "epochs=2", "trainer.limit_train_batches=3"),
-        *("trainer.limit_val_batches=1", "predict_samples=0", "test_after_fit=false", "xla_guard=strict"),
-        cwd=tmp_path,
-        check=False,
-    )
+    """A step that reads the host while traced cannot run as a program traced once (its program would keep the
+    first batch's mask): auto runs Lightning's own step instead and says so, and the guard names the net; a K set
+    by hand is one line and exit 2."""
+    args = ("fit", "recipe=quickstart", "net=user_nets.BrightOnly", "epochs=2", "trainer.limit_train_batches=3")
+    args += ("trainer.limit_val_batches=1", "predict_samples=0", "test_after_fit=false")
+    for name in ("auto", "k2"):
+        (tmp_path / name).mkdir()
+    proc = run_cli(*args, "xla_guard=strict", cwd=tmp_path / "auto", check=False)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "steps per execution: 1 (auto: the training step read device values on the host while traced" in proc.stdout
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("xla_train: error: XLA compiled") and "user_nets.BrightOnly" in last, last
     assert "the input shapes are unchanged" in last and "x[mask]" in last, last
+    proc = run_cli(*args, "steps_per_execution=2", cwd=tmp_path / "k2", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("xla_train: error: steps_per_execution=2: the training step read device values") and (
+        last.endswith("use steps_per_execution=1")
+    ), last
 
 
 def test_the_own_model_docs_name_every_data_form():

@@ -26,7 +26,7 @@ def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on
         cwd=tmp_path,
     )
     seen = json.loads(out.read_text())
-    assert len(seen) == 3
+    assert len(seen) == 1  # auto traces the training step once; each of the 3 steps runs its program
     assert all(s["autocast"] and s["out"] == "torch.bfloat16" and s["weight"] == "torch.float32" for s in seen), seen
     ckpt = torch.load(next(tmp_path.glob("runs/quickstart/version_0/checkpoints/last.ckpt")), weights_only=True)
     assert {v.dtype for v in ckpt["state_dict"].values() if v.is_floating_point()} == {torch.float32}

@@ -45,10 +45,10 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
         assert b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in restarted, restarted
     assert "(accelerator xla, 1 device(s))" in out
     assert (
-        "steps per execution: 4 (auto: 320 training steps >= 300, enough to pay back the longer compile), "
-        "as an XLA unrolled program (execution_loop=unroll)" in out
+        "steps per execution: 1 (auto: one step a program, traced once; more steps unrolled compile longer and ran "
+        "no faster)" in out
     ), out[:2000]
-    # One training program (80 executions of 4 steps) and one validation graph: the net's BatchNorm counters went
+    # One training program (320 executions of one step) and one validation graph: the net's BatchNorm counters went
     # to the device as data, not as constants that the first validation batch's sync compiled as a second graph.
     assert re.search(r"^compiled graphs by phase: train 1 \([\d.]+ s\), validate 1 \(", out, re.M), out[-3000:]
     epochs = re.findall(r"^40/40 - .*\(host (-?[\d.]+)ms\)", out, re.M)

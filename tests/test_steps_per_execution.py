@@ -84,8 +84,8 @@ def cnn_runs(cifar_root, tmp_path_factory):
     settings = {
         1: ["steps_per_execution=1"],
         8: ["steps_per_execution=8"],
-        "streamed": ["on_device=false"],
-    }  # steps_per_execution=auto: 1 on XLA:CPU, which unrolls
+        "streamed": ["on_device=false", "steps_per_execution=1"],
+    }  # streamed one step at a time as Lightning runs it, as the K=1 it is compared with
     procs = {k: fit(work / f"k{k}", *CNN, f"data_dir={cifar_root}", *args) for k, args in settings.items()}
     return {k: work / f"k{k}" for k in procs}, procs
 
@@ -96,7 +96,6 @@ def test_device_resident_data_trains_exactly_as_streamed_batches(cnn_runs):
     runs, procs = cnn_runs
     assert "data: on the device (" in procs[1].stdout
     assert "data: streamed from the host as stored (on_device=false)" in procs["streamed"].stdout
-    assert "steps per execution: 1 (auto: 16 training steps < 300, too few to pay back" in procs["streamed"].stdout
     assert_same_training(runs["streamed"], runs[1], tol=1e-6)
 
 
@@ -128,7 +127,8 @@ TINY = (
     NO_HOLDOUT,
 )
 TINY_RUNS = {
-    "k1": ["steps_per_execution=1"],
+    "k1": ["steps_per_execution=1", "--trainer.callbacks+=probes.NetCalls"],
+    "auto": ["--trainer.callbacks+=probes.NetCalls"],  # the default: one step a program, traced once (XLA:CPU)
     "unroll": ["steps_per_execution=4", "execution_loop=unroll"],
     "while": ["steps_per_execution=4", "execution_loop=while"],
 }
@@ -172,6 +172,21 @@ def test_sgd_nesterov_on_a_cosine_schedule_trains_as_one_step_at_a_time(tiny_run
     assert one[0]["xla_executions"] >= 12, one  # one program a step, at least (the counter counts)
     assert (grouped[0]["xla_executions"], grouped[1]["xla_executions"]) == (3, 2), grouped  # 4+4+4, then 4+2
     assert grouped[1]["xla_compiles"] == 0, grouped
+
+
+def test_auto_runs_every_step_through_the_program_its_first_step_traced(tiny_runs):
+    """steps_per_execution=auto where XLA unrolls (XLA:CPU): one step a program, traced once and run by every later
+    step, where Lightning's own step (steps_per_execution=1 set) traces the net anew at every step. It trains as
+    that step does, on one device and under SPMD on 8, and compiles nothing after its first step."""
+    import json
+
+    runs, procs = tiny_runs
+    assert "steps per execution: 1 (auto: one step a program, traced once;" in procs["auto"].stdout
+    assert_same_training(runs["k1"], runs["auto"], steps=18)
+    calls = {n: json.loads(next(runs[n].glob("runs/*/version_0/net_calls.json")).read_text()) for n in ("k1", "auto")}
+    assert calls == {"k1": {"train": 18}, "auto": {"train": 1}}, calls
+    auto = epochs(runs["auto"])
+    assert auto[0]["xla_executions"] >= 12 and auto[1]["xla_compiles"] == 0, auto
 
 
 @pytest.mark.parametrize("tiny_runs", [8], indirect=True, ids=["spmd_8"])
@@ -238,7 +253,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
         in grouped.stdout.splitlines()[:4]
     )  # among the report's first lines
     assert [e["xla_executions"] for e in epochs(tmp_path / "while").values()] == [1, 1]  # 12, then 6
-    # unrolled, auto's one step at a time: test_device_resident_data_trains_exactly_as_streamed_batches
+    # unrolled, auto's one step a program: test_auto_runs_every_step_through_the_program_its_first_step_traced
     accumulating = fit(
         tmp_path / "accumulate",
         *TINY,
@@ -258,7 +273,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
     [
         ("auto", "tpu", "auto", "while", 32),
         ("auto", "xla", "spmd", "while", 32),
-        ("auto", "xla", "auto", "unroll", 8),  # until the run's length decides (tests/test_probe.py)
+        ("auto", "xla", "auto", "unroll", 1),  # one step a program, traced once
         ("auto", "tpu", "xla_mp", "while", 1),
         ("auto", "cpu", "auto", "while", 1),
         ("auto", "gpu", "auto", "while", 1),
@@ -269,7 +284,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
 def test_auto_steps_per_execution_is_chosen_by_the_loop_and_the_hardware(setting, kind, strategy, loop, expected):
     from xla_train.runtime.plan import resolve_steps_per_execution
 
-    k, note, _ = resolve_steps_per_execution(setting, kind, strategy, loop)
+    k, note = resolve_steps_per_execution(setting, kind, strategy, loop)
     assert k == expected and bool(note) == (setting == "auto" and kind in ("tpu", "xla") and strategy != "xla_mp")
 
 

@@ -45,6 +45,7 @@ COLUMNS = [
     "steps_per_execution_used",
     "execution_loop",
     "execution_loop_used",
+    "traced_once",
     "on_device",
     "matmul_precision",
     "progress_every",
@@ -231,7 +232,7 @@ def sweep(
             "warmup": warmup,
             "steps": steps,
             "data": data,
-            "train_size": n_train,  # with the recipe's epochs, the run that steps_per_execution=auto is chosen for
+            "train_size": n_train,  # an epoch's samples: the table's epoch seconds
             **keys,
         }
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)
@@ -342,6 +343,11 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
             else ""
         ),
     ]
+    if any(r.get("traced_once") and (r.get("steps_per_execution_used") or 1) == 1 for r in rows):
+        notes.append(
+            "steps/execution 1 (auto) on XLA: each step runs the program its first step traced, a group of one, "
+            "instead of being traced again by Lightning's loop"
+        )
     if grouped:
         notes.append(
             "steps/execution k > 1: k training steps traced once and run as one XLA program; its cells "

@@ -34,8 +34,8 @@ def units(warmup: int, steps: int, backend, k: int = 1) -> tuple[int, int, int]:
 
 
 class Stopwatch:
-    def __init__(self, warmup: int, steps: int, device, k: int = 1) -> None:
-        self.device, self.k = device, k
+    def __init__(self, warmup: int, steps: int, device, k: int = 1, reads_loss: bool = True) -> None:
+        self.device, self.k, self.reads_loss = device, k, reads_loss
         self.backend = backend_of(device)
         self.warmup, self.steps, self.split = units(warmup, steps, self.backend, k)
         self.xla, self.wait_each = self.backend.compiles_steps, self.backend.waits_each_step
@@ -83,7 +83,7 @@ class Stopwatch:
             self.readings.append(now)
 
     def step_done(self, step: int, loss=None) -> None:
-        if step == 0 and loss is not None and self.k == 1:  # with k > 1 a step's loss is never read back
+        if step == 0 and loss is not None and self.reads_loss and self.k == 1:  # a program's step loss stays there
             self.first_loss = loss.detach()
         if step % self.k != self.k - 1:
             return
@@ -183,7 +183,7 @@ class Loop:
         from xla_train import compat
         from xla_train.bench.data import use_data
         from xla_train.bench.report import cpu_model
-        from xla_train.config.build import build_run
+        from xla_train.config.build import build_parts
         from xla_train.runtime.backend import backend_of
         from xla_train.runtime.plan import plan_hardware
 
@@ -199,11 +199,12 @@ class Loop:
             compile=s.get("compile", "auto"),
             channels_last=s.get("channels_last", "auto"),
         )
-        model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
+        model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
         strategy = plan.trainer_kwargs.get("strategy")
-        self.k = self.steps_per_execution(strategy, s, length, n)
+        self.k = getattr(strategy, "steps_per_execution", 1)
+        self.traced_once = getattr(strategy, "trace_once", False)  # auto's program of one step: no loss to read
         self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         dm.place(*plan.resident_data)  # data.on_device: resident or streamed, as fit decides
@@ -219,6 +220,7 @@ class Loop:
             on_device=dm.resident,
             steps_per_execution_used=self.k,
             execution_loop_used=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
+            traced_once=self.traced_once or self.k > 1,  # a program traced once, whatever its number of steps
             grouping_note=getattr(strategy, "grouping_note", "") or None,  # what auto chose, and why
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
@@ -235,17 +237,6 @@ class Loop:
     def steps(self, plan, model, dm) -> Stopwatch:
         raise NotImplementedError
 
-    @staticmethod
-    def steps_per_execution(strategy, spec: dict, length: tuple, devices: int) -> int:
-        """K as fit would run this recipe: auto decided against the recipe's own run (its epochs of its training
-        set at this global batch, the spec's train_size), not against the few steps a cell times."""
-        if getattr(strategy, "auto_pending", False):
-            from xla_train.runtime.plan import run_steps
-
-            epoch = max(1, spec["train_size"] // (spec["batch"] * devices))
-            strategy.fit_to_run(epoch, run_steps(epoch, *length))
-        return getattr(strategy, "steps_per_execution", 1)
-
 
 class LightningLoop(Loop):
     """The product's path: Lightning's fit loop with the planned strategy and the run's XLA callback."""
@@ -258,12 +249,12 @@ class LightningLoop(Loop):
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
 
-        s, k = self.spec, self.k
+        s, k, reads_loss = self.spec, self.k, not self.traced_once
 
         class Clock(pl.Callback):
             @override
             def on_train_start(self, trainer, pl_module):
-                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, k)
+                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, k, reads_loss)
 
             @override
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

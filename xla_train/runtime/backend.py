@@ -118,10 +118,9 @@ class Backend:
             raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
         return "unroll" if setting == "auto" else setting
 
-    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
-        """(K, what auto chose and why, whether the run's length may still change it) for steps_per_execution=auto
-        on a backend that runs `loop`; run_steps is the run's training steps where known."""
-        return 1, "", False
+    def auto_steps(self, loop: str) -> tuple[int, str]:
+        """(K, what auto chose and why) for steps_per_execution=auto on a backend that runs `loop`."""
+        return 1, ""
 
 
 class CUDABackend(Backend):
@@ -184,26 +183,14 @@ class XLABackend(Backend):
             return loop
         return "unroll" if self.platform(accelerator) == "CPU" else "while"
 
-    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
+    def auto_steps(self, loop: str) -> tuple[int, str]:
         """A While program's compile time and host memory do not grow with K, so K is chosen for the device alone.
-        An unrolled program's do, so K=SHORT_UNROLLED_K only where the run is long enough to pay back its longer
-        compile and first execution (UNROLL_PAYBACK_STEPS), and K=UNROLLED_K only where it is long enough for a
-        step perhaps a few percent shorter to pay back its longer compile still (UNROLL_LONG_STEPS): docs/results.md,
-        "What steps_per_execution=auto chooses". Before the run's length is known, UNROLLED_K."""
+        An unrolled program's grow with K, and its steps ran no faster (XLA:CPU: docs/results.md, "What
+        steps_per_execution=auto chooses"): one step a program, traced once all the same, so that no step is traced
+        again by Lightning's loop."""
         if loop == "while":
-            return WHILE_K, f"{WHILE_K} (auto)", False
-        if run_steps is None:
-            return UNROLLED_K, f"{UNROLLED_K} (auto)", True
-        steps = "an unbounded number of" if run_steps == float("inf") else f"{int(run_steps):,}"
-        for k, least in ((UNROLLED_K, UNROLL_LONG_STEPS), (SHORT_UNROLLED_K, UNROLL_PAYBACK_STEPS)):
-            if run_steps >= least:
-                why = f"{steps} training steps >= {least:,}, enough to pay back the longer compile"
-                return k, f"{k} (auto: {why})", False
-        why = (
-            f"{steps} training steps < {UNROLL_PAYBACK_STEPS}, too few to pay back the longer compile of "
-            f"{SHORT_UNROLLED_K} unrolled steps; steps_per_execution={SHORT_UNROLLED_K} groups them anyway"
-        )
-        return 1, f"1 (auto: {why})", False
+            return WHILE_K, f"{WHILE_K} (auto)"
+        return 1, TRACED_ONCE
 
     def no_peak_memory(self, devices: int, described: str) -> str:
         """torch_xla reads no peak under SPMD (pjrt_computation_client.cpp answers for real devices, not the SPMD
@@ -335,16 +322,11 @@ class XLABackend(Backend):
 EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
 # which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
-# run unrolled (XLA:CPU): measured there, K=8's longer compile and first execution paid back against K=1 after 47
-# to 227 steps for the three recipes; K=4's first execution took 2 to 5 s less than K=8's and 230 to 490 MB less
-# memory, and its steady step was the same to 10% slower, by the day (docs/results.md, "What
-# steps_per_execution=auto chooses"). So SHORT_UNROLLED_K from UNROLL_PAYBACK_STEPS training steps, and
-# UNROLLED_K from UNROLL_LONG_STEPS, where a step 5% shorter (7-13 ms for IMDB and cifar10) repays the 2-5 s.
+# run unrolled (XLA:CPU), one step a program traced once: against K=4 and 8 unrolled, measured there, its steps
+# were as fast for the three recipes, its compile a third to a quarter, its peak memory 150-600 MB lower
+# (docs/results.md, "What steps_per_execution=auto chooses").
 WHILE_K = 32
-UNROLLED_K = 8
-SHORT_UNROLLED_K = 4
-UNROLL_PAYBACK_STEPS = 300
-UNROLL_LONG_STEPS = 1000
+TRACED_ONCE = "1 (auto: one step a program, traced once; more steps unrolled compile longer and ran no faster)"
 MATMUL_PRECISIONS = ("default", "high", "highest")
 MATMUL_MEANING = {
     "default": "one bf16 pass for float32 on a TPU",

@@ -1,11 +1,11 @@
 """`steps_per_execution=K` on the XLA strategies: Lightning still sees every step; XLA runs K at once.
 
 Lightning's loop, callbacks, scheduler, checkpoints and resume all count single steps, so the strategy keeps each
-batch with its learning rate and device seed and runs every K as one program (runtime/step_program.py). The
-optimizer update must be inside that program, so Adam and SGD are written here as torch.optim computes them, on
-the optimizer's own state, and a checkpoint does not show which K wrote it. A group runs early, with the steps it
-has, whenever the state must be true: at the end of an epoch or of max_steps, before a checkpoint, before
-validation (docs/feeding.md, "Keep a TPU fed").
+batch with its learning rate and device seed and runs every K as one program traced once (runtime/step_program.py),
+its optimizer update inside (runtime/functional_optimizer.py); auto's K=1 is such a program too. A group runs
+early, with the steps it has, whenever the state must be true: at the end of an epoch or of max_steps, before a
+checkpoint, before validation (docs/feeding.md, "Keep a TPU fed"). A step that reads device values on the host
+while traced cannot be a program: its values would be the first batch's.
 """
 
 from __future__ import annotations
@@ -15,89 +15,9 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
-from xla_train.runtime.backend import backend_of, xla
+from xla_train.runtime.backend import backend_of
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.step_program import Layout, StepProgram
-
-
-class FunctionalOptimizer:
-    """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars), computed as torch 2.9.0
-    computes them (its foreach form computes the same); tests/test_functional_optimizer.py holds it to torch.optim."""
-
-    # What update() computes, per optimizer: the options it reads, and the settings it cannot compute.
-    REFUSED = {
-        torch.optim.Adam: {"amsgrad": False, "maximize": False, "decoupled_weight_decay": False},
-        torch.optim.SGD: {"dampening": 0, "maximize": False},
-    }
-
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        name = type(optimizer).__name__
-        accepted = (
-            "steps_per_execution>1 runs Adam (without amsgrad, maximize or decoupled_weight_decay) or SGD "
-            "(without dampening or maximize), with one parameter group, inside the XLA program"
-        )
-        if type(optimizer) not in self.REFUSED:
-            raise ConfigError(f"{accepted}; this run's optimizer is {name}")
-        if len(optimizer.param_groups) != 1:
-            raise ConfigError(f"{accepted}; this run's {name} has {len(optimizer.param_groups)} parameter groups")
-        g = optimizer.param_groups[0]
-        off = [f"{k}={g.get(k)}" for k, plain in self.REFUSED[type(optimizer)].items() if g.get(k, plain) != plain]
-        if off:
-            raise ConfigError(f"{accepted}; this run's {name} has {', '.join(off)}")
-        self.optimizer, self.group = optimizer, g
-        if type(optimizer) is torch.optim.Adam:
-            self.kind, self.keys = "adam", ("exp_avg", "exp_avg_sq")
-        else:
-            self.kind, self.keys = "sgd", ("momentum_buffer",) if g["momentum"] else ()
-        first = optimizer.state.get(g["params"][0], {})
-        self.steps_done = int(first["step"]) if "step" in first else 0  # torch keeps Adam's count on the CPU
-
-    def state(self) -> list[torch.Tensor]:
-        """Its state tensors, param by param; zeros (sent from the host: no graph) before the first step."""
-        out = []
-        for p in self.group["params"]:
-            s = self.optimizer.state[p]
-            out += [s[k] if k in s else torch.zeros(p.shape, dtype=p.dtype).to(p.device) for k in self.keys]
-        return out
-
-    def scalars(self, t: int) -> list[float]:
-        """What step t (1-based) needs from the host, computed there in float64 as torch does."""
-        g = self.group
-        if self.kind == "sgd":
-            return [-g["lr"]]
-        b1, b2 = g["betas"]
-        return [-g["lr"] / (1 - b1**t), (1 - b2**t) ** 0.5]
-
-    def update(self, params, grads, state, scalars) -> tuple[list, list]:
-        g, n = self.group, len(self.keys)
-        new_params, new_state = [], []
-        for i, (p, grad) in enumerate(zip(params, grads)):
-            if g["weight_decay"]:
-                grad = grad.add(p, alpha=g["weight_decay"])
-            s = state[i * n : (i + 1) * n]
-            if self.kind == "adam":
-                (b1, b2), (m, v) = g["betas"], s
-                m = m.lerp(grad, 1 - b1)
-                v = v.mul(b2).addcmul(grad, grad, value=1 - b2)
-                denom = (v.sqrt() / scalars[1]).add(g["eps"])
-                new_params.append(p.detach() + (m / denom) * scalars[0])  # torch: p.addcdiv_(m, denom, -step_size)
-                new_state += [m, v]
-                continue
-            if n:
-                buf = s[0].mul(g["momentum"]).add(grad)  # from zeros: torch's first-step clone of the gradient
-                grad = grad.add(buf, alpha=g["momentum"]) if g["nesterov"] else buf
-                new_state.append(buf)
-            new_params.append(p.detach() + grad * scalars[0])
-        return new_params, new_state
-
-    def store(self, new_state: list[torch.Tensor], steps: int) -> None:
-        self.steps_done += steps
-        n = len(self.keys)
-        for i, p in enumerate(self.group["params"]):
-            s = self.optimizer.state[p]
-            s.update(zip(self.keys, new_state[i * n : (i + 1) * n]))
-            if self.kind == "adam":
-                s["step"] = torch.tensor(float(self.steps_done))
-        compat.mark_optimizer_stepped(self.optimizer)
 
 
 class StepsPerExecution:
@@ -106,7 +26,7 @@ class StepsPerExecution:
     steps_per_execution = 1
     execution_loop = "unroll"  # or "while" (runtime/step_program.py); runtime/plan.py resolves auto
     auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
-    auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
+    trace_once = False  # auto: K=1 still runs as a program traced once, a group of one, not traced at every step
     grouping_note = ""  # what auto chose, and why (the run report prints it)
 
     @property
@@ -118,13 +38,14 @@ class StepsPerExecution:
 
     @property
     def _grouping(self) -> bool:
-        return self.steps_per_execution > 1
+        """Whether steps run through the traced-once program; a K=1 the user set is Lightning's own step."""
+        return self.steps_per_execution > 1 or self.trace_once
 
     @override
     def setup(self, trainer) -> None:
         super().setup(trainer)
         self._reset_group()
-        self._program, self._opt, self._pads = None, None, []
+        self._programs, self._opt, self._signature = {}, None, None  # batch shapes -> (program, padding batches)
         if not self._grouping or trainer.state.fn != "fit":
             return
         try:
@@ -142,16 +63,12 @@ class StepsPerExecution:
         except ConfigError as e:
             if not self.auto_steps:
                 raise
-            self.steps_per_execution, self.grouping_note, self.auto_pending = 1, f"1 (auto: {e})", False
+            self.steps_per_execution, self.trace_once, self.grouping_note = 1, False, f"1 (auto: {e})"
 
-    def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
-        """K against the run: where auto still waits for the run's length (`run_steps` training steps in all), the
-        backend's payback rule decides it; then against an epoch of `steps` training steps, auto's K shrinks to the
-        epoch (one execution each) and a K the user set that is longer is refused. The CLI asks before any run
-        folder exists, and the benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
-        if self.auto_pending and run_steps is not None:
-            k, self.grouping_note, self.auto_pending = xla().auto_steps(self.execution_loop, run_steps)
-            self.steps_per_execution = k
+    def fit_to_run(self, steps: int) -> None:
+        """K against an epoch of `steps` training steps: auto's K shrinks to the epoch (one execution each) and a K
+        the user set that is longer is refused. The CLI asks before any run folder exists; on_train_start asks for
+        runs built elsewhere."""
         if not self._grouping or self.steps_per_execution <= steps:
             return
         if not self.auto_steps:
@@ -166,20 +83,26 @@ class StepsPerExecution:
     def on_train_start(self) -> None:
         super().on_train_start()
         trainer = self.lightning_module.trainer
-        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches)
+        self.fit_to_run(trainer.num_training_batches)
 
     @override
     def training_step(self, *args, **kwargs):
         if not self._grouping:
             return super().training_step(*args, **kwargs)
-        batch, batch_idx = args[0], args[1]
+        batch, batch_idx = tuple(args[0]), args[1]
         trainer = self.lightning_module.trainer
         if self._opt is None:
             self._opt = FunctionalOptimizer(trainer.optimizers[0])
+        signature = tuple((tuple(t.shape), t.dtype) for t in batch)
+        if self._group and signature != self._signature:  # a batch of new shapes: its own group and program
+            self.flush()
+        row = self._opt.scalars(self._opt.steps_done + len(self._group) + 1)
         if not self._group:  # what the group's steps read besides their batches: the epoch's order, at most
-            self._shared = self.lightning_module.execution_inputs()
-        self._group.append(tuple(batch))
-        self._rows.append(self._opt.scalars(self._opt.steps_done + len(self._group)))
+            self._shared, self._signature = self.lightning_module.execution_inputs(), signature
+            if signature not in self._programs and not self._build(batch, row):
+                return super().training_step(*args, **kwargs)  # auto, and the step cannot be a program
+        self._group.append(batch)
+        self._rows.append(row)
         self._seeds.append(self._backend.rng_state(self.root_device))  # the seed this step would have traced with
         last = batch_idx + 1 >= trainer.num_training_batches or 0 < trainer.max_steps <= trainer.global_step + 1
         if len(self._group) == self.steps_per_execution or last:
@@ -203,6 +126,8 @@ class StepsPerExecution:
         if not self._grouping:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         result = closure()  # the training step: keeps the batch, and runs the group when it is full
+        if not self._grouping:  # its trace read the host, so it ran as Lightning's own step (its gradients are set)
+            return super().optimizer_step(optimizer, lambda: result, model, **kwargs)
         if self.at_execution_end:
             self._backend.cut_graph(
                 self.root_device
@@ -238,12 +163,11 @@ class StepsPerExecution:
         if not getattr(self, "_group", None):
             return
         k, n = self.steps_per_execution, len(self._group)
-        if self._program is None:
-            self._build()
-        batches = self._group + self._pads[: k - n]
+        program, pads = self._programs[self._signature]
+        batches = self._group + pads[: k - n]
         rows = self._rows + [[0.0] * len(self._rows[0])] * (k - n)
         seeds = self._seeds + [0] * (k - n)
-        new = self._program.run(self._state(), batches, n, rows, seeds, shard=self.shard_steps, shared=self._shared)
+        new = program.run(self._state(), batches, n, rows, seeds, shard=self.shard_steps, shared=self._shared)
         self._store([self.place_state(t) for t in new], n)
         self._reset_group()
         if materialize:
@@ -307,15 +231,37 @@ class StepsPerExecution:
         new_params, new_opt = self._opt.update(params, grads, opt_state, scalars)
         return self._layout().join(params=new_params, buffers=clones, optimizer=new_opt, sums=new_sums)
 
-    def _build(self) -> None:
-        first = self._group[0]
-        self._pads = [tuple(self.pad_like(t) for t in first) for _ in range(self.steps_per_execution - 1)]
+    def _build(self, first: tuple, row: list[float]) -> bool:
+        """Trace the step on `first` (a batch of this group's shapes) into a program; False where the trace read
+        device values on the host and auto runs Lightning's own step from here on (a K set by hand: an error)."""
         state = self._state()
-        scalars = torch.tensor(self._rows[0], dtype=torch.float32).to(self.root_device)
-        seed = self._backend.rng_state(self.root_device)
-        self._program = StepProgram(self.steps_per_execution, self.execution_loop)
-        self._program.build(self._step, state, first, scalars, self._shared)
+        if compat.xla_pending(state):  # after a group of other shapes ran: the trace needs device data
+            compat.xla_materialize(state)
+        scalars = torch.tensor(row, dtype=torch.float32).to(self.root_device)
+        seed, reads = self._backend.rng_state(self.root_device), self._backend.counters()[2]
+        program = StepProgram(self.steps_per_execution, self.execution_loop)
+        program.build(self._step, state, first, scalars, self._shared)
         self._backend.set_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
+        reads = self._backend.counters()[2] - reads
+        if reads:
+            self._traced_step_reads_host(reads)
+            return False
+        pads = [tuple(self.pad_like(t) for t in first) for _ in range(self.steps_per_execution - 1)]
+        self._programs[self._signature] = (program, pads)
+        return True
+
+    def _traced_step_reads_host(self, reads: int) -> None:
+        what = (
+            f"the training step read device values on the host while traced ({reads} read(s): an .item(), a print, "
+            f"a shape that depends on the data such as x[mask]), so a program of it would keep the first batch's"
+        )
+        if not self.auto_steps:
+            raise ConfigError(f"steps_per_execution={self.steps_per_execution}: {what}; use steps_per_execution=1")
+        self.steps_per_execution, self.trace_once, self._programs = 1, False, {}
+        self.grouping_note = f"1 (auto: {what}; Lightning traces it at every step)"
+        self._reset_group()
+        if self.is_global_zero:
+            print(f"steps per execution: {self.grouping_note}", flush=True)
 
     def _store(self, new: list[torch.Tensor], steps: int) -> None:
         module = self.lightning_module

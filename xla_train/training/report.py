@@ -50,12 +50,8 @@ class RunReport(EpochCallback):
             k = getattr(trainer.strategy, "steps_per_execution", 1)
             note = getattr(trainer.strategy, "grouping_note", "")  # steps_per_execution=auto: what, and why
             if loop and (k > 1 or note):
-                how = (
-                    f", as an XLA {'While loop' if loop == 'while' else 'unrolled program'} (execution_loop={loop})"
-                    if k > 1
-                    else ""
-                )
-                print(f"steps per execution: {note or k}{how}", flush=True)
+                how = f"{'While loop' if loop == 'while' else 'unrolled program'} (execution_loop={loop})"
+                print(f"steps per execution: {note or k}" + (f", as an XLA {how}" if k > 1 else ""), flush=True)
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
