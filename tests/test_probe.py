@@ -12,8 +12,8 @@ import pytest
 
 from xla_train import compat
 from xla_train.runtime import probe
-from xla_train.runtime.backend import TRACED_ONCE, WHILE_K, xla
-from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution
+from xla_train.runtime.backend import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K, xla
+from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution, run_steps
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def planned(accelerator="xla", loop="auto", setting="auto", strategy="auto"):
 
 def test_with_nothing_set_and_no_tpu_the_plan_is_xla_cpus(new_user):
     assert probe.pjrt_device() == "CPU" and "PJRT_DEVICE" not in os.environ  # decided, and nothing written
-    assert planned() == ("unroll", 1, TRACED_ONCE)  # unrolled: one step a program, traced once
+    assert planned() == ("unroll", UNROLLED_K, f"{UNROLLED_K} (auto)", True)  # unrolled; the run's length decides K
     assert planned("tpu")[:3] == ("while", WHILE_K, f"{WHILE_K} (auto)")  # accelerator=tpu is a TPU's plan
     # a benchmark cell gets the answer, not the unset variable, and its devices= sets the CPU device count
     assert xla().child_env({"CPU_NUM_DEVICES": "8", "HOME": "/h"}) == {"PJRT_DEVICE": "CPU", "HOME": "/h"}
@@ -45,7 +45,7 @@ def test_with_nothing_set_and_no_tpu_the_plan_is_xla_cpus(new_user):
 def test_a_tpu_on_the_pci_bus_gets_the_while_loop(new_user):
     new_user(4)
     assert probe.pjrt_device() == "TPU"
-    assert planned() == ("while", WHILE_K, f"{WHILE_K} (auto)")
+    assert planned() == ("while", WHILE_K, f"{WHILE_K} (auto)", False)
 
 
 @pytest.mark.parametrize("setting, chips, device, loop", [("TPU", 0, "TPU", "while"), ("cpu", 4, "CPU", "unroll")])
@@ -65,10 +65,20 @@ def test_a_second_run_in_the_process_is_planned_alike(new_user):
     assert planned() == first
 
 
-def test_auto_k_groups_a_while_loop_and_runs_unrolled_steps_one_a_program():
-    """A While program does not grow with K; an unrolled one does, and its steps ran no faster (docs/results.md)."""
-    assert xla().auto_steps("while") == (WHILE_K, f"{WHILE_K} (auto)")
-    assert xla().auto_steps("unroll") == (1, TRACED_ONCE) and "traced once" in TRACED_ONCE
+def test_auto_k_on_unrolled_steps_pays_back_its_compile_else_runs_one_step_a_program():
+    """A While program does not grow with K; an unrolled one does, so K=8 only for a run long enough to repay it,
+    and a shorter run one step a program, traced once (docs/results.md)."""
+    k, note, pending = xla().auto_steps("unroll", UNROLL_LONG_STEPS)
+    assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note and UNROLLED_K == 8
+    k, note, pending = xla().auto_steps("unroll", UNROLL_LONG_STEPS - 1)
+    assert (k, pending) == (1, False) and note.endswith(
+        "too few to pay back the longer compile of 8 unrolled steps; one step a program, traced once)"
+    ), note
+    assert xla().auto_steps("unroll", float("inf"))[0] == UNROLLED_K
+    assert xla().auto_steps("while", 1)[:2] == (WHILE_K, f"{WHILE_K} (auto)")  # a While program does not grow with K
+    # the run's length as the Trainer reads max_epochs and max_steps
+    assert run_steps(40, 12, -1) == 480 and run_steps(40, 12, 100) == 100
+    assert run_steps(40, None, -1) == 40_000 and run_steps(40, None, 16) == 16 and run_steps(40, -1, -1) == float("inf")
 
 
 def test_torch_xla_imported_after_xla_train_picks_no_device_of_its_own():

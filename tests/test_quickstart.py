@@ -45,8 +45,8 @@ def test_quickstart_as_a_new_user_runs_it_gets_xla_cpus_plan_and_predicts_on_cpu
         assert b"GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in restarted, restarted
     assert "(accelerator xla, 1 device(s))" in out
     assert (
-        "steps per execution: 1 (auto: one step a program, traced once; more steps unrolled compile longer and ran "
-        "no faster)" in out
+        "steps per execution: 1 (auto: 320 training steps < 1,000, too few to pay back the longer compile of 8 "
+        "unrolled steps; one step a program, traced once)" in out
     ), out[:2000]
     # One training program (320 executions of one step) and one validation graph: the net's BatchNorm counters went
     # to the device as data, not as constants that the first validation batch's sync compiled as a second graph.

@@ -175,13 +175,15 @@ def test_sgd_nesterov_on_a_cosine_schedule_trains_as_one_step_at_a_time(tiny_run
 
 
 def test_auto_runs_every_step_through_the_program_its_first_step_traced(tiny_runs):
-    """steps_per_execution=auto where XLA unrolls (XLA:CPU): one step a program, traced once and run by every later
-    step, where Lightning's own step (steps_per_execution=1 set) traces the net anew at every step. It trains as
-    that step does, on one device and under SPMD on 8, and compiles nothing after its first step."""
+    """steps_per_execution=auto where XLA unrolls (XLA:CPU), for a run too short to repay K=8's compile: one step a
+    program, traced once and run by every later step, where Lightning's own step (steps_per_execution=1 set)
+    traces the net anew at every step. It trains as that step does, on one device and under SPMD on 8, and
+    compiles nothing after its first step."""
     import json
 
     runs, procs = tiny_runs
-    assert "steps per execution: 1 (auto: one step a program, traced once;" in procs["auto"].stdout
+    chose = "steps per execution: 1 (auto: 18 training steps < 1,000, too few to pay back the longer compile of 8 "
+    assert chose + "unrolled steps; one step a program, traced once)" in procs["auto"].stdout
     assert_same_training(runs["k1"], runs["auto"], steps=18)
     calls = {n: json.loads(next(runs[n].glob("runs/*/version_0/net_calls.json")).read_text()) for n in ("k1", "auto")}
     assert calls == {"k1": {"train": 18}, "auto": {"train": 1}}, calls
@@ -273,7 +275,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
     [
         ("auto", "tpu", "auto", "while", 32),
         ("auto", "xla", "spmd", "while", 32),
-        ("auto", "xla", "auto", "unroll", 1),  # one step a program, traced once
+        ("auto", "xla", "auto", "unroll", 8),  # until the run's length decides (tests/test_probe.py)
         ("auto", "tpu", "xla_mp", "while", 1),
         ("auto", "cpu", "auto", "while", 1),
         ("auto", "gpu", "auto", "while", 1),
@@ -284,7 +286,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
 def test_auto_steps_per_execution_is_chosen_by_the_loop_and_the_hardware(setting, kind, strategy, loop, expected):
     from xla_train.runtime.plan import resolve_steps_per_execution
 
-    k, note = resolve_steps_per_execution(setting, kind, strategy, loop)
+    k, note, _ = resolve_steps_per_execution(setting, kind, strategy, loop)
     assert k == expected and bool(note) == (setting == "auto" and kind in ("tpu", "xla") and strategy != "xla_mp")
 
 

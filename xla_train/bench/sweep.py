@@ -232,7 +232,7 @@ def sweep(
             "warmup": warmup,
             "steps": steps,
             "data": data,
-            "train_size": n_train,  # an epoch's samples: the table's epoch seconds
+            "train_size": n_train,  # with the recipe's epochs, the run that steps_per_execution=auto is chosen for
             **keys,
         }
     bar = tqdm(total=len(cells) * rounds, desc="bench", unit="cell", disable=None)

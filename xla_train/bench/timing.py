@@ -183,7 +183,7 @@ class Loop:
         from xla_train import compat
         from xla_train.bench.data import use_data
         from xla_train.bench.report import cpu_model
-        from xla_train.config.build import build_parts
+        from xla_train.config.build import build_run
         from xla_train.runtime.backend import backend_of
         from xla_train.runtime.plan import plan_hardware
 
@@ -199,11 +199,11 @@ class Loop:
             compile=s.get("compile", "auto"),
             channels_last=s.get("channels_last", "auto"),
         )
-        model, dm = build_parts(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
+        model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
         strategy = plan.trainer_kwargs.get("strategy")
-        self.k = getattr(strategy, "steps_per_execution", 1)
+        self.k = self.steps_per_execution(strategy, s, length, n)
         self.traced_once = getattr(strategy, "trace_once", False)  # auto's program of one step: no loss to read
         self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
@@ -236,6 +236,17 @@ class Loop:
 
     def steps(self, plan, model, dm) -> Stopwatch:
         raise NotImplementedError
+
+    @staticmethod
+    def steps_per_execution(strategy, spec: dict, length: tuple, devices: int) -> int:
+        """K as fit would run this recipe: auto decided against the recipe's own run (its epochs of its training
+        set at this global batch, the spec's train_size), not against the few steps a cell times."""
+        if getattr(strategy, "auto_pending", False):
+            from xla_train.runtime.plan import run_steps
+
+            epoch = max(1, spec["train_size"] // (spec["batch"] * devices))
+            strategy.fit_to_run(epoch, run_steps(epoch, *length))
+        return getattr(strategy, "steps_per_execution", 1)
 
 
 class LightningLoop(Loop):

@@ -43,8 +43,15 @@ def run_lightning(
 
 def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):
     """(Classifier, data module) of a recipe with key=value overrides, seeded and initialised as fit does."""
+    return build_run(recipe, overrides, given)[:2]
+
+
+def build_run(recipe: str, overrides: dict[str, str], given: dict | None = None):
+    """(Classifier, data module, (max_epochs, max_steps)): build_parts and the length of the run fit would train,
+    which steps_per_execution=auto needs to choose K as fit does (the benchmarks)."""
     args = lightning_args("fit", {"recipe": recipe, **overrides}, [], net_given="net" in (given or {}))[1:]
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
     with own_argv():
         cli = XlaTrainCLI(args, run=False, build_trainer=False, given=given)
-    return cli.model, cli.datamodule
+    trainer = cli.config.get("trainer") or {}
+    return cli.model, cli.datamodule, (trainer.get("max_epochs"), trainer.get("max_steps", -1))

@@ -30,7 +30,7 @@ from xla_train.errors import ConfigError
 from xla_train.models.reference import NetRef
 from xla_train.runtime.backend import backend_for
 from xla_train.runtime.fast_path import FastPathCallback
-from xla_train.runtime.plan import plan_hardware
+from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
 from xla_train.training.compile_guard import CompileAccounting
 from xla_train.training.host_memory import HostHeapTrim
@@ -218,7 +218,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI):
         steps = len(self.datamodule.arrays("train")[1]) // (self.datamodule.batch_size * t.num_devices * t.num_nodes)
         limit = t.limit_train_batches
         steps = min(steps, limit) if isinstance(limit, int) else int(steps * limit)
-        t.strategy.fit_to_run(steps)  # refused here, before the run folder, or auto's shrunk to the epoch
+        # auto decided by the run's length, refused here before the run folder, or shrunk to the epoch
+        t.strategy.fit_to_run(steps, run_steps(steps, t.max_epochs, t.max_steps))
 
     before_fit = before_validate = before_test = _before_run  # LightningCLI calls before_<subcommand>
 

@@ -118,9 +118,10 @@ class Backend:
             raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
         return "unroll" if setting == "auto" else setting
 
-    def auto_steps(self, loop: str) -> tuple[int, str]:
-        """(K, what auto chose and why) for steps_per_execution=auto on a backend that runs `loop`."""
-        return 1, ""
+    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
+        """(K, what auto chose and why, whether the run's length may still change it) for steps_per_execution=auto
+        on a backend that runs `loop`; run_steps is the run's training steps where known."""
+        return 1, "", False
 
 
 class CUDABackend(Backend):
@@ -183,14 +184,25 @@ class XLABackend(Backend):
             return loop
         return "unroll" if self.platform(accelerator) == "CPU" else "while"
 
-    def auto_steps(self, loop: str) -> tuple[int, str]:
+    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
         """A While program's compile time and host memory do not grow with K, so K is chosen for the device alone.
-        An unrolled program's grow with K, and its steps ran no faster (XLA:CPU: docs/results.md, "What
-        steps_per_execution=auto chooses"): one step a program, traced once all the same, so that no step is traced
-        again by Lightning's loop."""
+        An unrolled program's grow with K, so K=UNROLLED_K only where the run is long enough to pay back its longer
+        compile and first execution (UNROLL_LONG_STEPS); a shorter run takes one step a program, still traced once,
+        so that Lightning's loop traces no step again (docs/results.md, "What steps_per_execution=auto chooses").
+        Before the run's length is known, UNROLLED_K."""
         if loop == "while":
-            return WHILE_K, f"{WHILE_K} (auto)"
-        return 1, TRACED_ONCE
+            return WHILE_K, f"{WHILE_K} (auto)", False
+        if run_steps is None:
+            return UNROLLED_K, f"{UNROLLED_K} (auto)", True
+        steps = "an unbounded number of" if run_steps == float("inf") else f"{int(run_steps):,}"
+        if run_steps >= UNROLL_LONG_STEPS:
+            why = f"{steps} training steps >= {UNROLL_LONG_STEPS:,}, enough to pay back the longer compile"
+            return UNROLLED_K, f"{UNROLLED_K} (auto: {why})", False
+        why = (
+            f"{steps} training steps < {UNROLL_LONG_STEPS:,}, too few to pay back the longer compile of "
+            f"{UNROLLED_K} unrolled steps; one step a program, traced once"
+        )
+        return 1, f"1 (auto: {why})", False
 
     def no_peak_memory(self, devices: int, described: str) -> str:
         """torch_xla reads no peak under SPMD (pjrt_computation_client.cpp answers for real devices, not the SPMD
@@ -322,11 +334,14 @@ class XLABackend(Backend):
 EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
 # which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
-# run unrolled (XLA:CPU), one step a program traced once: against K=4 and 8 unrolled, measured there, its steps
-# were as fast for the three recipes, its compile a third to a quarter, its peak memory 150-600 MB lower
-# (docs/results.md, "What steps_per_execution=auto chooses").
+# run unrolled (XLA:CPU), measured there against one step a program traced once: K=8 compiled and first ran 3 to
+# 9 s longer, at 300 to 650 MB more memory, for steps 0 to 10% shorter (the IMDB LSTM 10%, the CIFAR-10 CNN 2-3%,
+# the quickstart's CNN none to measure), which repays that by about 300 steps (IMDB) to 1,600 (CIFAR-10). So
+# UNROLLED_K from UNROLL_LONG_STEPS training steps, else one step a program (docs/results.md, "What
+# steps_per_execution=auto chooses").
 WHILE_K = 32
-TRACED_ONCE = "1 (auto: one step a program, traced once; more steps unrolled compile longer and ran no faster)"
+UNROLLED_K = 8
+UNROLL_LONG_STEPS = 1000
 MATMUL_PRECISIONS = ("default", "high", "highest")
 MATMUL_MEANING = {
     "default": "one bf16 pass for float32 on a TPU",

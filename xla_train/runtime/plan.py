@@ -58,14 +58,25 @@ class HardwarePlan:
         return self.is_xla, budget
 
 
-def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str]:
-    """(K, what auto chose and why). auto is the backend's answer for the loop; off XLA and under xla_mp, one
-    step at a time as Lightning runs it."""
+def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str, bool]:
+    """(K, what auto chose and why, whether the run's length still decides it: runtime/steps_per_execution.py,
+    fit_to_run). auto is the backend's answer for the loop; off XLA and under xla_mp, one step at a time as
+    Lightning runs it."""
     if setting != "auto":
-        return setting, ""
+        return setting, "", False
     if kind in ("cpu", "gpu") or strategy == "xla_mp":
-        return 1, ""
+        return 1, "", False
     return backend_for(kind).auto_steps(loop)
+
+
+def run_steps(epoch_steps: int, max_epochs=None, max_steps=-1) -> float:
+    """The training steps of a run of `epoch_steps` an epoch under Lightning's max_epochs and max_steps (None and
+    -1 as the Trainer reads them: both unset is 1,000 epochs, -1 epochs is no end)."""
+    limit = max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+    if max_epochs is None:
+        max_epochs = 1000 if limit is None else -1
+    run = float("inf") if max_epochs < 0 else float(epoch_steps * max_epochs)
+    return min(run, limit) if limit is not None else run
 
 
 def plan_hardware(
@@ -92,7 +103,7 @@ def plan_hardware(
     compat.no_tpu_for_lightning()  # no TPU on the bus: Lightning's banner must not ask the metadata server
     kind = resolve_accelerator(str(accelerator))
     loop = resolve_execution_loop(execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
-    steps_per_execution, note = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
+    steps_per_execution, note, pending = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
     if steps_per_execution > 1 and (kind in ("cpu", "gpu") or strategy == "xla_mp"):
         where = "strategy=xla_mp" if strategy == "xla_mp" else f"accelerator={kind}"
         raise ConfigError(
@@ -138,7 +149,7 @@ def plan_hardware(
     strat = plan.trainer_kwargs["strategy"]
     strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop
     strat.auto_steps = strat.trace_once = bool(note)  # auto on XLA: even a group of one is traced once
-    strat.grouping_note = note
+    strat.grouping_note, strat.auto_pending = note, pending
     return plan
 
 

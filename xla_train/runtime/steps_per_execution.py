@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
-from xla_train.runtime.backend import backend_of
+from xla_train.runtime.backend import backend_of, xla
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.step_program import Layout, StepProgram
 
@@ -27,6 +27,7 @@ class StepsPerExecution:
     execution_loop = "unroll"  # or "while" (runtime/step_program.py); runtime/plan.py resolves auto
     auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
     trace_once = False  # auto: K=1 still runs as a program traced once, a group of one, not traced at every step
+    auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
     grouping_note = ""  # what auto chose, and why (the run report prints it)
 
     @property
@@ -64,11 +65,16 @@ class StepsPerExecution:
             if not self.auto_steps:
                 raise
             self.steps_per_execution, self.trace_once, self.grouping_note = 1, False, f"1 (auto: {e})"
+            self.auto_pending = False
 
-    def fit_to_run(self, steps: int) -> None:
-        """K against an epoch of `steps` training steps: auto's K shrinks to the epoch (one execution each) and a K
-        the user set that is longer is refused. The CLI asks before any run folder exists; on_train_start asks for
-        runs built elsewhere."""
+    def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
+        """K against the run: where auto still waits for the run's length (`run_steps` training steps in all), the
+        backend's payback rule decides it; then against an epoch of `steps` training steps, auto's K shrinks to the
+        epoch (one execution each) and a K the user set that is longer is refused. The CLI asks before any run
+        folder exists, and the benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
+        if self.auto_pending and run_steps is not None:
+            k, self.grouping_note, self.auto_pending = xla().auto_steps(self.execution_loop, run_steps)
+            self.steps_per_execution = k
         if not self._grouping or self.steps_per_execution <= steps:
             return
         if not self.auto_steps:
@@ -83,7 +89,7 @@ class StepsPerExecution:
     def on_train_start(self) -> None:
         super().on_train_start()
         trainer = self.lightning_module.trainer
-        self.fit_to_run(trainer.num_training_batches)
+        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches)
 
     @override
     def training_step(self, *args, **kwargs):
