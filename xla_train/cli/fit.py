@@ -12,10 +12,11 @@ def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> 
 
     from xla_train.config.build import run_lightning
     from xla_train.training.resume import PREEMPTED_EXIT_CODE
+    from xla_train.cli.main import EARLY_CLOCKS
     from xla_train.training.run_clock import process_start
 
-    try:
-        run_lightning(command, pairs, flags, started=process_start())  # the command's time, imports included
+    try:  # the command's time from its interpreter's start, imports included
+        run_lightning(command, pairs, flags, started=process_start(EARLY_CLOCKS))
     except SIGTERMException:  # the Preemption callback has written last.ckpt and said where
         return PREEMPTED_EXIT_CODE
     except SystemExit as e:  # --help / --print_config end here, as Lightning intends

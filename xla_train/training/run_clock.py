@@ -18,17 +18,26 @@ from typing_extensions import override
 PARTS = ("start-up", "compile", "train", "validate", "test")
 
 
-def process_start() -> float:
-    """This process's start on the perf_counter clock (Linux's /proc), else now: a command's clock starts there,
-    interpreter and imports included."""
+def process_start(early: tuple[float, float] | None = None) -> float:
+    """When this command's interpreter started, on the perf_counter clock: a command's clock starts there,
+    interpreter and imports included. `early`: (perf_counter, process_time) read before any heavy import
+    (cli/main.py). The process's start (Linux's /proc) is too early where a shell ran the command in its own
+    process (`bash -c 'pip install ... && python -m xla_train'` execs its last command): the interpreter started
+    about its CPU time before `early`, the start-up being CPU work, and a process keeps its CPU time through an
+    execve, so the huge-pages restart (cli/huge_pages.py) still counts from the first start."""
+    now = time.perf_counter()
     try:
         with open("/proc/self/stat") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # starttime, in clock ticks since boot
         with open("/proc/uptime") as f:
             uptime = float(f.read().split()[0])
-        return time.perf_counter() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+        started = now - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
-        return time.perf_counter()
+        started = None
+    if early is None:
+        return now if started is None else started
+    interpreter = early[0] - early[1]
+    return interpreter if started is None else max(started, interpreter)
 
 
 class RunClock(pl.Callback):
