@@ -7,16 +7,16 @@ first), so every Trainer option is reachable and jsonargparse checks every type.
 from __future__ import annotations
 
 
-def lightning_command(command: str, pairs: dict[str, str], flags: list[str]) -> int:
+def lightning_command(command: str, pairs: dict[str, str], flags: list[str], early=None) -> int:
+    """`early`: the interpreter's clocks before any heavy import (cli/main.py, EARLY_CLOCKS)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from xla_train.config.build import run_lightning
     from xla_train.training.resume import PREEMPTED_EXIT_CODE
-    from xla_train.cli.main import EARLY_CLOCKS
     from xla_train.training.run_clock import process_start
 
     try:  # the command's time from its interpreter's start, imports included
-        run_lightning(command, pairs, flags, started=process_start(EARLY_CLOCKS))
+        run_lightning(command, pairs, flags, started=process_start(early))
     except SIGTERMException:  # the Preemption callback has written last.ckpt and said where
         return PREEMPTED_EXIT_CODE
     except SystemExit as e:  # --help / --print_config end here, as Lightning intends

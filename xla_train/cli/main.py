@@ -90,7 +90,7 @@ def run(argv: list[str]) -> int:
             return fn(**kwargs)
         from xla_train.cli.fit import lightning_command
 
-        return lightning_command(command, pairs, flags)
+        return lightning_command(command, pairs, flags, EARLY_CLOCKS)
     except Exception as e:
         user_error = find_user_error(e)
         if user_error is None:
