@@ -33,6 +33,12 @@ def units(warmup: int, steps: int, backend, k: int = 1) -> tuple[int, int, int]:
     return -(-warmup // k), timed, split
 
 
+def traced_once(strategy) -> bool:
+    """Whether the strategy's steps run a program traced once (any K, or auto's one step a program) as it stands
+    now: its setup may have fallen back to Lightning's own step. Such a step's loss stays on the device."""
+    return getattr(strategy, "steps_per_execution", 1) > 1 or getattr(strategy, "trace_once", False)
+
+
 class Stopwatch:
     def __init__(self, warmup: int, steps: int, device, k: int = 1, reads_loss: bool = True) -> None:
         self.device, self.k, self.reads_loss = device, k, reads_loss
@@ -204,7 +210,6 @@ class Loop:
         n = n if isinstance(n, int) else 1
         strategy = plan.trainer_kwargs.get("strategy")
         self.k = self.steps_per_execution(strategy, s, length, n)
-        self.traced_once = getattr(strategy, "trace_once", False)  # auto's program of one step: no loss to read
         self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         dm.place(*plan.resident_data)  # data.on_device: resident or streamed, as fit decides
@@ -220,7 +225,7 @@ class Loop:
             on_device=dm.resident,
             steps_per_execution_used=self.k,
             execution_loop_used=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
-            traced_once=self.traced_once or self.k > 1,  # a program traced once, whatever its number of steps
+            traced_once=traced_once(strategy),
             grouping_note=getattr(strategy, "grouping_note", "") or None,  # what auto chose, and why
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
@@ -260,12 +265,12 @@ class LightningLoop(Loop):
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
 
-        s, k, reads_loss = self.spec, self.k, not self.traced_once
+        s, k = self.spec, self.k
 
         class Clock(pl.Callback):
             @override
             def on_train_start(self, trainer, pl_module):
-                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, k, reads_loss)
+                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, k, not traced_once(trainer.strategy))
 
             @override
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

@@ -64,8 +64,12 @@ class StepsPerExecution:
         except ConfigError as e:
             if not self.auto_steps:
                 raise
-            self.steps_per_execution, self.trace_once, self.grouping_note = 1, False, f"1 (auto: {e})"
-            self.auto_pending = False
+            self._one_step_at_a_time(str(e))
+
+    def _one_step_at_a_time(self, why: str) -> None:
+        """auto, where this run's steps cannot be a program: Lightning's own step, and the report says why."""
+        self.steps_per_execution, self.trace_once, self.auto_pending = 1, False, False
+        self.grouping_note = f"1 (auto: {why})"
 
     def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
         """K against the run: where auto still waits for the run's length (`run_steps` training steps in all), the
@@ -263,8 +267,8 @@ class StepsPerExecution:
         )
         if not self.auto_steps:
             raise ConfigError(f"steps_per_execution={self.steps_per_execution}: {what}; use steps_per_execution=1")
-        self.steps_per_execution, self.trace_once, self._programs = 1, False, {}
-        self.grouping_note = f"1 (auto: {what}; Lightning traces it at every step)"
+        self._one_step_at_a_time(f"{what}; Lightning traces it at every step")
+        self._programs = {}
         self._reset_group()
         if self.is_global_zero:
             print(f"steps per execution: {self.grouping_note}", flush=True)
