@@ -10,14 +10,13 @@ on the CPU. The Python API (api.py) goes through the same path as fit/validate/t
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 
+from xla_train.errors import ConfigError, find_user_error
+
 EARLY_CLOCKS = (time.perf_counter(), time.process_time())  # before any heavy import: training/run_clock.py
-
-import importlib  # noqa: E402
-import sys  # noqa: E402
-
-from xla_train.errors import ConfigError, find_user_error  # noqa: E402
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 COMMANDS = LIGHTNING_COMMANDS + ("predict", "serve", "export", "devices", "bench")
