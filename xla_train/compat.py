@@ -612,3 +612,9 @@ def caller_site(depth: int = 2) -> str:
     """file:line of the caller's caller, naming a call site that every host must reach in the same order."""
     frame = sys._getframe(depth)
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def tensor_version(tensor) -> int:
+    """How many in-place changes a tensor has had: autograd's own counter (Tensor._version), which every in-place
+    op, on any device, bumps; torch 2.9.0's autograd reads it to refuse a backward through a changed tensor."""
+    return tensor._version

@@ -25,6 +25,7 @@ from torch.nn.utils.rnn import PackedSequence
 from xla_train.errors import ConfigError
 from xla_train.runtime.rnn_cells import CELLS, backward_body, forward_body
 from xla_train.runtime.scan_loop import scan_loop
+from xla_train.runtime.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
 
 # Time steps per While iteration: 1, by measurement on XLA:CPU (2-core AMD EPYC; docs/hardware.md). An iteration of
 # XLA:CPU's While costs under a microsecond (an LSTM of batch 16, 8 units: 2,000 iterations took 13.2 ms, 500 of 4
@@ -177,11 +178,14 @@ class ScanRNN(nn.Module):
                 )
             return self.current()(input, hx)
         lstm, batched = self.mode == "LSTM", input.dim() == 3
+        rows = table_rows(input)  # (ids, embedding) when the input is an embedding's output: ids shaped as input
         if not batched:  # (T, E): a batch of one, time-major
             x = input.unsqueeze(1)
             hx = None if hx is None else tuple(h.unsqueeze(1) for h in hx) if lstm else hx.unsqueeze(1)
+            rows = rows and (rows[0].unsqueeze(1), rows[1])
         else:
             x = input.transpose(0, 1) if self.batch_first else input  # (T, N, E)
+            rows = rows and ((rows[0].transpose(0, 1) if self.batch_first else rows[0]), rows[1])
         t, n = x.shape[:2]
         if mask is None:
             keep = torch.ones(t, n, 1, dtype=torch.bool, device=x.device)
@@ -196,10 +200,12 @@ class ScanRNN(nn.Module):
             for d in range(directions):
                 k = layer * directions + d
                 state0 = None if hx is None else (hx[0][k], hx[1][k]) if lstm else (hx[k],)
+                fed = rows if layer == 0 else None
                 if d == 0:
-                    out, final = self._direction(f"_l{layer}", x, keep, state0)
+                    out, final = self._direction(f"_l{layer}", x, keep, state0, fed)
                 else:  # the reverse direction scans the time-flipped sequence
-                    out, final = self._direction(f"_l{layer}_reverse", x.flip(0), keep.flip(0), state0)
+                    fed = fed and (fed[0].flip(0), fed[1])
+                    out, final = self._direction(f"_l{layer}_reverse", x.flip(0), keep.flip(0), state0, fed)
                     out = out.flip(0)
                 outs.append(out)
                 finals.append(final)
@@ -211,11 +217,13 @@ class ScanRNN(nn.Module):
             x = x.transpose(0, 1)
         return x, (tuple(states) if lstm else states[0])
 
-    def _direction(self, suffix: str, x: torch.Tensor, keep: torch.Tensor, state0):
-        """One layer in one direction over x (T, N, E): its outputs (T, N, H) and final state."""
+    def _direction(self, suffix: str, x: torch.Tensor, keep: torch.Tensor, state0, rows=None):
+        """One layer in one direction over x (T, N, E): its outputs (T, N, H) and final state. With rows, (ids (T, N),
+        embedding) whose table x was gathered from, the table is projected instead (runtime/table_projection.py)."""
         w_ih, w_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
         # Under autocast the projection runs in bf16; the recurrence keeps the weights' dtype throughout.
-        gx, weights = F.linear(x, w_ih).to(w_hh.dtype), (w_hh,)
+        gx = F.linear(x, w_ih) if rows is None else projected_rows(*rows, w_ih)
+        gx, weights = gx.to(w_hh.dtype), (w_hh,)
         if self.bias:
             b_ih, b_hh = getattr(self, f"bias_ih{suffix}"), getattr(self, f"bias_hh{suffix}")
             if self.cell.bias_in_loop:
@@ -291,6 +299,8 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True) -> list[str]:
                     f"sequence length; {why[1]}",
                     stacklevel=2,
                 )
+    if swapped:
+        tag_embeddings(module)  # an RNN reading an embedding's output projects its table (runtime/table_projection.py)
     if swapped and verbose:
         print(
             f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time "
@@ -307,6 +317,7 @@ def restore_rnn(module: nn.Module) -> list[str]:
     ScanRNN's, not the ones the nn module was left with, hold the trained weights.
     """
     restored = []
+    untag_embeddings(module)
     for prefix, parent in list(module.named_modules()):
         for name, child in list(parent._modules.items()):
             if isinstance(child, ScanRNN):
