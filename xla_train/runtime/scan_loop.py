@@ -18,12 +18,14 @@ from xla_train import compat
 _BUILT: dict = {}  # (body, k, reverse, shapes and dtypes) -> (While computation, the ys' shapes and dtypes)
 
 
-def scan_loop(body, k: int, init: tuple, xs: tuple, reverse: bool = False) -> tuple[tuple, tuple]:
+def scan_loop(body, k: int, init: tuple, xs: tuple, reverse: bool = False, into: tuple = ()) -> tuple[tuple, tuple]:
     """(final carry, ys): body over xs (T, ...) K steps at a time (T % K == 0); reverse visits the last chunk first.
 
     body(carry, steps) -> (carry, outputs): `steps` holds one tuple of slices (N, ...) per step of the chunk, in
     time order (a reversed scan's body takes them last first itself), and `outputs` one tuple of tensors per step,
     in the same order; each ys[m] is (T, *outputs[j][m].shape). body must be a function of its arguments alone.
+    `into` names tensors to write ys over, where shape and dtype match (every step writes its own), in place of
+    zeros: a buffer that nothing reads afterwards saves a (T, ...) of zeros and its memory.
     """
     t = xs[0].shape[0]
     if t % k or any(x.shape[0] != t for x in xs):
@@ -33,7 +35,12 @@ def scan_loop(body, k: int, init: tuple, xs: tuple, reverse: bool = False) -> tu
         _BUILT[key] = _build(body, k, init, xs, reverse)
     computation, y_specs = _BUILT[key]
     device = xs[0].device
-    ys = [torch.zeros((t, *shape), dtype=dtype, device=device) for shape, dtype in y_specs]
+    ys = [
+        into[m]
+        if m < len(into) and (tuple(into[m].shape), into[m].dtype) == ((t, *shape), dtype)
+        else torch.zeros((t, *shape), dtype=dtype, device=device)
+        for m, (shape, dtype) in enumerate(y_specs)
+    ]
     counter = torch.tensor(0, dtype=torch.int64, device=device)
     out = compat.xla_user_computation("xla::scan", [counter, *init, *xs, *ys], computation)
     return tuple(out[1 : 1 + len(init)]), tuple(out[1 + len(init) + len(xs) :])
