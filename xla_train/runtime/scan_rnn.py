@@ -103,7 +103,7 @@ class _Recurrence(torch.autograd.Function):
         ctx.cell, ctx.n_weights, ctx.k, ctx.pad, ctx.state_shape = cell, len(weights), k, pad, carry[0].shape
         ctx.set_materialize_grads(False)  # outputs nothing reads get None, not a tensor of zeros to scan
         ctx.save_for_backward(keep, *weights, *saved, gx)
-        return (cell.outputs(saved, keep)[pad:], *carry[: cell.states])
+        return (cell.outputs(saved, keep, carry)[pad:], *carry[: cell.states])
 
     @staticmethod
     def backward(ctx, d_out, *d_state):
