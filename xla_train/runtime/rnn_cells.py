@@ -16,8 +16,8 @@ import torch
 #   step_back(carry=(*d_state, w_hh), xs=(d_out_t or None, keep_t, saved_t)) -> (carry, d_gx_t); None: nothing
 #   read the outputs, so they add no gradient
 # keep_t (N, 1) is False where a mask skips the step: the state passes through unchanged and the output is zero.
-# Each step saves ONE tensor (N, width * H) for the backward, so that the loop writes one buffer per step; the GRU
-# and the RNN recompute their outputs from it, the LSTM saves the factors its backward multiplies by (see _LSTM).
+# Each step saves ONE tensor (N, width * H) for the backward, so that the loop writes one buffer per step; the LSTM
+# and the GRU save the factors their backward multiplies by (see _LSTM), the RNN its states.
 
 
 def _plus(dh: torch.Tensor, dy: torch.Tensor | None) -> torch.Tensor:
@@ -89,7 +89,9 @@ class _LSTM:
 
 class _GRU:
     """Gate order r, z, n; n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), so b_hh rides in the carry with W_hh.
-    Saves [r z n | W_hn h + b_hn | h_prev]."""
+    Saves the factors of the backward, as _LSTM does: [(1-z)(1-n^2) (W_hn h + b_hn) r(1-r) | (h_prev-n) z(1-z) |
+    (1-z)(1-n^2) | r | z | h_prev] (6H), so that the backward step recomputes nothing. The outputs are the next
+    step's h_prev, and the last one the final h."""
 
     states, bias_in_loop = 1, True
 
@@ -106,12 +108,14 @@ class _GRU:
         gh_n = gh[..., 2 * h_size :]
         n = torch.tanh(gx[..., 2 * h_size :] + r * gh_n)
         h_new = n + z * (h - n)
-        return (torch.where(keep, h_new, h), w_hh, *b_hh), (torch.cat([rz, n, gh_n, h], -1),)
+        d_n = (1 - z) * (1 - n * n)
+        saved = torch.cat([d_n * gh_n * r * (1 - r), (h - n) * z * (1 - z), d_n, rz, h], -1)
+        return (torch.where(keep, h_new, h), w_hh, *b_hh), (saved,)
 
     @staticmethod
     def outputs(saved, keep, carry):
-        _, z, n, _, h_prev = _split(saved[0], 5)
-        return torch.where(keep, n + z * (h_prev - n), torch.zeros_like(n))
+        h_next = torch.cat([_split(saved[0], 6)[5][1:], carry[0][None]])  # the state after each step
+        return torch.where(keep, h_next, torch.zeros_like(h_next))
 
     @staticmethod
     def back_inputs(saved):
@@ -119,24 +123,24 @@ class _GRU:
 
     @staticmethod
     def h_prev(saved):
-        return _split(saved[0], 5)[4]
+        return _split(saved[0], 6)[5]
 
     @staticmethod
     def step_back(carry, xs):
         dh, w_hh = carry
         dy, keep, saved = xs
-        r, z, n, gh_n, h_prev = _split(saved, 5)
+        size = dh.shape[-1]
         zero = torch.zeros_like(dh)
         dh_new = torch.where(keep, _plus(dh, dy), zero)
-        da_n = dh_new * (1 - z) * (1 - n * n)
-        da_z = dh_new * (h_prev - n) * z * (1 - z)
-        da_r = da_n * gh_n * r * (1 - r)
-        dh_prev = torch.cat([da_r, da_z, da_n * r], dim=-1) @ w_hh + dh_new * z + torch.where(keep, zero, dh)
-        return (dh_prev, w_hh), torch.cat([da_r, da_z, da_n], dim=-1)
+        d_gx = torch.cat([dh_new, dh_new, dh_new], -1) * saved[..., : 3 * size]  # [d_r, d_z, d_n]
+        r, z = saved[..., 3 * size : 4 * size], saved[..., 4 * size : 5 * size]
+        d_gh = torch.cat([d_gx[..., : 2 * size], d_gx[..., 2 * size :] * r], -1)
+        dh_prev = d_gh @ w_hh + dh_new * z + torch.where(keep, zero, dh)
+        return (dh_prev, w_hh), d_gx
 
     @staticmethod
     def hidden_grads(d_gx, saved):
-        r = _split(saved[0], 5)[0]
+        r = _split(saved[0], 6)[3]
         d_r, d_z, d_n = _split(d_gx, 3)
         return torch.cat([d_r, d_z, d_n * r], dim=-1)  # n's pre-activation sees W_hn h + b_hn through r
 
