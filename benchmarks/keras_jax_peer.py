@@ -179,10 +179,10 @@ FLOORS = {  # an empty process of each runtime that has run one op: what no job 
 }
 
 
-def keras_quickstart(data: str) -> int:
+def keras_quickstart(data: str, seed: int = 0) -> int:
     """README command 1's job in Keras: the CNN, 12 epochs at batch 32 on the digits, validated every epoch, the best
     epoch's weights restored, its held-out test accuracy and five predictions."""
-    keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(seed)
     d = np.load(data)
     model = build_cnn()
     best = os.path.join(os.path.dirname(os.path.abspath(data)), f"best-{os.getpid()}.weights.h5")
@@ -215,8 +215,9 @@ def timed(command: list[str], cwd: str, env: dict) -> dict:
     return {"wall_s": wall, "peak_mb": int(proc.stderr.strip().splitlines()[-1]) / 1024, "out": proc.stdout}
 
 
-def whole_job(python: str, rounds: int, json_path: str | None) -> int:
-    """Both whole jobs, alternating, each in a fresh process and folder, with the runtimes' floors."""
+def whole_job(python: str, rounds: int, json_path: str | None, seed: int = 0) -> int:
+    """Both whole jobs, alternating, each in a fresh process and folder, with the runtimes' floors. Another seed
+    than the recipe's 0 draws both sides' initial weights and dropout afresh (the data's splits stay)."""
     import re
     import tempfile
 
@@ -225,8 +226,8 @@ def whole_job(python: str, rounds: int, json_path: str | None) -> int:
     data = os.path.join(work, "digits.npz")
     subprocess.run([python, "-c", EXPORT, data], check=True, env=user_env)
     jobs = {
-        "keras": [sys.executable, os.path.abspath(__file__), "--job-child", data],
-        "xla_train": [python, "-m", "xla_train", "recipe=quickstart"],
+        "keras": [sys.executable, os.path.abspath(__file__), "--job-child", data, "--seed", str(seed)],
+        "xla_train": [python, "-m", "xla_train", "recipe=quickstart", *([f"seed_everything={seed}"] if seed else [])],
         **{name: [python if name.startswith("xla") else sys.executable, "-c", code] for name, code in FLOORS.items()},
     }
     runs: dict[str, list[dict]] = {name: [] for name in jobs}
@@ -257,7 +258,14 @@ def whole_job(python: str, rounds: int, json_path: str | None) -> int:
     }
     ratio = rows["xla_train"]["wall_s"] / rows["keras"]["wall_s"]
     print(f"# xla_train / keras whole job: {ratio:.2f}x wall (medians of {rounds} rounds)", flush=True)
-    summary = {"machine": machine(), "job": "quickstart", "rounds": rounds, "results": rows, "ratio": ratio}
+    summary = {
+        "machine": machine(),
+        "job": "quickstart",
+        "seed": seed,
+        "rounds": rounds,
+        "results": rows,
+        "ratio": ratio,
+    }
     if json_path:
         with open(json_path, "w") as f:
             json.dump(summary, f, indent=1)
@@ -275,15 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=8, help="untimed steps first, the compile among them (at least 8)")
     p.add_argument("--rounds", type=int, default=1, help="repeats; each round runs the configurations in turned order")
     p.add_argument("--json", metavar="PATH", help="also write the JSON summary here")
+    p.add_argument("--seed", type=int, default=0, help="--job: both sides' seed (the recipe's is 0)")
     a = p.parse_args(argv)
     if a.steps < 24 or a.warmup < 8 or a.rounds < 1:
         p.error("--steps must be >= 24, --warmup >= 8, --rounds >= 1")
     if a.job_child:
-        return keras_quickstart(a.job_child)
+        return keras_quickstart(a.job_child, a.seed)
     if a.job:
         if not a.xla_train_python:
             p.error("--job needs --xla-train-python (the project venv's python, e.g. .venv/bin/python)")
-        return whole_job(os.path.abspath(a.xla_train_python), a.rounds, a.json)
+        return whole_job(os.path.abspath(a.xla_train_python), a.rounds, a.json, a.seed)
 
     info = machine()
     print(
