@@ -7,6 +7,7 @@ so it runs in its own virtual environment, never the project's:
     python3 -m venv /tmp/kvenv && /tmp/kvenv/bin/pip install 'keras>=3.10,<4' 'jax[cpu]' scikit-learn
     /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --model all --steps 24 --warmup 8 --rounds 1
     /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --rounds 2
+    /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --seeds 10
 
 Steps: synthetic data of the recipes' shapes and dtypes (a step's cost does not depend on the values). Two LSTMs:
 `lstm_tutorial` is the tutorial's own model as written (no mask: padding steps run like words), `lstm` is matched to
@@ -15,6 +16,7 @@ stamping each batch's end, so Keras's own loop is timed. --job quickstart runs R
 sides, alternating, on the same digits and splits (exported by xla_train): Keras's model.fit with validation and
 the best checkpoint, its held-out test and five predictions, against `python -m xla_train recipe=quickstart`, each a
 fresh process timed from start to exit, with its peak memory and held-out accuracy, and the floor of each runtime.
+--seeds compares the held-out accuracy over seeds: one seed's 360 test digits cannot tell the two sides apart.
 """
 
 from __future__ import annotations
@@ -215,9 +217,11 @@ def timed(command: list[str], cwd: str, env: dict) -> dict:
     return {"wall_s": wall, "peak_mb": int(proc.stderr.strip().splitlines()[-1]) / 1024, "out": proc.stdout}
 
 
-def whole_job(python: str, rounds: int, json_path: str | None, seed: int = 0) -> int:
-    """Both whole jobs, alternating, each in a fresh process and folder, with the runtimes' floors. Another seed
-    than the recipe's 0 draws both sides' initial weights and dropout afresh (the data's splits stay)."""
+def whole_job(python: str, rounds: int, json_path: str | None, seeds: list[int]) -> int:
+    """Both whole jobs, alternating, each in a fresh process and folder, with the runtimes' floors (at the first
+    seed). Each seed other than the recipe's 0 draws both sides' initial weights, dropout and order afresh (the
+    data's splits stay). A held-out test of 360 digits moves by a point with the seed alone, so accuracy is compared
+    over several seeds: their means, spreads and the standard error of the difference of the means."""
     import re
     import tempfile
 
@@ -225,28 +229,36 @@ def whole_job(python: str, rounds: int, json_path: str | None, seed: int = 0) ->
     user_env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "XLA_", "CPU_NUM_DEVICES", "PIP_"))}
     data = os.path.join(work, "digits.npz")
     subprocess.run([python, "-c", EXPORT, data], check=True, env=user_env)
-    jobs = {
-        "keras": [sys.executable, os.path.abspath(__file__), "--job-child", data, "--seed", str(seed)],
-        "xla_train": [python, "-m", "xla_train", "recipe=quickstart", *([f"seed_everything={seed}"] if seed else [])],
-        **{name: [python if name.startswith("xla") else sys.executable, "-c", code] for name, code in FLOORS.items()},
-    }
-    runs: dict[str, list[dict]] = {name: [] for name in jobs}
-    for r in range(rounds):
-        for name in list(jobs) if r % 2 == 0 else list(jobs)[::-1]:
-            cwd = tempfile.mkdtemp(dir=work)
-            env = {**user_env, "KERAS_BACKEND": "jax"} if name.startswith("keras") else user_env
-            run = timed(jobs[name], cwd, env)
-            if name == "keras":
-                run["test_acc"] = json.loads(run["out"].strip().splitlines()[-1])["test_acc"]
-            elif name == "xla_train":
-                run["test_acc"] = float(re.search(r"held-out test accuracy: ([\d.]+)", run["out"]).group(1))
-                run["time_line"] = run["out"].strip().splitlines()[-1]
-            runs[name].append({k: v for k, v in run.items() if k != "out"})
-            print(
-                f"round {r + 1} {name:16s} {run['wall_s']:6.1f} s  {run['peak_mb']:6.0f} MB  "
-                f"{run.get('test_acc', '')}  {run.get('time_line', '')}",
-                flush=True,
-            )
+    floors = {name: [python if name.startswith("xla") else sys.executable, "-c", c] for name, c in FLOORS.items()}
+    runs: dict[str, list[dict]] = {name: [] for name in ("keras", "xla_train", *floors)}
+    for i, seed in enumerate(seeds):
+        jobs = {
+            "keras": [sys.executable, os.path.abspath(__file__), "--job-child", data, "--seed", str(seed)],
+            "xla_train": [
+                python,
+                "-m",
+                "xla_train",
+                "recipe=quickstart",
+                *([f"seed_everything={seed}"] if seed else []),
+            ],
+            **(floors if i == 0 else {}),
+        }
+        for r in range(rounds):
+            for name in list(jobs) if r % 2 == 0 else list(jobs)[::-1]:
+                cwd = tempfile.mkdtemp(dir=work)
+                env = {**user_env, "KERAS_BACKEND": "jax"} if name.startswith("keras") else user_env
+                run = {"seed": seed, **timed(jobs[name], cwd, env)}
+                if name == "keras":
+                    run["test_acc"] = json.loads(run["out"].strip().splitlines()[-1])["test_acc"]
+                elif name == "xla_train":
+                    run["test_acc"] = float(re.search(r"held-out test accuracy: ([\d.]+)", run["out"]).group(1))
+                    run["time_line"] = run["out"].strip().splitlines()[-1]
+                runs[name].append({k: v for k, v in run.items() if k != "out"})
+                print(
+                    f"seed {seed} round {r + 1} {name:16s} {run['wall_s']:6.1f} s  {run['peak_mb']:6.0f} MB  "
+                    f"{run.get('test_acc', '')}  {run.get('time_line', '')}",
+                    flush=True,
+                )
     rows = {
         n: {
             "wall_s": statistics.median(x["wall_s"] for x in v),
@@ -257,20 +269,40 @@ def whole_job(python: str, rounds: int, json_path: str | None, seed: int = 0) ->
         for n, v in runs.items()
     }
     ratio = rows["xla_train"]["wall_s"] / rows["keras"]["wall_s"]
-    print(f"# xla_train / keras whole job: {ratio:.2f}x wall (medians of {rounds} rounds)", flush=True)
-    summary = {
-        "machine": machine(),
-        "job": "quickstart",
-        "seed": seed,
-        "rounds": rounds,
-        "results": rows,
-        "ratio": ratio,
-    }
+    print(f"# xla_train / keras whole job: {ratio:.2f}x wall (medians of {len(seeds) * rounds} runs)", flush=True)
+    summary = {"machine": machine(), "job": "quickstart", "seeds": seeds, "rounds": rounds, "results": rows}
+    summary["ratio"] = ratio
+    if len(seeds) > 1:
+        summary["accuracy"] = accuracy_over_seeds({n: runs[n] for n in ("keras", "xla_train")})
     if json_path:
         with open(json_path, "w") as f:
             json.dump(summary, f, indent=1)
     print(json.dumps(summary))
     return 0
+
+
+def accuracy_over_seeds(runs: dict[str, list[dict]]) -> dict:
+    """Each side's held-out accuracy per seed (rounds of a seed repeat it), their mean, standard deviation and
+    median, and xla_train's mean minus Keras's with its standard error. The seeds are not paired: the two sides
+    draw different weights from the same number."""
+    per_seed = {n: {r["seed"]: r["test_acc"] for r in v} for n, v in runs.items()}
+    out: dict = {n: {"by_seed": a} for n, a in per_seed.items()}
+    for n, a in per_seed.items():
+        values = list(a.values())
+        out[n].update(mean=statistics.mean(values), sd=statistics.stdev(values), median=statistics.median(values))
+    k, x = out["keras"], out["xla_train"]
+    diff = x["mean"] - k["mean"]
+    se = (k["sd"] ** 2 / len(per_seed["keras"]) + x["sd"] ** 2 / len(per_seed["xla_train"])) ** 0.5
+    out["xla_train_minus_keras"] = {"mean": diff, "se": se}
+    for n in ("keras", "xla_train"):
+        o = out[n]
+        print(
+            f"# {n:9s} held out over {len(o['by_seed'])} seeds: mean {o['mean']:.2%}, sd {o['sd']:.2%}, "
+            f"median {o['median']:.2%}",
+            flush=True,
+        )
+    print(f"# xla_train - keras: {diff * 100:+.2f} points (standard error {se * 100:.2f})", flush=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="repeats; each round runs the configurations in turned order")
     p.add_argument("--json", metavar="PATH", help="also write the JSON summary here")
     p.add_argument("--seed", type=int, default=0, help="--job: both sides' seed (the recipe's is 0)")
+    p.add_argument("--seeds", type=int, help="--job: seeds --seed, --seed+1, ... this many, each for --rounds")
     a = p.parse_args(argv)
     if a.steps < 24 or a.warmup < 8 or a.rounds < 1:
         p.error("--steps must be >= 24, --warmup >= 8, --rounds >= 1")
@@ -292,7 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.job:
         if not a.xla_train_python:
             p.error("--job needs --xla-train-python (the project venv's python, e.g. .venv/bin/python)")
-        return whole_job(os.path.abspath(a.xla_train_python), a.rounds, a.json, a.seed)
+        if a.seeds is not None and a.seeds < 1:
+            p.error("--seeds must be >= 1")
+        seeds = list(range(a.seed, a.seed + (a.seeds or 1)))
+        return whole_job(os.path.abspath(a.xla_train_python), a.rounds, a.json, seeds)
 
     info = machine()
     print(
