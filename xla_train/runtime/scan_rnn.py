@@ -115,7 +115,7 @@ class _Recurrence(torch.autograd.Function):
         with torch.no_grad():
             body = backward_body(cell, k, d_out is not None)
             # d_gx is written over gx, which nothing reads after the forward loop: no zeros made for it, and one
-            # (T, N, G) buffer fewer at the peak (the IMDB recipe's: 1,798-1,830 against 1,555-1,569 MB)
+            # (T, N, G) buffer fewer at the peak (the IMDB recipe's, at that change: 1,798-1,830 against 1,555-1,569 MB)
             carry, (d_gx,) = scan_loop(body, k, (*d_state, weights[0], _ones(weights[0])), xs, reverse=True, into=(gx,))
         d_gh = cell.hidden_grads(d_gx, saved)  # the padding's gradients are zero
         # One matmul over all steps. This operand order makes XLA:CPU transpose h_prev (T, N, H) for it, where

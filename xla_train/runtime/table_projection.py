@@ -26,18 +26,15 @@ def _tag(module: nn.Embedding, args: tuple, output: torch.Tensor) -> None:
         setattr(output, TAG, (args[0], module, compat.tensor_version(output)))
 
 
-def tag_embeddings(model: nn.Module) -> int:
-    """Tag the outputs of every nn.Embedding in `model` whose rows the table projection can stand in for; returns
-    how many. Not: max_norm (which renormalises the table inside the forward), sparse gradients, or gradients
-    scaled by each id's frequency (which would scale W_ih's gradient too)."""
-    count = 0
+def tag_embeddings(model: nn.Module) -> None:
+    """Tag the outputs of every nn.Embedding in `model` whose rows the table projection can stand in for. Not:
+    max_norm (which renormalises the table inside the forward), sparse gradients, or gradients scaled by each id's
+    frequency (which would scale W_ih's gradient too)."""
     for module in model.modules():
         if type(module) is not nn.Embedding or HANDLE in vars(module):
             continue
         if module.max_norm is None and not module.sparse and not module.scale_grad_by_freq:
             module.__dict__[HANDLE] = module.register_forward_hook(_tag)
-            count += 1
-    return count
 
 
 def untag_embeddings(model: nn.Module) -> None:
