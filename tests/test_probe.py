@@ -57,7 +57,7 @@ def test_the_users_pjrt_device_wins_over_the_probe(new_user, monkeypatch, settin
 
 def test_a_second_run_in_the_process_is_planned_alike(new_user):
     """configure_pjrt writes the answer it was planned from, so a notebook's second fit reads the same one."""
-    from xla_train.runtime.accelerators import configure_pjrt
+    from xla_train.runtime.devices import configure_pjrt
 
     first = planned()
     configure_pjrt("xla")

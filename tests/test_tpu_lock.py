@@ -59,7 +59,7 @@ import xla_train
 from xla_train.runtime.tpu_lock import runtime_started
 print(xla_train.devices())
 assert not runtime_started()
-claim = "from xla_train.runtime.accelerators import configure_pjrt; configure_pjrt('xla'); print('claimed')"
+claim = "from xla_train.runtime.devices import configure_pjrt; configure_pjrt('xla'); print('claimed')"
 print(subprocess.run([sys.executable, "-c", claim], capture_output=True, text=True).stdout.strip())
 """
 
@@ -77,7 +77,7 @@ def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
     open /dev/accel0), and the product makes that one line, exit 2, as it would on a TPU VM."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
     hold = (
-        "from xla_train.runtime.accelerators import configure_pjrt; configure_pjrt('xla'); "
+        "from xla_train.runtime.devices import configure_pjrt; configure_pjrt('xla'); "
         "import sys; print('held', flush=True); sys.stdin.read()"
     )
     holder = subprocess.Popen(

@@ -217,7 +217,7 @@ def serve(run_or_checkpoint, **settings) -> int:
 
 def devices(accelerator: str = "auto"):
     """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU."""
-    from xla_train.runtime.accelerators import describe_devices
+    from xla_train.runtime.devices import describe_devices
 
     return _raising(describe_devices, accelerator)
 

@@ -9,20 +9,20 @@ tests/test_layout.py keeps private names out of the rest of xla_train (docs/layo
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 import types
 
-from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.strategies.launchers.xla import _XLALauncher
-
+# Lightning is imported inside what needs it: the device probes below serve `xla_train devices`, which should not
+# wait for Lightning's import (and torchmetrics', which Lightning's pulls in: about 3 s on a 2-core VM).
 
 # --- Lightning ------------------------------------------------------------------------------------------------
 
 
-class CheckpointReadingCLI(LightningCLI):
-    """LightningCLI with a public hook before it reads a checkpoint's hyperparameters.
+class CheckpointReadingCLI:
+    """For LightningCLI subclasses (listed before it): a public hook before it reads a checkpoint's hyperparameters.
 
     LightningCLI._parse_ckpt_path (called from __init__, before any class is built) opens
     `ckpt_path` itself; `read_checkpoint_first(path)` runs before it, so that a truncated,
@@ -92,40 +92,54 @@ def setup_train_data(trainer) -> None:
         trainer.fit_loop.setup_data()
 
 
-class _ResultsLauncher(_XLALauncher):
-    """Lightning's _XLALauncher (lightning/pytorch/strategies/launchers/xla.py) sends only the weights, the best
-    checkpoint's path, the trainer state and callback_metrics from worker 0 to the parent. This one also sends
-    its strategy's `worker_results(trainer)` (a picklable dict, made in worker 0) and hands it to the strategy's
-    `restore_worker_results(trainer, results)` in the parent. get_extra_results and update_main_process_results
-    are _MultiProcessingLauncher's own extension points for this."""
+@functools.cache
+def _results_launcher() -> type:
+    from lightning.pytorch.strategies.launchers.xla import _XLALauncher
 
-    def get_extra_results(self, trainer) -> dict:
-        return {**super().get_extra_results(trainer), "xla_train": self._strategy.worker_results(trainer)}
+    class _ResultsLauncher(_XLALauncher):
+        """Lightning's _XLALauncher (lightning/pytorch/strategies/launchers/xla.py) sends only the weights, the best
+        checkpoint's path, the trainer state and callback_metrics from worker 0 to the parent. This one also sends
+        its strategy's `worker_results(trainer)` (a picklable dict, made in worker 0) and hands it to the strategy's
+        `restore_worker_results(trainer, results)` in the parent. get_extra_results and update_main_process_results
+        are _MultiProcessingLauncher's own extension points for this."""
 
-    def update_main_process_results(self, trainer, extra: dict) -> None:
-        super().update_main_process_results(trainer, extra)
-        self._strategy.restore_worker_results(trainer, extra["xla_train"])
+        def get_extra_results(self, trainer) -> dict:
+            return {**super().get_extra_results(trainer), "xla_train": self._strategy.worker_results(trainer)}
 
-    def _recover_results_in_main_process(self, worker_output, trainer) -> None:
-        """The worker's last weights come as a bare state_dict file (`.temp.ckpt`), which xla_train's checkpoint
-        reader refuses (no xla_train checkpoint); read it here, weights-only, and let Lightning do the rest."""
-        import torch
+        def update_main_process_results(self, trainer, extra: dict) -> None:
+            super().update_main_process_results(trainer, extra)
+            self._strategy.restore_worker_results(trainer, extra["xla_train"])
 
-        path = worker_output.weights_path
-        if path is not None:
-            trainer.lightning_module.load_state_dict(
-                torch.load(path, map_location="cpu", weights_only=True), strict=False
-            )  # as Lightning does: the worker may differ
-            os.remove(path)
-            worker_output = worker_output._replace(weights_path=None)
-        super()._recover_results_in_main_process(worker_output, trainer)
+        def _recover_results_in_main_process(self, worker_output, trainer) -> None:
+            """The worker's last weights come as a bare state_dict file (`.temp.ckpt`), which xla_train's checkpoint
+            reader refuses (no xla_train checkpoint); read it here, weights-only, and let Lightning do the rest."""
+            import torch
+
+            path = worker_output.weights_path
+            if path is not None:
+                trainer.lightning_module.load_state_dict(
+                    torch.load(path, map_location="cpu", weights_only=True), strict=False
+                )  # as Lightning does: the worker may differ
+                os.remove(path)
+                worker_output = worker_output._replace(weights_path=None)
+            super()._recover_results_in_main_process(worker_output, trainer)
+
+    _ResultsLauncher.__qualname__ = "_ResultsLauncher"  # pickled by name, with the Trainer, to xla_mp's workers
+    return _ResultsLauncher
+
+
+def __getattr__(name: str):
+    """compat._ResultsLauncher, made on first use: a worker unpickling a strategy asks for it by name."""
+    if name == "_ResultsLauncher":
+        return _results_launcher()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ReturningXLALauncher:
     """For XLAStrategy subclasses: XLAStrategy._configure_launcher installs the launcher; this one returns more."""
 
     def _configure_launcher(self) -> None:
-        self._launcher = _ResultsLauncher(self)
+        self._launcher = _results_launcher()(self)
 
 
 def logger_state(logger) -> dict:

@@ -3,7 +3,7 @@
 The command's default is `xla` (what the PJRT runtime sees); the Python API's is `auto`, which chooses as a fit
 with accelerator=auto would (a TPU on the PCI bus, then a CUDA GPU, then the CPU). Neither starts the XLA runtime in
 this process: on a TPU the process that does holds the chips until it exits, and a notebook's later fits and
-benchmark subprocesses could not have them. A short-lived process counts them (runtime/accelerators.py).
+benchmark subprocesses could not have them. A short-lived process counts them (runtime/devices.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
 
 def devices(accelerator: str = "xla") -> int:
     """What a user checks first on a new machine: which devices accelerator= (xla|tpu|gpu|cpu|auto) trains on."""
-    from xla_train.runtime.accelerators import describe_devices
+    from xla_train.runtime.devices import describe_devices
 
     print(describe_devices(accelerator))
     return 0

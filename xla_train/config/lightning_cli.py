@@ -14,6 +14,7 @@ import time
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
 from jsonargparse.typing import PositiveInt, restricted_number_type
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
@@ -58,7 +59,7 @@ class _DropMisleading(logging.Filter):
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMisleading())
 
 
-class XlaTrainCLI(compat.CheckpointReadingCLI):
+class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
     """run=False builds the model, the data module and (unless build_trainer is off) the Trainer, and runs nothing.
 
     `given` holds what Python hands over as objects rather than settings: "net", an nn.Module that stands in for

@@ -216,7 +216,7 @@ class XLABackend(Backend):
 
     def child_env(self, env: dict) -> dict:
         """The device this process resolved, so every cell runs on it; without CPU_NUM_DEVICES, because the child's
-        devices= sets XLA:CPU's device count (runtime/accelerators.py)."""
+        devices= sets XLA:CPU's device count (runtime/devices.py)."""
         return {**{k: v for k, v in env.items() if k != "CPU_NUM_DEVICES"}, "PJRT_DEVICE": self.platform()}
 
     def wait(self, device) -> None:

@@ -268,7 +268,8 @@ def configure_compile_cache(setting: str | None) -> bool | None:
 
 
 def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, num_nodes=1) -> HardwarePlan:
-    from xla_train.runtime.accelerators import PJRTAccelerator, TPUAccelerator, configure_pjrt, parse_device_count
+    from xla_train.runtime.accelerators import PJRTAccelerator, TPUAccelerator
+    from xla_train.runtime.devices import configure_pjrt, parse_device_count
     from xla_train.runtime.multihost import host_topology
 
     if strategy not in XLA_STRATEGIES:

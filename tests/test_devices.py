@@ -1,0 +1,35 @@
+"""`xla_train devices`, a new machine's first command: it answers without Lightning in either of its processes
+(runtime/devices.py), and its short-lived process does not run torch_xla's dynamo bridge."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import cli_env, script_json
+from xla_train.runtime.devices import _LIST
+
+LIGHTNING = "lightning.pytorch", "lightning.fabric", "torchmetrics"
+
+
+def test_listing_xla_devices_imports_no_lightning_in_this_process():
+    out = script_json(
+        "import json, sys\n"
+        "import xla_train\n"
+        "report = xla_train.devices('xla')\n"
+        f"print(json.dumps({{'count': report.count, 'hardware': report.hardware, "
+        f"'imported': [m for m in {LIGHTNING!r} if m in sys.modules]}}))",
+        env=cli_env(2),
+    )
+    assert out == {"count": 2, "hardware": "CPU", "imported": []}
+
+
+def test_the_process_that_counts_the_devices_imports_no_lightning_and_no_dynamo_bridge():
+    code = _LIST.format(kind="xla") + (
+        "import sys\n"
+        f"print(json.dumps({{'imported': [m for m in {LIGHTNING!r} if m in sys.modules], "
+        "'bridge_unrun': '_deferred_loader' in vars(sys.modules['torch_xla._dynamo.dynamo_bridge'])}))"
+    )
+    out = script_json(code, env=cli_env(1))
+    assert out == {"imported": [], "bridge_unrun": True}
+    listed = script_json(_LIST.format(kind="xla"), env=cli_env(3))
+    assert listed == {"count": 3, "kind": "CPU", "pjrt": "CPU"}, json.dumps(listed)
