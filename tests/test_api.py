@@ -132,7 +132,13 @@ def test_devices_lists_what_each_accelerator_trains_on():
         [sys.executable, "-c", code], env=cli_env(4), capture_output=True, text=True, check=True, timeout=120
     ).stdout.splitlines()
     assert out[0].split() == ["cpu", "1", "xla", "4", "xla:3", "CPU"]
-    assert out[1].startswith("4 CPU devices (accelerator=xla; PJRT_DEVICE=CPU") and out[-1].split() == ["xla:3", "CPU"]
+    assert out[1].startswith("4 CPU devices (accelerator=xla; PJRT_DEVICE=CPU") and out[5].split() == ["xla:3", "CPU"]
+    # the other installed runtime below it, its devices made as CPU_NUM_DEVICES says
+    assert out[6].startswith("4 JAX cpu devices (accelerator=xla; runtime=jax") and out[-1].split() == [
+        "cpu:3",
+        "JAX",
+        "cpu",
+    ]
     import torch
 
     if not torch.cuda.is_available():

@@ -41,7 +41,7 @@ def test_each_key_is_typed_by_its_signature_and_a_text_key_is_taken_as_written()
     }
     given = parsed(["export", "ckpt=m.ckpt", "format=pt2", "net=a.B", "model.net.init_args.width=64"])[1]
     assert given["net"] == "a.B" and given["net_args"] == {"width": 64}  # fit's spelling of a net's arguments
-    assert parsed(["devices"])[1] == {"accelerator": "xla"}
+    assert parsed(["devices"])[1] == {"accelerator": "xla", "runtime": "auto"}
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,10 @@ def test_each_key_is_typed_by_its_signature_and_a_text_key_is_taken_as_written()
             "devices: 0 is out of range (does not conform to restriction v>0)",
         ),
         (["export", "ckpt=m.ckpt", "format=onnx", "--fast"], "export does not know --fast; it takes key=value"),
-        (["devices", "accelerater=tpu"], "devices takes accelerator=; not accelerater; did you mean accelerator?"),
+        (
+            ["devices", "accelerater=tpu"],
+            "devices takes accelerator=, runtime=; not accelerater; did you mean accelerator?",
+        ),
     ],
 )
 def test_a_bad_key_or_value_is_one_line_before_anything_runs(argv, message, tmp_path, monkeypatch, capsys):

@@ -28,7 +28,9 @@ def install_block(notebook: Path) -> str:
 
 def test_the_wheel_lists_every_package_folder_and_carries_the_recipes():
     tool = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    on_disk = {"xla_train"} | {f"xla_train.{p.parent.name}" for p in (REPO / "xla_train").glob("*/__init__.py")}
+    on_disk = {"xla_train"} | {
+        ".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "xla_train").rglob("*/__init__.py")
+    }
     assert set(tool["packages"]) == on_disk | {"xla_train.recipes"}
     assert tool["package-dir"] == {"xla_train.recipes": "recipes"} and list((REPO / "recipes").glob("*.yaml"))
 

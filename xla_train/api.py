@@ -215,11 +215,12 @@ def serve(run_or_checkpoint, **settings) -> int:
     return _raising(lambda: command(**kwargs))
 
 
-def devices(accelerator: str = "auto"):
-    """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU."""
+def devices(accelerator: str = "auto", runtime: str = "auto"):
+    """The devices accelerator= would train on; `auto` finds a TPU, then a GPU, then the CPU. On XLA, runtime= picks
+    torch_xla or jax; auto reports both where both are installed."""
     from xla_train.runtime.devices import describe_devices
 
-    return _raising(describe_devices, accelerator)
+    return _raising(describe_devices, accelerator, runtime)
 
 
 def benchmark(subcommand: str = "sweep", **settings) -> Path:

@@ -42,6 +42,11 @@ def versions() -> str:
             out.append(f"{pkg} {version(pkg)}")
         except PackageNotFoundError:
             out.append(f"{pkg} (not installed)")
+    for pkg in ("jax", "torchax"):  # runtime=jax's, where installed
+        try:
+            out.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            pass
     return ", ".join(out) + f", Python {platform.python_version()}"
 
 

@@ -32,11 +32,13 @@ DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
 Setting = Union[bool, Literal["auto"]]
 Loop = Literal["auto", "unroll", "while"]
+Runtime = Literal["auto", "torch_xla", "jax"]
 StepsSetting = Union[PositiveInt, Literal["auto"]]  # auto: what fit would choose for the recipe, batch and device
 FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
 COLUMNS = [
     "recipe",
     "accelerator",
+    "runtime",
     "device",
     "devices",
     "batch",
@@ -154,6 +156,7 @@ def split_medians(results: list[dict]) -> dict:
 def sweep(
     recipe: str,
     accelerators: Optional[list[Accelerator]] = None,
+    runtimes: list[Runtime] = ["auto"],
     batch_sizes: list[PositiveInt] = [32, 128, 512, 1024],
     devices: list[DeviceCount] = [1],
     progress_every: list[NonNegativeInt] = [0],
@@ -174,7 +177,7 @@ def sweep(
     grid: Optional[dict] = None,
     command: str = "",
 ) -> tuple[int, Path]:
-    """Every accelerator x devices x batch size (x live-bar refresh, x steps per execution on XLA, x precision,
+    """Every accelerator (x runtime on XLA) x devices x batch size (x live-bar refresh, x steps per execution on XLA, x precision,
     x compile and channels_last on cpu/gpu, x any recipe key in `grid`) of a recipe. on_device= (data.on_device)
     and execution_loop= (for steps_per_execution > 1) are lists like the rest."""
     from tqdm import tqdm
@@ -189,8 +192,9 @@ def sweep(
     n_train, source = train_size(dm)
     run_dir = report.new_run_dir(runs_dir)
     cells = {}
-    for a, d, b, p, k, loop, prec, comp, cl, *values in itertools.product(
+    for a, rt, d, b, p, k, loop, prec, comp, cl, *values in itertools.product(
         accelerators,
+        runtimes,
         devices,
         batch_sizes,
         progress_every,
@@ -202,13 +206,18 @@ def sweep(
         *grid.values(),
     ):
         backend = backend_for(a)
+        if not backend.groups_steps and rt != runtimes[0]:
+            continue  # an eager accelerator runs no XLA runtime: one cell, not one per runtime
+        rt = rt if backend.groups_steps else "auto"
         d = 1 if backend.runs_on_host else d
         k = k if backend.groups_steps else 1  # K steps as one program; auto is decided in the cell, as fit does
         loop = "auto" if k == 1 else loop
         comp, cl = ("auto", "auto") if backend.compiles_steps else (comp, cl)  # it compiles the step itself
         keys = dict(zip(grid, map(str, values)))
         name = (
-            f"{a}-d{d}-b{b}"
+            f"{a}"
+            + (f"-{rt}" if rt != "auto" else "")
+            + f"-d{d}-b{b}"
             + (f"-k{k}" if k != 1 else "")
             + (f"-{loop}" if loop != "auto" else "")
             + (f"-p{p}" if p else "")
@@ -221,6 +230,7 @@ def sweep(
             "recipe": recipe,
             "overrides": {**overrides, **keys},
             "accelerator": a,
+            "runtime": rt,
             "devices": d,
             "batch": b,
             "progress_every": p,
@@ -314,6 +324,8 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
         if len(opts[key]) > 1 or (key != "progress_every" and (opts[key] != ["auto"] or grouped)):
             grid = [key, *grid]
     grid += [key for key in FAST_KEYS if len(opts[key] or []) > 1]
+    if opts["runtimes"] != ["auto"]:
+        grid = [*grid, "runtime"]
     names = {"progress_every": "bar every", "steps_per_execution": "steps/execution", "execution_loop": "loop"}
     headers = HEADERS[:3] + [names.get(k, k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
@@ -396,6 +408,7 @@ def lstm(
     recipe: str = "imdb",
     maxlens: list[PositiveInt] = [100, 200, 500],
     accelerators: list[Accelerator] = ["xla"],
+    runtimes: list[Runtime] = ["auto"],
     batch_sizes: list[PositiveInt] = [128],
     steps: PositiveInt = 10,
     warmup: PositiveInt = 3,

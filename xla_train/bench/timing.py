@@ -40,9 +40,9 @@ def traced_once(strategy) -> bool:
 
 
 class Stopwatch:
-    def __init__(self, warmup: int, steps: int, device, k: int = 1, reads_loss: bool = True) -> None:
+    def __init__(self, warmup: int, steps: int, device, k: int = 1, reads_loss: bool = True, backend=None) -> None:
         self.device, self.k, self.reads_loss = device, k, reads_loss
-        self.backend = backend_of(device)
+        self.backend = backend or backend_of(device)
         self.warmup, self.steps, self.split = units(warmup, steps, self.backend, k)
         self.xla, self.wait_each = self.backend.compiles_steps, self.backend.waits_each_step
         self.readings: list[float] = []
@@ -190,7 +190,6 @@ class Loop:
         from xla_train.bench.data import use_data
         from xla_train.bench.report import cpu_model
         from xla_train.config.build import build_run
-        from xla_train.runtime.backend import backend_of
         from xla_train.runtime.plan import plan_hardware
 
         s = self.spec
@@ -204,6 +203,7 @@ class Loop:
             execution_loop=s.get("execution_loop", "auto"),
             compile=s.get("compile", "auto"),
             channels_last=s.get("channels_last", "auto"),
+            runtime=s.get("runtime", "auto"),
         )
         model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
@@ -230,12 +230,13 @@ class Loop:
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
         out.update(
-            device=backend_of(watch.device).describe(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""),
+            device=watch.backend.describe(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""),
             devices=n,
             global_batch=s["batch"] * n,
             data=data,
             samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
-            device_peak_mb=backend_of(watch.device).peak_mb(watch.device),
+            device_peak_mb=watch.backend.peak_mb(watch.device),
+            runtime=plan.runtime if plan.is_xla else None,
         )
         return out
 
@@ -261,6 +262,7 @@ class LightningLoop(Loop):
         import lightning.pytorch as pl
         from typing_extensions import override
 
+        from xla_train.runtime.backend import backend_of_strategy
         from xla_train.runtime.fast_path import FastPathCallback
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
@@ -270,7 +272,14 @@ class LightningLoop(Loop):
         class Clock(pl.Callback):
             @override
             def on_train_start(self, trainer, pl_module):
-                self.watch = Stopwatch(s["warmup"], s["steps"], pl_module.device, k, not traced_once(trainer.strategy))
+                self.watch = Stopwatch(
+                    s["warmup"],
+                    s["steps"],
+                    pl_module.device,
+                    k,
+                    not traced_once(trainer.strategy),
+                    backend_of_strategy(trainer.strategy),
+                )
 
             @override
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):

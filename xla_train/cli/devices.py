@@ -15,9 +15,10 @@ def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
     return devices, read_keys(devices, pairs, flags, prog="devices")
 
 
-def devices(accelerator: str = "xla") -> int:
-    """What a user checks first on a new machine: which devices accelerator= (xla|tpu|gpu|cpu|auto) trains on."""
+def devices(accelerator: str = "xla", runtime: str = "auto") -> int:
+    """What a user checks first on a new machine: which devices accelerator= (xla|tpu|gpu|cpu|auto) trains on, on
+    runtime= (torch_xla|jax; auto: the one a fit would choose, and the other below it where installed)."""
     from xla_train.runtime.devices import describe_devices
 
-    print(describe_devices(accelerator))
+    print(describe_devices(accelerator, runtime))
     return 0

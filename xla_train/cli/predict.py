@@ -93,11 +93,12 @@ def predict_split(
     out: str | None = None,
     probs: bool = False,
     net: str | None = None,
+    runtime: Literal["auto", "torch_xla", "jax"] = "auto",
 ) -> int:
     """A whole split through a Trainer (config/saved_run.py); says where the table went."""
     from xla_train.config.saved_run import predict_split as run  # Lightning: a split runs through a Trainer
 
-    path, r = run(ckpt, split, accelerator, devices, batch_size, data_dir, out, probs, net)
+    path, r = run(ckpt, split, accelerator, devices, batch_size, data_dir, out, probs, net, runtime)
     from xla_train.serve.table import accuracy
 
     print(

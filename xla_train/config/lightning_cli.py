@@ -29,7 +29,6 @@ from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import ConfigError
 from xla_train.models.reference import NetRef
-from xla_train.runtime.backend import backend_for
 from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
@@ -149,6 +148,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             matmul_precision=self.setting("matmul_precision") or "default",
             compile=self.setting("compile"),
             channels_last=self.setting("channels_last"),
+            runtime=self.setting("runtime") or "auto",
         )
         kwargs.update(plan.trainer_kwargs)
         self.plan = plan
@@ -168,10 +168,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         every = self.setting("progress_every") if plan.spmd_hosts == 1 else 0
         if plan.fast_path is not None:
             callbacks.append(FastPathCallback(plan.fast_path, publish))
-        self.clock = RunClock(self.started, backend_for(plan.kind).compile_clock())
+        self.clock = RunClock(self.started, plan.backend.compile_clock())
         callbacks += [
             self.clock,
-            RunReport(plan.kind, plan.fast_path, plan.matmul_precision, plan.compile_cache),
+            RunReport(plan.kind, plan.fast_path, plan.matmul_precision, plan.compile_cache, plan.runtime_note),
             RngState(),
             self.last_checkpoint,
             self.preemption,
@@ -208,6 +208,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         else:
             self.datamodule.check_net(self.model.net)
         if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
+            self.plan.check_data_placement(getattr(self.datamodule, "on_device", None))
             self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch
 

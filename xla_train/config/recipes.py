@@ -57,6 +57,11 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
         "cannot read it back), off, or a folder",
     ),
     "checkpoint_every": (int, 0, "also write last.ckpt every N training steps (0: at epoch ends only)"),
+    "runtime": (
+        Literal["auto", "torch_xla", "jax"],
+        "auto",
+        "the XLA runtime: torch_xla, or JAX through torchax (auto: torch_xla where it imports, else JAX)",
+    ),
     "steps_per_execution": (
         Union[PositiveInt, Literal["auto"]],
         "auto",

@@ -40,6 +40,7 @@ def predict_split(
     out=None,
     probs: bool = False,
     net=None,
+    runtime: str = "auto",
 ):
     """(the CSV written, the SplitPredictions): every sample of `split`, in order, one row each. `net` names a
     checkpoint's own net (a class path, a class or an instance)."""
@@ -67,7 +68,7 @@ def predict_split(
 
     # float32 everywhere: the table must be the checkpoint's own predictions, equal to CPU `predict`'s
     # (the cpu/gpu fast path's bf16 default is for training speed)
-    plan = plan_hardware(accelerator, devices, precision="32-true")
+    plan = plan_hardware(accelerator, devices, precision="32-true", runtime=runtime)
     dm.place(*plan.resident_data)
     result = predict_arrays(net, dm, split, plan.trainer_kwargs)
     text = table_text(result.probs, result.labels, list(block["labels"]), probs)

@@ -367,5 +367,12 @@ def backend_for(accelerator: str) -> Backend:
     return BACKENDS[_BY_ACCELERATOR[accelerator]]
 
 
+def backend_of_strategy(strategy) -> Backend:
+    """The backend a Trainer's strategy trains on: its own where it names one (the JAX runtime's), else its root
+    device's."""
+    own = getattr(strategy, "backend", None)
+    return own if own is not None else backend_of(strategy.root_device)
+
+
 def xla() -> XLABackend:
     return BACKENDS["xla"]

@@ -12,8 +12,8 @@ import os
 import platform
 from dataclasses import dataclass
 
-from xla_train.errors import HardwareError
-from xla_train.runtime.probe import pjrt_device, require_cuda, require_tpu, resolve_accelerator
+from xla_train.errors import HardwareError, UserError
+from xla_train.runtime.probe import RUNTIMES, pjrt_device, require_cuda, require_tpu, resolve_accelerator
 from xla_train.runtime.tpu_lock import starting_runtime
 
 
@@ -51,6 +51,11 @@ from xla_train.errors import UserError
 from xla_train.runtime.devices import configure_pjrt, device_kind, runtime_device_count
 compat.defer_torch_xla_dynamo_bridge()  # a process that only counts devices never compiles
 try:
+    import torch_xla
+except Exception as e:
+    print(json.dumps({{"import_error": f"{{type(e).__name__}}: {{e}}"}}))
+    raise SystemExit(0)
+try:
     configure_pjrt({kind!r})
     print(json.dumps({{"count": runtime_device_count(), "kind": device_kind(), "pjrt": os.environ["PJRT_DEVICE"]}}))
 except UserError as e:
@@ -80,9 +85,15 @@ def list_xla_devices(kind: str) -> tuple[int, str, str]:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise HardwareError(f"the XLA runtime for accelerator={kind} did not start ({tail})")
     answer = json.loads(lines[-1])
+    if "import_error" in answer:
+        raise TorchXLAMissing(f"runtime=torch_xla: torch_xla does not import here ({answer['import_error']})")
     if "error" in answer:
         raise HardwareError(answer["error"])
     return answer["count"], answer["kind"], answer["pjrt"]
+
+
+class TorchXLAMissing(HardwareError):
+    """torch_xla does not import (not installed, or built for another torch): runtime=auto takes JAX."""
 
 
 def device_kind() -> str:
@@ -113,6 +124,8 @@ class DeviceReport:
     hardware: str
     names: tuple[str, ...]
     detail: str
+    runtime: str = ""  # the XLA runtime that sees them (torch_xla, jax); "" for eager cpu and gpu
+    also: tuple = ()  # the other installed runtime's report, or why it has none (a str)
 
     @property
     def count(self) -> int:
@@ -121,18 +134,83 @@ class DeviceReport:
     def __str__(self) -> str:
         n = self.count
         lines = [f"{n} {self.hardware} device{'s' if n != 1 else ''} (accelerator={self.accelerator}; {self.detail})"]
-        return "\n".join(lines + [f"  {name}  {self.hardware}" for name in self.names])
+        lines += [f"  {name}  {self.hardware}" for name in self.names]
+        return "\n".join(lines + [str(other) for other in self.also])
 
 
-def describe_devices(accelerator: str = "auto") -> DeviceReport:
-    """The devices accelerator= would train on, without starting the XLA runtime in this process."""
+_LIST_JAX = """
+import json
+from xla_train.errors import UserError
+from xla_train.runtime.engine.jax.devices import jax_devices
+try:
+    found = jax_devices({kind!r})
+    print(json.dumps({{"count": len(found), "kind": found[0].device_kind, "platform": found[0].platform}}))
+except UserError as e:
+    print(json.dumps({{"error": str(e)}}))
+"""
+
+
+def _listed(script: str, what: str) -> dict:
+    """The last JSON line a short-lived process prints (it starts the runtime, so this process does not)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HardwareError(f"{what} did not start ({tail})")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise HardwareError(answer["error"])
+    return answer
+
+
+def jax_report(kind: str) -> DeviceReport:
+    """The JAX devices accelerator=`kind` would train on with runtime=jax, counted in a short-lived process."""
+    from importlib.metadata import version
+
+    from xla_train.runtime.engine.jax.devices import require_jax
+
+    require_jax()
+    answer = _listed(_LIST_JAX.format(kind=kind), f"JAX for accelerator={kind}")
+    names = tuple(f"{answer['platform']}:{i}" for i in range(answer["count"]))
+    return DeviceReport(
+        kind, f"JAX {answer['kind']}", names, f"runtime=jax, jax {version('jax')}, torchax {version('torchax')}", "jax"
+    )
+
+
+def torch_xla_report(kind: str) -> DeviceReport:
+    from importlib.metadata import version
+
+    count, hardware, pjrt = list_xla_devices(kind)  # without holding a TPU's chips in this process
+    names = tuple(f"xla:{i}" for i in range(count))
+    return DeviceReport(kind, hardware, names, f"PJRT_DEVICE={pjrt}, torch_xla {version('torch_xla')}", "torch_xla")
+
+
+def describe_devices(accelerator: str = "auto", runtime: str = "auto") -> DeviceReport:
+    """The devices accelerator= would train on, without starting an XLA runtime in this process. On XLA, runtime=auto
+    reports the runtime a fit would choose (runtime/plan.py) and, below it, the other one where it is installed."""
     kind = resolve_accelerator(str(accelerator))
-    if kind in ("tpu", "xla"):
-        from importlib.metadata import version
-
-        count, hardware, pjrt = list_xla_devices(kind)  # without holding a TPU's chips in this process
-        names = tuple(f"xla:{i}" for i in range(count))
-        return DeviceReport(kind, hardware, names, f"PJRT_DEVICE={pjrt}, torch_xla {version('torch_xla')}")
+    if kind in ("tpu", "xla") or (kind == "gpu" and runtime == "jax"):
+        if runtime not in RUNTIMES:
+            raise HardwareError(f"runtime={runtime!r} is not known; use one of {', '.join(RUNTIMES)}")
+        report = {"torch_xla": torch_xla_report, "jax": jax_report}
+        if runtime != "auto":
+            return report[runtime](kind)
+        # as a fit's auto chooses: torch_xla where it imports (its own process finds out), else JAX; the other
+        # one below it, where installed
+        try:
+            first, other = report["torch_xla"](kind), "jax"
+        except TorchXLAMissing as missing:
+            first, other = report["jax"](kind), str(missing)
+        if other == "jax":
+            try:
+                other = report["jax"](kind)
+            except UserError as e:
+                other = f"runtime=jax: {e}"
+        return DeviceReport(first.accelerator, first.hardware, first.names, first.detail, first.runtime, (other,))
     import torch
 
     if kind == "gpu":

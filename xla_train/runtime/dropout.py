@@ -45,7 +45,7 @@ def keep_mask(shape, p: float, seed: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(self, x: torch.Tensor) -> torch.Tensor:
-    if not self.training or self.p == 0 or x.device.type != "xla":
+    if not self.training or self.p == 0 or x.device.type not in ("xla", "jax"):
         return nn.Dropout.forward(self, x)
     if self.p == 1:
         return x.mul_(0) if self.inplace else x * 0

@@ -17,7 +17,7 @@ from xla_train import compat
 from xla_train.runtime import fast_path as fast
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.backend import backend_for
-from xla_train.runtime.probe import pjrt_device, require_cuda, resolve_accelerator
+from xla_train.runtime.probe import RUNTIMES, pjrt_device, require_cuda, resolve_accelerator
 
 XLA_STRATEGIES = ("auto", "xla_single", "spmd", "xla_mp")
 # Device-resident data (data.on_device): what the splits may take on each device, where every device holds all
@@ -41,10 +41,21 @@ class HardwarePlan:
     fast_path: fast.FastPath | None = None  # cpu and gpu: precision, channels_last, torch.compile
     matmul_precision: str | None = None  # XLA: float32 matmul and convolution precision (runtime/backend.py)
     compile_cache: str | None = None  # XLA: the persistent compile cache's folder, where one is read back
+    runtime: str = "torch_xla"  # the XLA runtime that runs the steps (torch_xla or jax); eager where not XLA
+    runtime_note: str = ""  # the runtime in the run report's words, and why auto chose it
 
     @property
     def is_xla(self) -> bool:
-        return self.kind in ("tpu", "xla")
+        return self.kind in ("tpu", "xla") or self.runtime == "jax"
+
+    @property
+    def backend(self):
+        """What the run's hardware answers (runtime/backend.py): the JAX runtime's, or the accelerator's."""
+        if self.runtime == "jax":
+            from xla_train.runtime.engine.jax.backend import JAX_BACKEND
+
+            return JAX_BACKEND
+        return backend_for(self.kind)
 
     @property
     def resident_data(self) -> tuple[bool, int]:
@@ -55,7 +66,44 @@ class HardwarePlan:
             budget = int(float(mb) * 2**20)
         except ValueError:
             raise ConfigError(f"XLA_TRAIN_DEVICE_DATA_MB={mb!r} is not a number of megabytes") from None
-        return self.is_xla, budget
+        return self.is_xla and self.runtime != "jax", budget  # JAX: streamed (resident tables are torch_xla's)
+
+    def check_data_placement(self, on_device) -> None:
+        """data.on_device=true where this runtime streams only: one line, before any run folder."""
+        if self.runtime == "jax" and on_device is True:
+            raise ConfigError(
+                "data.on_device=true: runtime=jax streams the data from the host (data held on the device is "
+                "torch_xla's so far); use on_device=auto or false, or runtime=torch_xla"
+            )
+
+
+def resolve_runtime(setting: str, kind: str) -> str:
+    """The XLA runtime that runs accelerator=`kind`: torch_xla or jax, or "eager" where no XLA runs (cpu; gpu outside
+    runtime=jax). auto is torch_xla where it imports, else JAX (docs/hardware.md, "Runtimes")."""
+    if setting not in RUNTIMES:
+        raise ConfigError(f"runtime={setting!r} is not known; use one of {', '.join(RUNTIMES)}")
+    if kind == "cpu" or (kind == "gpu" and setting != "jax"):
+        return "eager"
+    if setting == "auto":
+        return "torch_xla" if torch_xla_imports() else "jax"
+    if setting == "torch_xla" and not torch_xla_imports():
+        raise ConfigError(
+            "runtime=torch_xla but torch_xla does not import here (not installed, or built for another torch): "
+            "pip install torch-xla==2.9.0 with torch 2.9.0, or use runtime=jax (pip install 'xla_train[jax]')"
+        )
+    return setting
+
+
+def torch_xla_imports() -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("torch_xla") is None:
+        return False
+    try:
+        import torch_xla  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return True
 
 
 def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str, bool]:
@@ -91,6 +139,7 @@ def plan_hardware(
     channels_last: fast.CompileSetting = "auto",
     execution_loop: str = "auto",
     matmul_precision: str = "default",
+    runtime: str = "auto",
 ) -> HardwarePlan:
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         raise ConfigError(f"num_nodes={num_nodes!r} must be a whole number of at least 1")
@@ -102,6 +151,25 @@ def plan_hardware(
     compat.keep_torch_gru()  # a run after one on XLA in this process (a notebook): torch's own nn.GRU
     compat.no_tpu_for_lightning()  # no TPU on the bus: Lightning's banner must not ask the metadata server
     kind = resolve_accelerator(str(accelerator))
+    chosen = resolve_runtime(runtime, kind)
+    if chosen != "eager":
+        from xla_train.runtime.engine.jax.compat import import_jax_keeping_numpy_rng
+
+        import_jax_keeping_numpy_rng()  # not later, in torch_xla's loader thread, drawing from numpy's RNG
+    imports = "imports" if chosen == "torch_xla" else "does not import"
+    runtime_note = chosen if runtime != "auto" else f"{chosen} (auto: torch_xla {imports} here)"
+    if chosen == "jax":
+        from xla_train.runtime.engine.jax.plan import plan_jax
+
+        return HardwarePlan(
+            kind,
+            plan_jax(
+                kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision
+            ),
+            matmul_precision=matmul_precision,
+            runtime="jax",
+            runtime_note=runtime_note,
+        )
     loop = resolve_execution_loop(execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
     steps_per_execution, note, pending = resolve_steps_per_execution(steps_per_execution, kind, strategy, loop)
     if steps_per_execution > 1 and (kind in ("cpu", "gpu") or strategy == "xla_mp"):
@@ -145,7 +213,7 @@ def plan_hardware(
     xla().set_matmul_precision(
         matmul_precision
     )  # before the first trace (the runtime is up, nothing traced); not after
-    plan.matmul_precision = matmul_precision
+    plan.matmul_precision, plan.runtime_note = matmul_precision, runtime_note
     strat = plan.trainer_kwargs["strategy"]
     strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop
     strat.auto_steps = strat.trace_once = bool(note)  # auto on XLA: even a group of one is traced once

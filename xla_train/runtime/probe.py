@@ -13,6 +13,7 @@ from xla_train import compat
 from xla_train.errors import ConfigError, HardwareError
 
 ACCELERATORS = ("auto", "tpu", "xla", "gpu", "cpu")
+RUNTIMES = ("auto", "torch_xla", "jax")  # the XLA runtimes (runtime/plan.py, resolve_runtime)
 
 
 def tpu_chips() -> int:

@@ -134,7 +134,7 @@ class ScanRNN(nn.Module):
     last kept step). A PackedSequence input runs through the replaced module's own forward, unrolled.
     """
 
-    def __init__(self, rnn: nn.RNNBase):
+    def __init__(self, rnn: nn.RNNBase, recurrence=None):
         super().__init__()
         why = unrolled(rnn) if isinstance(rnn, nn.RNNBase) else (type(rnn).__name__, "")
         if why:
@@ -153,6 +153,8 @@ class ScanRNN(nn.Module):
         for name in self.names:
             setattr(self, name, getattr(rnn, name))  # the same Parameter, not a copy, in nn's order
         self.__dict__["replaced"] = rnn  # kept for restore_rnn, outside the module tree and the state dict
+        # _Recurrence's contract, run by torch_xla's While loops here, or by the JAX engine's lax.scan
+        self.__dict__["recurrence"] = recurrence or _Recurrence.apply
 
     def extra_repr(self) -> str:
         return (
@@ -234,7 +236,7 @@ class ScanRNN(nn.Module):
                 gx = _AddBias.apply(gx, b_ih + b_hh)
         if state0 is None:
             state0 = [gx.new_zeros(x.shape[1], self.hidden_size) for _ in range(self.cell.states)]
-        out, *final = _Recurrence.apply(self.cell, self.chunk, gx, keep, *(s.to(gx.dtype) for s in state0), *weights)
+        out, *final = self.recurrence(self.cell, self.chunk, gx, keep, *(s.to(gx.dtype) for s in state0), *weights)
         return out, final
 
 
@@ -276,7 +278,7 @@ def unrolled(module: nn.Module) -> tuple[str, str] | None:
     return None
 
 
-def use_scan_rnn(module: nn.Module, verbose: bool = True) -> list[str]:
+def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None) -> list[str]:
     """Replace, in place, every nn.LSTM, nn.GRU and nn.RNN inside `module` that ScanRNN can run; returns their paths.
 
     Any other recurrent module (a cell, an LSTM with proj_size, a subclass with its own forward) is left as it is,
@@ -291,7 +293,7 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True) -> list[str]:
             why = unrolled(child)
             if why is None:
                 if id(child) not in scans:  # a module shared by two parents becomes one ScanRNN
-                    scans[id(child)] = ScanRNN(child)
+                    scans[id(child)] = ScanRNN(child, recurrence)
                 setattr(parent, name, scans[id(child)])
                 swapped.append(path)
             elif id(child) not in warned:

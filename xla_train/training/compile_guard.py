@@ -16,7 +16,7 @@ import warnings
 from typing_extensions import override
 
 from xla_train.errors import UserError
-from xla_train.runtime.backend import xla
+from xla_train.runtime.backend import backend_of_strategy
 from xla_train.training.metrics_log import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")
@@ -72,15 +72,21 @@ class CompileAccounting(EpochCallback):
         self._in_syncs = self._compiling_in_syncs = _no_sync_clock  # functions: xla_mp pickles callbacks to workers
         self._host_s: list[float] = []  # this epoch's steps: batch arrival to step end, host clock
 
+    _backend = None  # the run's (runtime/backend.py), from its strategy at setup
+
+    @override
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        self._backend = backend_of_strategy(trainer.strategy)
+
     # --- phases -----------------------------------------------------------------
     def _start(self, phase: str) -> None:
-        self._phase_start[phase] = self._last = xla().counters()
+        self._phase_start[phase] = self._last = self._backend.counters()
 
     def _end(self, phase: str, warm_up_done: bool = True) -> None:
         start = self._phase_start.pop(phase, None)
         if start is None:
             return
-        now = xla().counters()
+        now = self._backend.counters()
         self.per_phase[phase]["graphs"] += now[0] - start[0]
         self.per_phase[phase]["compile_s"] += now[1] - start[1]
         if warm_up_done:
@@ -88,7 +94,7 @@ class CompileAccounting(EpochCallback):
 
     def _check(self, phase: str, batch, pl_module, now: tuple | None = None) -> None:
         shapes = batch_shapes(batch)
-        now = now or xla().counters()
+        now = now or self._backend.counters()
         new = now[0] - self._last[0]
         self._last = now
         seen = self._shapes[phase]
@@ -115,17 +121,22 @@ class CompileAccounting(EpochCallback):
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._start("train")
-        self._epoch_start = (*xla().counters(), time.perf_counter())
-        self._executions_start, self._host_s = xla().executions(), []
+        self._epoch_start = (*self._backend.counters(), time.perf_counter())
+        self._executions_start, self._host_s = self._backend.executions(), []
 
     @override
     def on_train_start(self, trainer, pl_module) -> None:
-        self._in_syncs, self._compiling_in_syncs = xla().sync_clock(), xla().sync_clock(compiling=True)
+        self._in_syncs, self._compiling_in_syncs = self._backend.sync_clock(), self._backend.sync_clock(compiling=True)
         super().on_train_start(trainer, pl_module)
 
     @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._batch_t0 = (time.perf_counter(), xla().counters()[1], self._in_syncs(), self._compiling_in_syncs())
+        self._batch_t0 = (
+            time.perf_counter(),
+            self._backend.counters()[1],
+            self._in_syncs(),
+            self._compiling_in_syncs(),
+        )
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -133,7 +144,7 @@ class CompileAccounting(EpochCallback):
         # compiles are shown apart, and a sync may wait for the device (runtime/backend.py, sync_clock): both are
         # taken out, a compile inside a sync once
         elapsed = time.perf_counter() - t0
-        now = xla().counters()  # read once a step: the compile seconds here and the guard's count below
+        now = self._backend.counters()  # read once a step: the compile seconds here and the guard's count below
         outside = (now[1] - compiled) - (self._compiling_in_syncs() - compiled_in_syncs)
         self._host_s.append(elapsed - outside - (self._in_syncs() - synced))
         self._check("train", batch, pl_module, now)
@@ -143,8 +154,8 @@ class CompileAccounting(EpochCallback):
     def _end_training_steps(self) -> None:
         """At the epoch's last batch, or at its end when max_steps cut it short: what its training steps did."""
         if self._epoch_start is not None and "train" in self._phase_start:
-            self.train_transfers.append(xla().counters()[2] - self._epoch_start[2])
-            self.train_executions.append(xla().executions() - self._executions_start)
+            self.train_transfers.append(self._backend.counters()[2] - self._epoch_start[2])
+            self.train_executions.append(self._backend.executions() - self._executions_start)
             self._end("train")
 
     @override
@@ -153,7 +164,7 @@ class CompileAccounting(EpochCallback):
             return
         self._end_training_steps()
         n0, s0, _, t0 = self._epoch_start
-        n1, s1, _ = xla().counters()
+        n1, s1, _ = self._backend.counters()
         row = {
             "epoch": trainer.current_epoch,
             "compiles": n1 - n0,

@@ -110,12 +110,12 @@ class Classifier(pl.LightningModule):
         if batch_idx + 1 >= self.trainer.num_training_batches:  # train metrics are final before validation
             self._log_epoch("train")
 
-    def step_state(self) -> dict[str, torch.Tensor]:
-        """The on-device sums a training step adds to, made if the epoch has none yet. A runtime that runs
-        several steps as one program (steps_per_execution) carries them through it."""
-        if "train" not in self._totals:
-            self._totals["train"] = torch.zeros(3).to(self.device)
-        return {"train": self._totals["train"]}
+    def step_state(self, stage: str = "train") -> dict[str, torch.Tensor]:
+        """The on-device sums a step of `stage` adds to, made if the epoch has none yet. A runtime that runs steps
+        as programs of its own (steps_per_execution, the JAX engine) carries them through them."""
+        if stage not in self._totals:
+            self._totals[stage] = torch.zeros(3).to(self.device)
+        return {stage: self._totals[stage]}
 
     def load_step_state(self, state: dict[str, torch.Tensor]) -> None:
         self._totals.update(state)

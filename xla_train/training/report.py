@@ -10,15 +10,21 @@ import time
 
 from typing_extensions import override
 
-from xla_train.runtime.backend import MATMUL_MEANING, backend_of
+from xla_train.runtime.backend import MATMUL_MEANING, backend_of_strategy
 from xla_train.training.metrics_log import EpochCallback, publish
 
 
 class RunReport(EpochCallback):
     def __init__(
-        self, hardware: str, fast_path=None, matmul_precision: str | None = None, compile_cache: str | None = None
+        self,
+        hardware: str,
+        fast_path=None,
+        matmul_precision: str | None = None,
+        compile_cache: str | None = None,
+        runtime: str = "",
     ) -> None:
         self.hardware, self.fast_path, self.matmul_precision = hardware, fast_path, matmul_precision
+        self.runtime = runtime  # the XLA runtime, and why (runtime/plan.py); "" off XLA
         self.compile_cache = compile_cache
         self._t0 = 0.0
         self._samples = 0
@@ -33,6 +39,8 @@ class RunReport(EpochCallback):
                 f"run folder: {folder}  (accelerator {self.hardware}, {trainer.num_devices} device(s){hosts})",
                 flush=True,
             )
+            if self.runtime:
+                print(f"runtime: {self.runtime}", flush=True)
             if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
                 print(f"fast path: {self.fast_path.summary()}", flush=True)
             if self.matmul_precision:  # XLA: what "float32" means on a TPU
@@ -72,7 +80,7 @@ class RunReport(EpochCallback):
 
     def _stop_clock(self, pl_module) -> None:
         if self._train_s is None:
-            backend_of(pl_module.device).wait(pl_module.device)
+            backend_of_strategy(pl_module.trainer.strategy).wait(pl_module.device)
             self._train_s = time.perf_counter() - self._t0
 
     @override

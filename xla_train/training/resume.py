@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.runtime.backend import backend_of
+from xla_train.runtime.backend import backend_of_strategy
 from xla_train.training.run_folder import RunFolder
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
@@ -48,12 +48,13 @@ class RngState(pl.Callback):
     """Saves and restores torch, numpy, Python and device RNG states (plain types: weights_only-safe)."""
 
     def __init__(self) -> None:
-        self._device = None
+        self._backend = self._device = None
         self._pending: dict | None = None
 
     @override
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._device = trainer.strategy.root_device
+        self._backend = backend_of_strategy(trainer.strategy)
 
     @override
     def state_dict(self) -> dict:
@@ -61,7 +62,7 @@ class RngState(pl.Callback):
             "torch": torch.get_rng_state(),
             "numpy": _numpy_state(),
             "python": list(random.getstate()),
-            "device": backend_of(self._device).rng_state(self._device) if self._device is not None else None,
+            "device": self._backend.rng_state(self._device) if self._backend is not None else None,
         }
 
     @override
@@ -77,7 +78,7 @@ class RngState(pl.Callback):
         _set_numpy_state(s["numpy"])
         version, internal, gauss = s["python"]
         random.setstate((version, tuple(internal), gauss))
-        backend_of(self._device).set_rng_state(self._device, s["device"])
+        self._backend.set_rng_state(self._device, s["device"])
 
 
 def checkpoint_dir(trainer) -> str:

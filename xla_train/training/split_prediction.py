@@ -21,7 +21,7 @@ from typing_extensions import override
 from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchInputs, BatchSampler, IndexBatches
 from xla_train.errors import ConfigError
 from xla_train.objective import probabilities
-from xla_train.runtime.backend import backend_of
+from xla_train.runtime.backend import backend_of_strategy
 
 
 class IndexedBatches(Dataset):
@@ -68,16 +68,16 @@ class CompileCount(pl.Callback):
 
     @override
     def on_predict_epoch_start(self, trainer, pl_module) -> None:
-        self._start = backend_of(pl_module.device).counters()[0]
+        self._start = backend_of_strategy(trainer.strategy).counters()[0]
 
     @override
     def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0) -> None:
         if batch_idx == 1:
-            self._second = backend_of(pl_module.device).counters()[0]
+            self._second = backend_of_strategy(trainer.strategy).counters()[0]
 
     @override
     def on_predict_epoch_end(self, trainer, pl_module) -> None:
-        now = backend_of(pl_module.device).counters()[0]
+        now = backend_of_strategy(trainer.strategy).counters()[0]
         second = now if self._second is None else self._second
         self.first, self.after = second - self._start, now - second
 
@@ -136,5 +136,5 @@ def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> Spli
         global_batch,
         len(sampler),
         device,
-        backend_of(root).compiles_steps,
+        backend_of_strategy(trainer.strategy).compiles_steps,
     )

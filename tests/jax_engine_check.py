@@ -1,0 +1,167 @@
+"""The JAX engine against eager torch, in a process of its own: `python jax_engine_check.py DEVICES CHECK` prints one
+JSON line (tests/test_jax_runtime.py reads it). DEVICES CPU devices are made before JAX starts."""
+
+import copy
+import json
+import sys
+
+import jax
+import torch
+
+from xla_train.data.base import keep
+from xla_train.data.batching import StreamedInputs
+from xla_train.objective import make_optimizer
+from xla_train.runtime.engine.jax.engine import JaxEngine
+from xla_train.training.module import Classifier
+
+DEVICES, CHECK = int(sys.argv[1]), sys.argv[2]
+jax.config.update("jax_num_cpu_devices", DEVICES)
+jax.config.update("jax_platforms", "cpu")
+
+
+class BNNet(torch.nn.Module):
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.AvgPool2d(4),
+            torch.nn.Flatten(),
+            torch.nn.Dropout(dropout),
+            torch.nn.Linear(8 * 4 * 4, 10),
+        )
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def classifier(net: torch.nn.Module, **hp) -> Classifier:
+    module = Classifier(net=net, **hp)
+    module.batch_inputs = StreamedInputs(keep)  # float inputs as they are
+    return module
+
+
+def batches(n: int, seed: int = 1) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(16, 3, 16, 16, generator=g), torch.randint(0, 10, (16,), generator=g)) for _ in range(n)]
+
+
+def engine_for(module, optimizer, seed: int = 0) -> JaxEngine:
+    engine = JaxEngine(jax.devices()[:DEVICES])
+    engine.bind(module, seed)
+    engine.ensure_state(optimizer)
+    return engine
+
+
+def train(engine, data, k: int, first_step: int = 0) -> None:
+    for i in range(0, len(data), k):
+        group = data[i : i + k]
+        steps = list(range(first_step + i, first_step + i + len(group)))
+        engine.train(group, [engine.opt.scalars(s + 1) for s in steps], steps, k)
+
+
+def match() -> dict:
+    torch.manual_seed(0)
+    module = classifier(BNNet(), lr=0.05, optimizer="sgd", momentum=0.9)
+    reference = copy.deepcopy(module)
+    ref_opt = make_optimizer(reference.hparams, reference.parameters())
+    engine = engine_for(module, make_optimizer(module.hparams, module.parameters()))
+    data = batches(8)
+    train(engine, data[:5], 1)
+    train(engine, data[5:], 4, first_step=5)  # one program of K=4 running 3 real steps
+    engine.to_torch()
+    reference.train()
+    for batch in data:
+        ref_opt.zero_grad()
+        reference.training_step(batch, 0).backward()
+        ref_opt.step()
+    params = dict(module.named_parameters())
+    buffers, ref_buffers = dict(module.named_buffers()), dict(reference.named_buffers())
+    stats = [n for n in buffers if "running" in n]
+    tracked = buffers["net.body.1.num_batches_tracked"]
+    return {
+        "devices": len(engine.devices),
+        "weights": max((params[n] - p).abs().max().item() for n, p in reference.named_parameters()),
+        "running_stats": max((buffers[n] - ref_buffers[n]).abs().max().item() for n in stats),
+        "num_batches_tracked": [int(tracked), str(tracked.dtype)],
+        "stats_moved": (buffers["net.body.1.running_var"] - 1).abs().max().item(),
+    }
+
+
+def dropout() -> dict:
+    """Per-step losses of the same batch at (effectively) unchanged weights: they differ only where the masks do."""
+
+    def losses(seed: int, steps: int = 3) -> list[float]:
+        torch.manual_seed(0)
+        module = classifier(BNNet(dropout=0.5), lr=1e-30, optimizer="sgd", momentum=0.0)
+        engine = engine_for(module, make_optimizer(module.hparams, module.parameters()), seed)
+        sums = []
+        for step in range(steps):
+            engine.train(batches(1), [engine.opt.scalars(step + 1)], [step], 1)
+            sums.append(module.step_state()["train"].cpu()[0].item())
+        return [b - a for a, b in zip([0.0, *sums], sums)]
+
+    a, b, c = losses(0), losses(0), losses(1)
+    return {
+        "losses": a,
+        "masks_per_step_differ": len(set(a)) == len(a),
+        "same_seed_same_weights": a == b,
+        "other_seed_other_weights": a != c,
+    }
+
+
+class GRUNet(torch.nn.Module):
+    """A two-layer bidirectional GRU over embedded ids, reading every output (mean over time)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 8)
+        self.gru = torch.nn.GRU(8, 6, num_layers=2, bidirectional=True, batch_first=True)
+        self.head = torch.nn.Linear(12, 10)
+
+    def forward(self, ids):
+        out, _ = self.gru(self.embedding(ids))
+        return self.head(out.mean(1))
+
+
+def rnn() -> dict:
+    """The scan LSTM (masked, final state read) and GRU (every output read) against nn's own, after 3 SGD steps
+    on embedded ids with padding in front; also that the swap leaves nn modules behind."""
+    from xla_train.models.lstm import SentimentLSTM
+    from xla_train.runtime.engine.jax.recurrence import jax_recurrence
+    from xla_train.runtime.scan_rnn import restore_rnn, use_scan_rnn
+
+    g = torch.Generator().manual_seed(3)
+    out = {}
+    for name, net, classes in (("lstm", SentimentLSTM(50, 8, 6), 2), ("gru", GRUNet(), 10)):
+        torch.manual_seed(0)
+        module = classifier(net, lr=0.1, optimizer="sgd", momentum=0.9)
+        reference = copy.deepcopy(module)
+        ref_opt = make_optimizer(reference.hparams, reference.parameters())
+        ids = torch.randint(1, 50, (8, 3, 12), generator=g)
+        ids[:, :, :4] = 0  # padding in front, as the IMDB data pads
+        data = [
+            (ids[i], torch.randint(0, classes, (3,), generator=g) if classes > 2 else ids[i, :, -1] % 2)
+            for i in range(3)
+        ]
+        start = {n: p.detach().clone() for n, p in module.named_parameters()}
+        use_scan_rnn(module, verbose=False, recurrence=jax_recurrence)
+        engine = engine_for(module, make_optimizer(module.hparams, module.parameters()))
+        train(engine, data, 1)
+        engine.to_torch()
+        restore_rnn(module)
+        for batch in data:
+            ref_opt.zero_grad()
+            reference.training_step(batch, 0).backward()
+            ref_opt.step()
+        params = dict(module.named_parameters())
+        out[name] = max((params[n] - p).abs().max().item() for n, p in reference.named_parameters())
+        out[f"{name}_moved"] = max(
+            (params[n] - p).abs().max().item() for n, p in start.items() if "rnn" in n or "lstm" in n or "gru" in n
+        )
+        out[f"{name}_restored"] = not any("Scan" in type(m).__name__ for m in module.modules())
+    return out
+
+
+print(json.dumps({"match": match, "dropout": dropout, "rnn": rnn}[CHECK]()))

@@ -1,0 +1,195 @@
+"""runtime=jax: the engine on JAX through torchax computes what eager torch computes, on 1 and 8 CPU devices, and a
+fit on it keeps the torch_xla path's guarantees (one compile per phase, BatchNorm statistics that move, dropout that
+changes every step and repeats from the seed, exact resume, checkpoints any runtime loads)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import TESTS, cli_env, path_with_tests, require, run_cli
+from test_imdb import write_aclimdb
+from test_own_model import image_folder, text_csv  # noqa: F401 (fixtures)
+from test_resume import COMMON, assert_same_weights, final_weights, stopped_at
+
+require("torchax")
+
+ENGINE = TESTS / "jax_engine_check.py"
+
+
+def engine_check(devices: int, *args: str) -> dict:
+    """tests/jax_engine_check.py in a process of its own (JAX fixes its CPU device count as it starts)."""
+    env = cli_env(devices, PYTHONPATH=path_with_tests())
+    proc = subprocess.run(
+        [sys.executable, str(ENGINE), str(devices), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_steps_on_jax_match_eager_torch(devices):
+    """SGD with momentum on a BatchNorm net, 5 steps one a program and then 3 as one program of K=4 (a short
+    group): weights, BatchNorm's running statistics and its step count as eager torch leaves them."""
+    out = engine_check(devices, "match")
+    assert out["devices"] == devices
+    assert out["weights"] < 2e-6, out
+    assert out["running_stats"] < 2e-6, out
+    assert out["num_batches_tracked"] == [8, "torch.int64"], out
+    assert out["stats_moved"] > 1e-3, out  # the statistics really moved (torchax as shipped leaves them)
+
+
+def test_recurrent_layers_run_as_scans_that_match_nn():
+    """A masked LSTM reading its final state and a two-layer bidirectional GRU reading every output, swapped for
+    the scan on JAX (custom backward included): the weights after 3 steps are nn's, and nn's modules come back."""
+    out = engine_check(1, "rnn")
+    for name in ("lstm", "gru"):
+        assert out[name] < 1e-6 and out[f"{name}_moved"] > 1e-4 and out[f"{name}_restored"], out
+
+
+def test_dropout_changes_every_step_and_repeats_from_the_seed():
+    """The same batch at unchanged weights, step after step: each step's loss differs (a new mask), and the losses
+    repeat for the same seed and not for another."""
+    out = engine_check(1, "dropout")
+    assert out["masks_per_step_differ"], out
+    assert out["same_seed_same_weights"], out
+    assert out["other_seed_other_weights"], out
+
+
+FIT = (
+    "recipe=quickstart",
+    "runtime=jax",
+    "model.net.class_path=probes.TinyNet",
+    "epochs=2",
+    "predict_samples=2",
+)
+
+
+@pytest.mark.parametrize("devices", [1, 8])
+def test_a_fit_on_jax_compiles_once_per_phase_and_its_checkpoint_predicts_on_the_cpu(tmp_path, devices):
+    proc = run_cli(*FIT, f"devices={devices}", cwd=tmp_path, devices=devices)
+    out = proc.stdout
+    assert f"({devices} device(s))" in out or f"{devices} device(s)" in out, out[-2000:]
+    assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out
+    assert "runtime: jax\n" in out
+    assert "held-out test accuracy" in out and "CPU predictions from" in out, out
+    ckpt = next(tmp_path.glob("runs/quickstart/version_0/checkpoints/best-*.ckpt"))
+    state = torch.load(ckpt, weights_only=True)
+    tracked = state["state_dict"]["net.body.0.num_batches_tracked"]
+    assert tracked.dtype == torch.int64 and int(tracked) > 0  # as torch keeps it, counted on the devices
+    assert state["state_dict"]["net.body.0.running_var"].sub(1).abs().max() > 1e-3  # the statistics moved
+    assert all(t.device.type == "cpu" for t in state["state_dict"].values())
+
+
+@pytest.fixture(scope="module")
+def imdb_root(tmp_path_factory):
+    return write_aclimdb(tmp_path_factory.mktemp("imdb_jax"), per_class=40)
+
+
+CASES = {  # every recipe, and a user's net from each form of data, as a short fit on JAX
+    "cifar10": lambda f: ("recipe=cifar10", f"data_dir={f['cifar']}", "download=false", "batch_size=32"),
+    "cifar10_resnet": lambda f: ("recipe=cifar10_resnet", f"data_dir={f['cifar']}", "download=false", "batch_size=32"),
+    "imdb": lambda f: ("recipe=imdb", f"data_dir={f['imdb']}", "download=false", "maxlen=64", "batch_size=16"),
+    "images_8_devices": lambda f: (
+        "recipe=images",
+        f"data.path={f['images']}",
+        "data.image_size=16",
+        "net=user_nets.PixelNet",
+        "model.net.classes=4",
+        "devices=8",
+        "batch_size=8",
+    ),
+    "csv_gru": lambda f: (
+        "recipe=texts",
+        f"data.path={f['csv'][0]}",
+        f"data.test={f['csv'][1]}",
+        "net=user_nets.WordsNet",
+        "model.net.vocab=100",
+        "data.vocab_size=100",
+        "data.maxlen=24",
+        "batch_size=16",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root, image_folder, text_csv, tmp_path):  # noqa: F811
+    """One training program and one validation program, compiled in epoch 1; the held-out test after."""
+    args = CASES[case]({"cifar": cifar_root, "imdb": imdb_root, "images": image_folder, "csv": text_csv})
+    devices = 8 if "devices=8" in args else 1
+    out = run_cli(
+        "fit",
+        *args,
+        "runtime=jax",
+        "accelerator=xla",
+        "epochs=1",
+        "trainer.limit_val_batches=2",
+        cwd=tmp_path,
+        devices=devices,
+    ).stdout
+    assert "runtime: jax\n" in out and f"xla, {devices} device(s))" in out, out[-3000:]
+    assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out[-3000:]
+    assert "test accuracy" in out, out[-3000:]
+
+
+def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(tmp_path):
+    """Trained on JAX: its best checkpoint tests and predicts the held-out split on torch_xla and on JAX alike."""
+    run_cli(*FIT, cwd=tmp_path)
+    ckpt = next(tmp_path.glob("runs/quickstart/version_0/checkpoints/best-*.ckpt"))
+    lines = {}
+    for runtime in ("torch_xla", "jax"):
+        out = run_cli(
+            "predict", f"ckpt={ckpt}", "split=test", "net=probes.TinyNet", f"runtime={runtime}", cwd=tmp_path
+        ).stdout
+        lines[runtime] = next(line for line in out.splitlines() if line.startswith("accuracy "))
+        tested = run_cli(
+            "test",
+            "recipe=quickstart",
+            "model.net.class_path=probes.TinyNet",
+            f"ckpt={ckpt}",
+            f"runtime={runtime}",
+            cwd=tmp_path,
+        ).stdout
+        lines[f"test {runtime}"] = next(line for line in tested.splitlines() if line.startswith("test: "))
+    assert lines["torch_xla"] == lines["jax"], lines
+    assert lines["test torch_xla"] == lines["test jax"], lines
+
+
+@pytest.mark.parametrize("sig", [None, "SIGTERM"])
+def test_a_jax_run_resumes_to_the_uninterrupted_weights(cifar_root, tmp_path, sig):
+    """Killed at step 9 and resumed from the step-8 checkpoint (SIGKILL), or stopped by SIGTERM after step 9, which
+    saves then: on JAX the resumed run ends at the weights of the run that was never stopped, dropout included (its
+    keys come from the seed and the step's number)."""
+    args = (
+        *COMMON,
+        "runtime=jax",
+        "accelerator=xla",
+        "model.net.class_path=probes.TinyNet",
+        "model.net.init_args.dropout=0.5",
+        f"data_dir={cifar_root}",
+        "trainer.limit_val_batches=1",
+    )
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    run_cli(*args, cwd=a)
+    stopped_at(9, *args, cwd=b, sig=sig)
+    assert final_weights(b)[0] == (8 if sig is None else 9)
+    run_cli(*args, "ckpt=last", cwd=b)
+    assert_same_weights(final_weights(b), final_weights(a), tol=1e-6)
+
+
+def test_runtime_auto_trains_on_jax_where_torch_xla_does_not_import(tmp_path):
+    """As on a machine without torch_xla (tests/no_torch_xla/ makes its import fail, as an uninstalled package's
+    does): runtime=auto picks JAX, and says so."""
+    env = cli_env(1, PYTHONPATH=f"{TESTS / 'no_torch_xla'}:{path_with_tests()}")
+    proc = run_cli("recipe=quickstart", "model.net.class_path=probes.TinyNet", "epochs=1", cwd=tmp_path, env=env)
+    assert "runtime: jax (auto: torch_xla does not import here)" in proc.stdout, proc.stdout[-2000:]
+    assert "held-out test accuracy" in proc.stdout
+
+
+def test_a_runtime_that_is_not_known_is_one_line(tmp_path):
+    proc = run_cli("recipe=quickstart", "runtime=tpu", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "runtime" in proc.stderr, proc.stderr

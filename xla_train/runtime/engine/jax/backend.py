@@ -1,0 +1,85 @@
+"""What the rest of the package may ask of the JAX runtime (runtime/backend.py's Backend): its compiles, counted from
+jax.monitoring's events (a jitted function's cache size counts traces, not compiles), its RNG (the run's seed: every
+step's key is derived from it and the step's number), its device and its memory."""
+
+from __future__ import annotations
+
+from xla_train.runtime.backend import Backend, XLABackend
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py, 0.10.2
+# The engine's programs are named so: what else compiles while one is traced (a constant folded on the host) adds to
+# the compile time, not to the graphs a phase compiled.
+PROGRAM_PREFIX = "xla_train_"
+
+
+class JaxBackend(Backend):
+    device_type = "jax"
+    compiles_steps = groups_steps = True
+    runs_on_host = False
+
+    def __init__(self) -> None:
+        self.compiles, self.compile_s = 0, 0.0
+        self.reads = 0  # device-to-host reads the engine made
+        self.dispatched = 0  # programs dispatched (the engine counts them as it calls them)
+        self._listening = False
+        self.seed = 0
+        self.engine = None  # the engine of the run in progress (its seed is the RNG state)
+
+    auto_steps = XLABackend.auto_steps  # K from the loop and the run's length, as on torch_xla
+
+    def listen(self) -> None:
+        """Count compiles from now on (once per process)."""
+        if self._listening:
+            return
+        import jax.monitoring
+
+        def on_duration(event: str, seconds: float, **kwargs) -> None:
+            if event == BACKEND_COMPILE_EVENT:
+                self.compiles += f"({PROGRAM_PREFIX}" in str(kwargs.get("fun_name", ""))  # "jit(xla_train_...)"
+                self.compile_s += seconds
+
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        self._listening = True
+
+    def counters(self) -> tuple[int, float, int]:
+        return self.compiles, self.compile_s, self.reads
+
+    def compile_seconds(self) -> float:
+        return self.compile_s
+
+    def executions(self) -> int:
+        return self.dispatched
+
+    def wait(self, device) -> None:
+        engine = self.engine
+        if engine is not None and engine.state is not None:
+            import jax
+
+            jax.block_until_ready(engine.state)
+
+    def rng_state(self, device):
+        return self.engine.seed if self.engine is not None else None
+
+    def set_rng_state(self, device, state) -> None:
+        if state is not None and self.engine is not None:
+            self.engine.set_seed(int(state))
+
+    def peak_mb(self, device) -> float | None:
+        import jax
+
+        stats = jax.devices()[0].memory_stats() or {}
+        peak = stats.get("peak_bytes_in_use")
+        return peak / 2**20 if peak is not None else None
+
+    def no_peak_memory(self, devices: int, described: str) -> str:
+        return "n/a (JAX CPU)"
+
+    def describe(self, device, cpu_model: str = "") -> str:
+        import jax
+
+        d = jax.devices()[0]
+        kind = d.device_kind if d.platform != "cpu" else (cpu_model or "cpu")
+        return f"JAX {d.platform.upper()} ({kind})"
+
+
+JAX_BACKEND = JaxBackend()

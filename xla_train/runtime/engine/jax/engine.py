@@ -1,0 +1,358 @@
+"""The engine on JAX: a LightningModule's steps as jitted JAX programs, through torchax.
+
+The module stays a torch module on the host; its state (parameters, buffers, the optimizer's state, the epoch's
+metric sums) lives on the JAX devices as arrays, replicated over a 1-D `data` mesh, and each batch is split along
+that axis, so one program drives every device. A training step is the module's own `training_step`, run by
+torch.func.functional_call on torchax views of the arrays, differentiated by jax.value_and_grad and updated by
+FunctionalOptimizer, so it computes what the torch_xla engine does. K steps are one program, a lax.scan over the K
+stacked batches (unrolled, or a loop). Each step draws its random numbers from the run's key folded with the step's
+number, an input of the program, so dropout changes every step and a resumed run draws the same masks. The state goes
+back into the torch module, as torch tensors on the CPU, when a checkpoint or the end of a fit needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import warnings
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from xla_train.errors import ConfigError
+from xla_train.runtime.engine.jax import compat
+from xla_train.runtime.engine.jax.backend import JAX_BACKEND, PROGRAM_PREFIX
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
+
+DATA_AXIS = "data"
+
+
+class _Hook(nn.Module):
+    """functional_call's module: calls the named method of the wrapped module with the state it was given."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, method: str, *args):
+        return getattr(self.module, method)(*args)
+
+
+class HostSums:
+    """A stage's metric sums, kept on the device and read on the host only when asked (`.cpu()`, as for a tensor)."""
+
+    def __init__(self, array) -> None:
+        self.array = array
+
+    def cpu(self) -> torch.Tensor:
+        JAX_BACKEND.reads += 1
+        return torch.from_numpy(np.array(self.array, dtype=np.float32))
+
+
+def host_array(t: torch.Tensor) -> np.ndarray:
+    """A host tensor as the numpy array JAX takes: int64 as int32 (JAX's 64-bit integers are off by default)."""
+    a = t.detach().cpu().numpy()
+    return a.astype(np.int32) if a.dtype == np.int64 else a
+
+
+class JaxEngine:
+    """One module's steps on `devices` JAX devices. `loop`: how K steps run ("unroll" or "while")."""
+
+    def __init__(
+        self, devices: Sequence, loop: str = "unroll", precision: str = "32", matmul_precision: str = "default"
+    ):
+        import jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        self.devices, self.loop = list(devices), loop
+        self.platform = self.devices[0].platform
+        self.mesh = Mesh(np.array(self.devices), (DATA_AXIS,))
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self.batch = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
+        self.stacked = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))
+        self.env = compat.environment()
+        self.autocast = "bfloat16" if precision in ("bf16", "bf16-mixed") else None
+        self.matmul_precision = {"default": None, "high": "bfloat16_3x", "highest": "float32"}[matmul_precision]
+        self.module: nn.Module | None = None
+        self.opt: FunctionalOptimizer | None = None
+        self.state: dict | None = None  # "params", "buffers", "opt", "sums": the arrays the programs read and write
+        self.seed = 0
+        self._jitted: dict = {}
+        self._key = jax.random.key(0)
+
+    # --- the state ---------------------------------------------------------------------------------------------
+    def bind(self, module: nn.Module, seed: int) -> None:
+        import jax
+
+        self.module, self.seed = module, int(seed)
+        self._key = jax.random.key(self.seed)
+        self._hook = _Hook(module)
+        self._params = [n for n, _ in module.named_parameters()]
+        self._buffers = [n for n, _ in module.named_buffers()]
+        self.state, self.opt, self._jitted = None, None, {}
+
+    def set_seed(self, seed: int) -> None:
+        import jax
+
+        self.seed = int(seed)
+        self._key = jax.random.key(self.seed)
+
+    def _put(self, tensors) -> list:
+        import jax
+
+        return [jax.device_put(host_array(t), self.replicated) for t in tensors]
+
+    def take_state(self, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """The module's (and the optimizer's) torch state to the devices; again after torch's side changed."""
+        module = self.module
+        self.state = {
+            "params": self._put([p for _, p in module.named_parameters()]),
+            "buffers": self._put([b for _, b in module.named_buffers()]),
+            "opt": [],
+            "sums": {},
+        }
+        if optimizer is not None:
+            self.opt = FunctionalOptimizer(optimizer)
+            self.state["opt"] = self._put([t.cpu() for t in self.opt_state_on_host()])
+
+    def opt_state_on_host(self) -> list[torch.Tensor]:
+        """FunctionalOptimizer's state tensors, zeros before the first step, on the host."""
+        out = []
+        for p in self.opt.group["params"]:
+            s = self.opt.optimizer.state[p]
+            out += [s[k].cpu() if k in s else torch.zeros(p.shape, dtype=p.dtype) for k in self.opt.keys]
+        return out
+
+    def ensure_state(self, optimizer=None) -> None:
+        if self.state is None or (optimizer is not None and self.opt is None):
+            self.take_state(optimizer)
+
+    def drop_state(self) -> None:
+        """Torch's side changed (a checkpoint was loaded into it): take it again before the next step."""
+        self.state, self.opt = None, None
+
+    def sums(self, stage: str):
+        """The stage's sums as an array: the module's (the device's, or fresh zeros)."""
+        import jax
+
+        held = self.module.step_state(stage)[stage]
+        if isinstance(held, HostSums):
+            return held.array
+        return jax.device_put(host_array(held), self.replicated)
+
+    def to_torch(self) -> None:
+        """The devices' state back into the torch module and optimizer (host tensors, each its own dtype)."""
+        if self.state is None:
+            return
+        JAX_BACKEND.reads += 1
+        with torch.no_grad():
+            for (_, p), a in zip(self.module.named_parameters(), self.state["params"]):
+                p.copy_(torch.from_numpy(np.array(a)))
+            for (_, b), a in zip(self.module.named_buffers(), self.state["buffers"]):
+                b.copy_(torch.from_numpy(np.array(a)).to(b.dtype))
+        if self.opt is not None and self.state["opt"]:
+            self.opt.store([torch.from_numpy(np.array(a)) for a in self.state["opt"]], 0)
+
+    # --- tracing -----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _torch(self, key=None, train: bool = True):
+        """Torch code on torchax views: the module in train or eval mode, random ops drawing from `key`, bf16 where
+        asked, and the module's mode and sums as they were afterwards."""
+        import jax
+
+        module = self.module
+        was_training = module.training
+        module.train(train)
+        with contextlib.ExitStack() as stack:
+            # A tensor made from host values while traced (channel statistics, a table uploaded once) stays a
+            # concrete array, a constant of the program: a cache that keeps it for the next trace holds no tracer.
+            stack.enter_context(jax.ensure_compile_time_eval())
+            # Lightning evaluates under inference_mode, where torch hands composite ops (aten::batch_norm) to
+            # torchax undecomposed, and torchax lowers only their parts.
+            stack.enter_context(torch.inference_mode(False))
+            stack.enter_context(self.env)
+            stack.enter_context(warnings.catch_warnings())
+            # int64 (ids, labels, .long()) is int32 in JAX unless x64 is on: what torch's int64 holds here fits
+            warnings.filterwarnings("ignore", message="Explicitly requested dtype int64")
+            if key is not None:
+                stack.enter_context(compat.with_prng(self.env, key))
+            if self.autocast is not None:
+                import jax.numpy as jnp
+
+                stack.enter_context(compat.with_autocast(self.env, jnp.bfloat16))
+            if self.matmul_precision is not None:
+                stack.enter_context(jax.default_matmul_precision(self.matmul_precision))
+            try:
+                yield
+            finally:
+                module.train(was_training)
+
+    def _call(self, method: str, params, buffers, *args):
+        """module.<method>(*args) with `params` and `buffers` (torchax tensors) in place of its own."""
+        state = {f"module.{n}": t for n, t in itertools.chain(zip(self._params, params), zip(self._buffers, buffers))}
+        return torch.func.functional_call(self._hook, state, (method, *args), strict=True)
+
+    def _train_step(self, state: dict, batch, scalars, step, key0):
+        """One training step, a pure function of its arrays."""
+        import jax
+        from torchax.interop import jax_view, torch_view
+
+        key = jax.random.fold_in(key0, step)
+
+        def loss_of(params):
+            with self._torch(key, train=True):
+                buffers = list(torch_view(state["buffers"]))
+                self.module.load_step_state({"train": torch_view(state["sums"]["train"])})
+                loss = self._call("training_step", torch_view(params), buffers, tuple(torch_view(batch)), 0)
+                sums = self.module.step_state("train")["train"]
+                return jax_view(loss), (jax_view(buffers), jax_view(sums))
+
+        (_, (buffers, sums)), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
+        with self._torch(key, train=True):
+            params, opt = self.opt.update(
+                list(torch_view(state["params"])),
+                list(torch_view(grads)),
+                list(torch_view(state["opt"])),
+                torch_view(scalars),
+            )
+        return {"params": jax_view(params), "buffers": buffers, "opt": jax_view(opt), "sums": {"train": sums}}
+
+    def _train_steps(self, state: dict, batches, scalars, steps, n, key0):
+        """The first n of K steps (the rest are padding), as one program."""
+        import jax
+        import jax.numpy as jnp
+
+        k = steps.shape[0]
+        if k == 1:
+            return self._train_step(state, [b[0] for b in batches], scalars[0], steps[0], key0)
+
+        def body(carry, xs):
+            i, batch, row, step = xs
+            new = self._train_step(carry, batch, row, step, key0)
+            return jax.tree.map(lambda a, b: jnp.where(i < n, a, b), new, carry), None
+
+        unroll = k if self.loop == "unroll" else 1
+        state, _ = jax.lax.scan(body, state, (jnp.arange(k), list(batches), scalars, steps), unroll=unroll)
+        return state
+
+    def _eval_step(self, method: str, stage: str, params, buffers, sums, batch):
+        from torchax.interop import jax_view, torch_view
+
+        with self._torch(train=False):
+            if stage:
+                self.module.load_step_state({stage: torch_view(sums)})
+            out = self._call(method, torch_view(params), list(torch_view(buffers)), tuple(torch_view(batch)), 0)
+            new = self.module.step_state(stage)[stage] if stage else None
+            return jax_view(out), (jax_view(new) if new is not None else sums)
+
+    def _jit(self, name: str, fn: Callable, **kwargs):
+        import jax
+
+        if name not in self._jitted:
+
+            def program(*args):
+                return fn(*args)
+
+            program.__name__ = program.__qualname__ = f"{PROGRAM_PREFIX}{name}"  # how the compile counter knows it
+            options = compat.cpu_compiler_options() if self.platform == "cpu" else {}
+            self._jitted[name] = jax.jit(program, compiler_options=options or None, **kwargs)
+        return self._jitted[name]
+
+    def _execute(self, name: str, fn: Callable, *args, **kwargs):
+        """Call a jitted program; an op torchax cannot lower, or a read of a traced value, is one line."""
+        import jax
+
+        program = self._jit(name, fn, **kwargs)
+        JAX_BACKEND.dispatched += 1
+        try:
+            return program(*args)
+        except NotImplementedError as e:
+            raise ConfigError(
+                f"runtime=jax: torchax cannot run an op of this net ({str(e).strip().splitlines()[0][:160]}); "
+                f"use runtime=torch_xla"
+            ) from None
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError) as e:
+            raise ConfigError(
+                "runtime=jax: the step reads a device value on the host while traced (an .item(), a Python branch "
+                "on a tensor, or a shape that depends on the data such as x[mask]), which a compiled program cannot "
+                f"do ({type(e).__name__}); keep shapes fixed, or use runtime=torch_xla"
+            ) from None
+
+    # --- running -----------------------------------------------------------------------------------------------
+    def stack(self, batches: Sequence[Sequence[torch.Tensor]], k: int) -> list:
+        """K batches (the first len(batches) real, the rest zeros), one device array per tensor of the batch, each
+        (K, batch, ...) with the batch split over the mesh."""
+        import jax
+
+        out = []
+        for j in range(len(batches[0])):
+            rows = [host_array(b[j]) for b in batches]
+            rows += [np.zeros_like(rows[0])] * (k - len(rows))
+            stacked = np.stack(rows)
+            out.append(jax.device_put(stacked, self.stacked if stacked.ndim >= 2 else self.replicated))
+        return out
+
+    def place(self, t: torch.Tensor):
+        """One batch tensor on the mesh, split along dimension 0 (a scalar replicated)."""
+        import jax
+
+        return jax.device_put(host_array(t), self.batch if t.dim() else self.replicated)
+
+    def train(self, batches, rows: Sequence[Sequence[float]], steps: Sequence[int], k: int) -> None:
+        """Run len(batches) <= k training steps as one program of k; the state stays on the devices, dispatched."""
+        import jax
+
+        n = len(batches)
+        self.state["sums"] = {"train": self.sums("train")}
+        scalars = np.zeros((k, len(rows[0])), dtype=np.float32)
+        scalars[:n] = rows
+        numbers = np.zeros((k,), dtype=np.int32)
+        numbers[:n] = steps
+        args = (
+            self.state,
+            self.stack(batches, k),
+            jax.device_put(scalars, self.replicated),
+            jax.device_put(numbers, self.replicated),
+            jax.device_put(np.int32(n), self.replicated),
+            self._key,
+        )
+        # One execution in flight, as torch_xla's sync keeps it: the next group's batches were sent while this one ran,
+        # and the queue (and the device memory its inputs hold) never grows past one.
+        jax.block_until_ready(self.state)
+        self.state = self._execute(
+            f"train{k}", self._train_steps, *args, donate_argnums=(0,), out_shardings=self.replicated
+        )
+        self.module.load_step_state({"train": HostSums(self.state["sums"]["train"])})
+        self.opt.steps_done += n
+
+    def evaluate(self, method: str, stage: str, batch) -> None:
+        """One evaluation step (validation_step, test_step): its sums stay on the devices."""
+
+        sums = self.sums(stage)
+        placed = [self.place(t) for t in batch]
+        _, new = self._execute(
+            f"{method}",
+            lambda p, b, s, x: self._eval_step(method, stage, p, b, s, x),
+            self.state["params"],
+            self.state["buffers"],
+            sums,
+            placed,
+        )
+        self.module.load_step_state({stage: HostSums(new)})
+
+    def predict(self, batch):
+        """module.predict_step on one batch; its outputs come back as host tensors."""
+        import jax
+
+        placed = [self.place(t) for t in batch]
+        out, _ = self._execute(
+            "predict_step",
+            lambda p, b, x: self._eval_step("predict_step", "", p, b, None, x),
+            self.state["params"],
+            self.state["buffers"],
+            placed,
+        )
+        JAX_BACKEND.reads += 1
+        return jax.tree.map(lambda a: torch.from_numpy(np.array(a)), out)
