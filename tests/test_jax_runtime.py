@@ -189,6 +189,24 @@ def test_runtime_auto_trains_on_jax_where_torch_xla_does_not_import(tmp_path):
     assert "held-out test accuracy" in proc.stdout
 
 
+def test_torch_xlas_own_copy_of_torchax_is_named_in_one_line(tmp_path):
+    """torch_xla 2.9's wheel carries an older torchax, which a fresh install of the jax extra leaves on disk in place
+    of torchax 0.0.13's files: a torchax whose files are not its own release's is refused, saying how to put them
+    back (here a copy of the package, its tensor.py changed, ahead on the path)."""
+    import shutil
+    from importlib.util import find_spec
+
+    fake = tmp_path / "path" / "torchax"
+    shutil.copytree(list(find_spec("torchax").submodule_search_locations)[0], fake)
+    (fake / "tensor.py").write_text((fake / "tensor.py").read_text() + "\n# another release\n")
+    env = cli_env(1, PYTHONPATH=f"{tmp_path / 'path'}:{path_with_tests()}")
+    proc = run_cli("recipe=quickstart", "runtime=jax", cwd=tmp_path, env=env, check=False)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]  # Lightning's seed line aside
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert errors[0].endswith("pip install --force-reinstall --no-deps torchax==0.0.13"), errors
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_runtime_that_is_not_known_is_one_line(tmp_path):
     proc = run_cli("recipe=quickstart", "runtime=tpu", cwd=tmp_path, check=False)
     assert proc.returncode == 2

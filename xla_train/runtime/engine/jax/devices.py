@@ -16,13 +16,53 @@ from xla_train.errors import ConfigError, HardwareError
 PLATFORM = {"tpu": "tpu", "gpu": "cuda"}
 
 
+TORCHAX = "0.0.13"  # pyproject.toml's jax extras pin it
+REINSTALL = f"pip install --force-reinstall --no-deps torchax=={TORCHAX}"
+
+
 def require_jax() -> None:
-    missing = [m for m in ("jax", "torchax") if importlib.util.find_spec(m) is None]
-    if missing:
+    """jax and torchax 0.0.13 importable, or one line saying how. torch_xla 2.9.0's wheel carries its own older copy
+    of torchax (it needs flax), so installing both leaves whichever pip wrote last, and uninstalling torch_xla
+    deletes torchax's files (docs/hardware.md, "Runtimes")."""
+    from importlib import metadata
+
+    if importlib.util.find_spec("jax") is None or not _installed("torchax"):
         raise ConfigError(
-            f"runtime=jax needs {' and '.join(missing)}, which are not installed: pip install 'xla_train[jax]' "
-            f"(or 'xla_train[jax-tpu]', 'xla_train[jax-cuda]'), or use runtime=torch_xla"
+            "runtime=jax needs jax and torchax, which are not installed: pip install 'xla_train[jax]' "
+            "(or 'xla_train[jax-tpu]', 'xla_train[jax-cuda]'), or use runtime=torch_xla"
         )
+    spec = importlib.util.find_spec("torchax")  # finds the package without importing it
+    if spec is None:
+        raise ConfigError(
+            f"runtime=jax: torchax's files are gone (uninstalling torch_xla 2.9 deletes them: its wheel carries a "
+            f"copy of torchax); reinstall it: {REINSTALL}"
+        )
+    record = {str(f): f.hash.value for f in metadata.files("torchax") or [] if f.hash is not None}
+    on_disk = os.path.join(list(spec.submodule_search_locations)[0], "tensor.py")
+    if record.get("torchax/tensor.py") and record["torchax/tensor.py"] != _sha256(on_disk):
+        raise ConfigError(
+            f"runtime=jax: the torchax on disk is torch_xla 2.9's own older copy, which overwrote torchax "
+            f"{TORCHAX}'s files as pip installed both; put {TORCHAX}'s back: {REINSTALL}"
+        )
+
+
+def _installed(name: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _sha256(path: str) -> str:
+    """A file's hash as a wheel's RECORD writes it."""
+    import base64
+    import hashlib
+
+    with open(path, "rb") as f:
+        return base64.urlsafe_b64encode(hashlib.sha256(f.read()).digest()).rstrip(b"=").decode()
 
 
 def _wanted_cpu_devices(devices) -> int | None:
