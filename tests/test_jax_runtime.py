@@ -134,6 +134,31 @@ def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root,
     assert "test accuracy" in out, out[-3000:]
 
 
+@pytest.mark.parametrize("devices", [1, 8])
+def test_data_held_on_the_device_trains_as_streamed_data_does(tmp_path, devices):
+    """The splits uploaded once and passed to every program, the epoch's order with them: two epochs (two orders)
+    end at the weights the streamed run ends at, batch for batch."""
+    weights = {}
+    for on in ("true", "false"):
+        work = tmp_path / on
+        work.mkdir()
+        out = run_cli(
+            *FIT,
+            f"on_device={on}",
+            f"devices={devices}",
+            "predict_samples=0",
+            "test_after_fit=false",
+            cwd=work,
+            devices=devices,
+        ).stdout
+        assert ("data: on the device (" in out) == (on == "true"), out
+        last = torch.load(next(work.glob("runs/quickstart/version_0/checkpoints/last.ckpt")), weights_only=True)
+        weights[on] = last["state_dict"]
+    assert weights["true"].keys() == weights["false"].keys()
+    for name, t in weights["true"].items():
+        assert torch.allclose(t.float(), weights["false"][name].float(), atol=1e-6), name
+
+
 def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(tmp_path):
     """Trained on JAX: its best checkpoint tests and predicts the held-out split on torch_xla and on JAX alike."""
     run_cli(*FIT, cwd=tmp_path)

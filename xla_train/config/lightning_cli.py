@@ -208,7 +208,6 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         else:
             self.datamodule.check_net(self.model.net)
         if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
-            self.plan.check_data_placement(getattr(self.datamodule, "on_device", None))
             self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch
 

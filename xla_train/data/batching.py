@@ -9,6 +9,7 @@ either into the net's input on the device (docs/feeding.md, "Keep a TPU fed").
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -143,6 +144,17 @@ class BatchInputs:
         program takes them as inputs once per execution."""
         return []
 
+    def program_inputs(self, train: bool) -> dict[str, tuple[np.ndarray, bool]]:
+        """What a training (or evaluation) step reads besides its batch, as host arrays by name, each with whether its
+        rows are split over the devices as a batch's are: for a runtime whose programs take every input explicitly
+        (runtime=jax), which uploads them once and passes them in; `reading` then hands the step their device copies."""
+        return {}
+
+    @contextlib.contextmanager
+    def reading(self, tensors: dict[str, torch.Tensor]):
+        """While a step is traced: `tensors` (program_inputs' arrays, as the program's inputs) in place of uploads."""
+        yield
+
 
 class StreamedInputs(BatchInputs):
     """(samples as stored, labels), augmented on the host if at all."""
@@ -169,17 +181,33 @@ class ResidentInputs(BatchInputs):
     ):
         super().__init__(prepare, augment)
         self.arrays, self.order = arrays, order
+        self._reading: dict | None = None  # a traced step's inputs (`reading`), in place of the uploads below
+        self._host: dict = {}  # program_inputs' arrays made here, kept so that each is uploaded once
         self._tables: dict = {}
         self._order: tuple = (None, None)  # (key, the epoch's order on the device, (batch rows, steps))
 
     def __getstate__(self) -> dict:  # a pickled copy (xla_mp workers) uploads its own
-        return {**self.__dict__, "_tables": {}, "_order": (None, None), "place_rows": None}
+        return {
+            **self.__dict__,
+            "_tables": {},
+            "_order": (None, None),
+            "place_rows": None,
+            "_reading": None,
+            "_host": {},
+        }
 
     def table(self, split: str, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(inputs, labels, the split's first row in them) on the device; the training split's table is its own
         (first row None). The evaluation splits share one, end to end (val_fraction=0: "val" is the test split,
         held once), and the first row is a 1-element tensor of data, not a constant, so validation and test
         batches are one program: with a table each, their shapes differed and each compiled its own."""
+        if self._reading is not None:
+            r = self._reading
+            return (
+                (r["train_x"], r["train_y"], None)
+                if split not in EVAL_SPLITS
+                else (r["eval_x"], r["eval_y"], r[f"{split}_first"])
+            )
         if split not in EVAL_SPLITS:
             x, y = self.arrays[split]
             key = (id(x), str(device))
@@ -204,6 +232,8 @@ class ResidentInputs(BatchInputs):
 
     def epoch_order(self, device) -> torch.Tensor:
         """The current epoch's order, transposed so that dimension 0 is the batch's rows; one upload an epoch."""
+        if self._reading is not None:
+            return self._reading["order"]
         key = (*self.order.key(), str(device))
         if self._order[0] != key:
             self._order = (None, None)  # the previous epoch's goes first
@@ -213,6 +243,36 @@ class ResidentInputs(BatchInputs):
 
     def execution_inputs(self, device) -> list[torch.Tensor]:
         return [self.epoch_order(device)] if self.order is not None and self.order.sampler is not None else []
+
+    def program_inputs(self, train: bool) -> dict[str, tuple[np.ndarray, bool]]:
+        """Training: its table and the epoch's order; evaluation: the evaluation splits' table, end to end, and each
+        split's first row in it."""
+        if train:
+            x, y = self.arrays["train"]
+            out = {"train_x": (x, False), "train_y": (y, False)}
+            if self.order is not None and self.order.sampler is not None:
+                key = self.order.key()
+                if self._host.get("order", (None,))[0] != key:  # one order an epoch, made when it goes to the device
+                    self._host["order"] = (key, np.ascontiguousarray(self.order.rows().T))
+                out["order"] = (self._host["order"][1], True)
+            return out
+        if "eval" not in self._host:  # made once, so that a runtime uploads it once
+            parts = {id(self.arrays[s][0]): self.arrays[s] for s in EVAL_SPLITS}
+            starts = dict(zip(parts, np.cumsum([0] + [len(x) for x, _ in parts.values()]).tolist()))
+            x = np.concatenate([x for x, _ in parts.values()]) if len(parts) > 1 else next(iter(parts.values()))[0]
+            y = np.concatenate([np.asarray(y, dtype=np.int64) for _, y in parts.values()])
+            first = {s: np.array([starts[id(self.arrays[s][0])]], dtype=np.int64) for s in EVAL_SPLITS}
+            self._host["eval"] = (x, y, first)
+        x, y, first = self._host["eval"]
+        return {"eval_x": (x, False), "eval_y": (y, False), **{f"{s}_first": (v, False) for s, v in first.items()}}
+
+    @contextlib.contextmanager
+    def reading(self, tensors: dict[str, torch.Tensor]):
+        self._reading = tensors
+        try:
+            yield
+        finally:
+            self._reading = None
 
     def __call__(self, batch, split: str, train: bool):
         (idx,) = batch

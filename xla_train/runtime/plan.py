@@ -66,15 +66,7 @@ class HardwarePlan:
             budget = int(float(mb) * 2**20)
         except ValueError:
             raise ConfigError(f"XLA_TRAIN_DEVICE_DATA_MB={mb!r} is not a number of megabytes") from None
-        return self.is_xla and self.runtime != "jax", budget  # JAX: streamed (resident tables are torch_xla's)
-
-    def check_data_placement(self, on_device) -> None:
-        """data.on_device=true where this runtime streams only: one line, before any run folder."""
-        if self.runtime == "jax" and on_device is True:
-            raise ConfigError(
-                "data.on_device=true: runtime=jax streams the data from the host (data held on the device is "
-                "torch_xla's so far); use on_device=auto or false, or runtime=torch_xla"
-            )
+        return self.is_xla, budget
 
 
 def resolve_runtime(setting: str, kind: str) -> str:

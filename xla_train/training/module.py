@@ -125,6 +125,14 @@ class Classifier(pl.LightningModule):
         that runs several steps as one program passes them to it once per execution."""
         return self.batch_inputs.execution_inputs(self.device)
 
+    def program_inputs(self, train: bool):
+        """What a step reads besides its batch, as host arrays (data/batching.py, program_inputs): a runtime whose
+        programs take every input explicitly passes them in, and traces the step inside `reading` them."""
+        return self.batch_inputs.program_inputs(train)
+
+    def reading(self, tensors: dict[str, torch.Tensor]):
+        return self.batch_inputs.reading(tensors)
+
     def running_metrics(self, stage: str) -> dict[str, float]:
         """The epoch so far, read from the device: a host sync, so progress bars call it sparingly."""
         totals = self._totals.get(stage)

@@ -50,6 +50,13 @@ class SplitPredictor(pl.LightningModule):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
+    def program_inputs(self, train: bool):
+        """As the Classifier's (training/module.py): the resident splits, for a runtime that passes them in."""
+        return self.inputs.program_inputs(train)
+
+    def reading(self, tensors):
+        return self.inputs.reading(tensors)
+
     @override
     def predict_step(self, batch, batch_idx):
         x, y = self.inputs(batch, self.split, train=False)

@@ -22,7 +22,7 @@ class JaxBackend(Backend):
         self.reads = 0  # device-to-host reads the engine made
         self.dispatched = 0  # programs dispatched (the engine counts them as it calls them)
         self._listening = False
-        self.seed = 0
+        self.waited = [0.0, 0.0]  # wall and this thread's CPU seconds spent waiting for the device (JaxEngine.wait)
         self.engine = None  # the engine of the run in progress (its seed is the RNG state)
 
     auto_steps = XLABackend.auto_steps  # K from the loop and the run's length, as on torch_xla
@@ -41,6 +41,13 @@ class JaxBackend(Backend):
         jax.monitoring.register_event_duration_secs_listener(on_duration)
         self._listening = True
 
+    def sync_clock(self, cpu: bool = False, compiling: bool = False):
+        """The seconds spent waiting for the device so far (as torch_xla's clock counts its syncs): a step's host time
+        leaves them out. Compiles happen as a program is first called, outside any wait."""
+        if compiling:
+            return lambda: 0.0
+        return lambda: self.waited[1 if cpu else 0]
+
     def counters(self) -> tuple[int, float, int]:
         return self.compiles, self.compile_s, self.reads
 
@@ -53,9 +60,7 @@ class JaxBackend(Backend):
     def wait(self, device) -> None:
         engine = self.engine
         if engine is not None and engine.state is not None:
-            import jax
-
-            jax.block_until_ready(engine.state)
+            engine.wait()
 
     def rng_state(self, device):
         return self.engine.seed if self.engine is not None else None

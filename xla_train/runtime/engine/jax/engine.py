@@ -142,6 +142,20 @@ class JaxEngine:
             return held.array
         return jax.device_put(host_array(held), self.replicated)
 
+    def resident(self, train: bool) -> dict:
+        """A training (or evaluation) step's other inputs (the data held on the device, the epoch's order) as device
+        arrays, each uploaded once: the tables replicated, the order's rows split as a batch's are."""
+        import jax
+
+        out = {}
+        cache = self.__dict__.setdefault("_uploaded", {})
+        for name, (array, batch_like) in self.module.program_inputs(train).items():
+            if cache.get(name, (None,))[0] is not array:  # the array itself is kept, so its id is not reused
+                sharding = self.batch if batch_like else self.replicated
+                cache[name] = (array, jax.device_put(host_array(torch.from_numpy(np.asarray(array))), sharding))
+            out[name] = cache[name][1]
+        return out
+
     def to_torch(self) -> None:
         """The devices' state back into the torch module and optimizer (host tensors, each its own dtype)."""
         if self.state is None:
@@ -194,7 +208,7 @@ class JaxEngine:
         state = {f"module.{n}": t for n, t in itertools.chain(zip(self._params, params), zip(self._buffers, buffers))}
         return torch.func.functional_call(self._hook, state, (method, *args), strict=True)
 
-    def _train_step(self, state: dict, batch, scalars, step, key0):
+    def _train_step(self, state: dict, batch, scalars, step, key0, resident):
         """One training step, a pure function of its arrays."""
         import jax
         from torchax.interop import jax_view, torch_view
@@ -205,7 +219,8 @@ class JaxEngine:
             with self._torch(key, train=True):
                 buffers = list(torch_view(state["buffers"]))
                 self.module.load_step_state({"train": torch_view(state["sums"]["train"])})
-                loss = self._call("training_step", torch_view(params), buffers, tuple(torch_view(batch)), 0)
+                with self.module.reading(torch_view(resident)):
+                    loss = self._call("training_step", torch_view(params), buffers, tuple(torch_view(batch)), 0)
                 sums = self.module.step_state("train")["train"]
                 return jax_view(loss), (jax_view(buffers), jax_view(sums))
 
@@ -219,28 +234,28 @@ class JaxEngine:
             )
         return {"params": jax_view(params), "buffers": buffers, "opt": jax_view(opt), "sums": {"train": sums}}
 
-    def _train_steps(self, state: dict, batches, scalars, steps, n, key0):
+    def _train_steps(self, state: dict, batches, scalars, steps, n, key0, resident):
         """The first n of K steps (the rest are padding), as one program."""
         import jax
         import jax.numpy as jnp
 
         k = steps.shape[0]
         if k == 1:
-            return self._train_step(state, [b[0] for b in batches], scalars[0], steps[0], key0)
+            return self._train_step(state, [b[0] for b in batches], scalars[0], steps[0], key0, resident)
 
         def body(carry, xs):
             i, batch, row, step = xs
-            new = self._train_step(carry, batch, row, step, key0)
+            new = self._train_step(carry, batch, row, step, key0, resident)
             return jax.tree.map(lambda a, b: jnp.where(i < n, a, b), new, carry), None
 
         unroll = k if self.loop == "unroll" else 1
         state, _ = jax.lax.scan(body, state, (jnp.arange(k), list(batches), scalars, steps), unroll=unroll)
         return state
 
-    def _eval_step(self, method: str, stage: str, params, buffers, sums, batch):
+    def _eval_step(self, method: str, stage: str, params, buffers, sums, batch, resident):
         from torchax.interop import jax_view, torch_view
 
-        with self._torch(train=False):
+        with self._torch(train=False), self.module.reading(torch_view(resident)):
             if stage:
                 self.module.load_step_state({stage: torch_view(sums)})
             out = self._call(method, torch_view(params), list(torch_view(buffers)), tuple(torch_view(batch)), 0)
@@ -294,6 +309,18 @@ class JaxEngine:
             out.append(jax.device_put(stacked, self.stacked if stacked.ndim >= 2 else self.replicated))
         return out
 
+    def wait(self) -> None:
+        """Until the programs dispatched so far have run; the time it takes is the device's, not the host's
+        (JaxBackend.sync_clock)."""
+        import time
+
+        import jax
+
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        jax.block_until_ready(self.state)
+        JAX_BACKEND.waited[0] += time.perf_counter() - t0
+        JAX_BACKEND.waited[1] += time.thread_time() - cpu0
+
     def place(self, t: torch.Tensor):
         """One batch tensor on the mesh, split along dimension 0 (a scalar replicated)."""
         import jax
@@ -317,10 +344,11 @@ class JaxEngine:
             jax.device_put(numbers, self.replicated),
             jax.device_put(np.int32(n), self.replicated),
             self._key,
+            self.resident(train=True),
         )
         # One execution in flight, as torch_xla's sync keeps it: the next group's batches were sent while this one ran,
         # and the queue (and the device memory its inputs hold) never grows past one.
-        jax.block_until_ready(self.state)
+        self.wait()
         self.state = self._execute(
             f"train{k}", self._train_steps, *args, donate_argnums=(0,), out_shardings=self.replicated
         )
@@ -334,11 +362,12 @@ class JaxEngine:
         placed = [self.place(t) for t in batch]
         _, new = self._execute(
             f"{method}",
-            lambda p, b, s, x: self._eval_step(method, stage, p, b, s, x),
+            lambda p, b, s, x, r: self._eval_step(method, stage, p, b, s, x, r),
             self.state["params"],
             self.state["buffers"],
             sums,
             placed,
+            self.resident(train=False),
         )
         self.module.load_step_state({stage: HostSums(new)})
 
@@ -349,10 +378,11 @@ class JaxEngine:
         placed = [self.place(t) for t in batch]
         out, _ = self._execute(
             "predict_step",
-            lambda p, b, x: self._eval_step("predict_step", "", p, b, None, x),
+            lambda p, b, x, r: self._eval_step("predict_step", "", p, b, None, x, r),
             self.state["params"],
             self.state["buffers"],
             placed,
+            self.resident(train=False),
         )
         JAX_BACKEND.reads += 1
         return jax.tree.map(lambda a: torch.from_numpy(np.array(a)), out)
