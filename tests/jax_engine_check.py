@@ -15,6 +15,7 @@ from xla_train.runtime.engine.jax.engine import JaxEngine
 from xla_train.training.module import Classifier
 
 DEVICES, CHECK = int(sys.argv[1]), sys.argv[2]
+LOOP = sys.argv[3] if len(sys.argv) > 3 else "unroll"  # how a program of K steps runs them
 jax.config.update("jax_num_cpu_devices", DEVICES)
 jax.config.update("jax_platforms", "cpu")
 
@@ -48,7 +49,7 @@ def batches(n: int, seed: int = 1) -> list:
 
 
 def engine_for(module, optimizer, seed: int = 0) -> JaxEngine:
-    engine = JaxEngine(jax.devices()[:DEVICES])
+    engine = JaxEngine(jax.devices()[:DEVICES], LOOP)
     engine.bind(module, seed)
     engine.ensure_state(optimizer)
     return engine

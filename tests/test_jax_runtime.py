@@ -29,11 +29,12 @@ def engine_check(devices: int, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("devices", [1, 8])
-def test_steps_on_jax_match_eager_torch(devices):
+@pytest.mark.parametrize("devices, loop", [(1, "unroll"), (8, "unroll"), (1, "while")])
+def test_steps_on_jax_match_eager_torch(devices, loop):
     """SGD with momentum on a BatchNorm net, 5 steps one a program and then 3 as one program of K=4 (a short
-    group): weights, BatchNorm's running statistics and its step count as eager torch leaves them."""
-    out = engine_check(devices, "match")
+    group), its steps unrolled or a loop: weights, BatchNorm's running statistics and its step count as eager torch
+    leaves them."""
+    out = engine_check(devices, "match", loop)
     assert out["devices"] == devices
     assert out["weights"] < 2e-6, out
     assert out["running_stats"] < 2e-6, out

@@ -70,25 +70,12 @@ def list_xla_devices(kind: str) -> tuple[int, str, str]:
     other process (a benchmark cell, a fit in a subprocess) can use them. So unless
     this process has started the runtime already, a short-lived one answers.
     """
-    import json
-    import subprocess
-    import sys
-
     from xla_train.runtime.tpu_lock import runtime_started
 
     if runtime_started():
         configure_pjrt(kind)
         return runtime_device_count(), device_kind(), os.environ["PJRT_DEVICE"]
-    proc = subprocess.run([sys.executable, "-c", _LIST.format(kind=kind)], capture_output=True, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise HardwareError(f"the XLA runtime for accelerator={kind} did not start ({tail})")
-    answer = json.loads(lines[-1])
-    if "import_error" in answer:
-        raise TorchXLAMissing(f"runtime=torch_xla: torch_xla does not import here ({answer['import_error']})")
-    if "error" in answer:
-        raise HardwareError(answer["error"])
+    answer = _listed(_LIST.format(kind=kind), f"the XLA runtime for accelerator={kind}")
     return answer["count"], answer["kind"], answer["pjrt"]
 
 
@@ -162,6 +149,8 @@ def _listed(script: str, what: str) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise HardwareError(f"{what} did not start ({tail})")
     answer = json.loads(lines[-1])
+    if "import_error" in answer:
+        raise TorchXLAMissing(f"runtime=torch_xla: torch_xla does not import here ({answer['import_error']})")
     if "error" in answer:
         raise HardwareError(answer["error"])
     return answer

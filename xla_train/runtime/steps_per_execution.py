@@ -15,32 +15,21 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.errors import ConfigError
-from xla_train.runtime.backend import backend_of, xla
+from xla_train.runtime.backend import backend_of
+from xla_train.runtime.engine.grouped_steps import GroupedSteps
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.step_program import Layout, StepProgram
 
 
-class StepsPerExecution:
+class StepsPerExecution(GroupedSteps):
     """For the XLA strategies: with steps_per_execution > 1, batches are kept and run K at a time."""
 
-    steps_per_execution = 1
-    execution_loop = "unroll"  # or "while" (runtime/step_program.py); runtime/plan.py resolves auto
-    auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
-    trace_once = False  # auto: K=1 still runs as a program traced once, a group of one, not traced at every step
-    auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
-    grouping_note = ""  # what auto chose, and why (the run report prints it)
-
     @property
-    def _backend(self):
+    def backend(self):
         return backend_of(self.root_device)
 
     def _reset_group(self) -> None:
         self._group, self._rows, self._seeds, self._shared = [], [], [], []
-
-    @property
-    def _grouping(self) -> bool:
-        """Whether steps run through the traced-once program; a K=1 the user set is Lightning's own step."""
-        return self.steps_per_execution > 1 or self.trace_once
 
     @override
     def setup(self, trainer) -> None:
@@ -50,17 +39,7 @@ class StepsPerExecution:
         if not self._grouping or trainer.state.fn != "fit":
             return
         try:
-            if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
-                raise ConfigError(
-                    "steps_per_execution>1 cannot be combined with accumulate_grad_batches or "
-                    "gradient_clip_val (the optimizer update runs inside the XLA program)"
-                )
-            if not all(p.requires_grad for p in self.lightning_module.parameters()):
-                raise ConfigError("steps_per_execution>1 needs every parameter trainable")
-            if len(self.optimizers) != 1:
-                raise ConfigError("steps_per_execution>1 runs one optimizer inside the XLA program")
-            FunctionalOptimizer(self.optimizers[0])  # refuses what it cannot run; built at the first step, after
-            # a resume has restored the optimizer's state
+            self.check_groupable(trainer)
         except ConfigError as e:
             if not self.auto_steps:
                 raise
@@ -70,30 +49,6 @@ class StepsPerExecution:
         """auto, where this run's steps cannot be a program: Lightning's own step, and the report says why."""
         self.steps_per_execution, self.trace_once, self.auto_pending = 1, False, False
         self.grouping_note = f"1 (auto: {why})"
-
-    def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
-        """K against the run: where auto still waits for the run's length (`run_steps` training steps in all), the
-        backend's payback rule decides it; then against an epoch of `steps` training steps, auto's K shrinks to the
-        epoch (one execution each) and a K the user set that is longer is refused. The CLI asks before any run
-        folder exists, and the benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
-        if self.auto_pending and run_steps is not None:
-            k, self.grouping_note, self.auto_pending = xla().auto_steps(self.execution_loop, run_steps)
-            self.steps_per_execution = k
-        if not self._grouping or self.steps_per_execution <= steps:
-            return
-        if not self.auto_steps:
-            raise ConfigError(
-                f"steps_per_execution={self.steps_per_execution} is more than the {steps} training steps of an "
-                f"epoch; use at most {steps}"
-            )
-        self.steps_per_execution = max(1, int(steps))
-        self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
-
-    @override
-    def on_train_start(self) -> None:
-        super().on_train_start()
-        trainer = self.lightning_module.trainer
-        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches)
 
     @override
     def training_step(self, *args, **kwargs):
@@ -113,23 +68,10 @@ class StepsPerExecution:
                 return super().training_step(*args, **kwargs)  # auto, and the step cannot be a program
         self._group.append(batch)
         self._rows.append(row)
-        self._seeds.append(self._backend.rng_state(self.root_device))  # the seed this step would have traced with
-        last = batch_idx + 1 >= trainer.num_training_batches or 0 < trainer.max_steps <= trainer.global_step + 1
-        if len(self._group) == self.steps_per_execution or last:
+        self._seeds.append(self.backend.rng_state(self.root_device))  # the seed this step would have traced with
+        if self.group_ends_at(batch_idx):
             self.flush()
         return torch.tensor(float("nan"))  # the loss of a single step is not read back: it stays on the device
-
-    @property
-    def at_execution_end(self) -> bool:
-        """Whether the last training step ended an execution (always, one step at a time): where the hosts of a
-        pod agree whether to stop, once per execution (training/resume.py)."""
-        return not (self._grouping and getattr(self, "_group", None))
-
-    @override
-    def backward(self, closure_loss, optimizer, *args, **kwargs):
-        if not self._grouping:
-            return super().backward(closure_loss, optimizer, *args, **kwargs)
-        return closure_loss  # the gradient is taken inside the program
 
     @override
     def optimizer_step(self, optimizer, closure, model=None, **kwargs):
@@ -139,34 +81,15 @@ class StepsPerExecution:
         if not self._grouping:  # its trace read the host, so it ran as Lightning's own step (its gradients are set)
             return super().optimizer_step(optimizer, lambda: result, model, **kwargs)
         if self.at_execution_end:
-            self._backend.cut_graph(
+            self.backend.cut_graph(
                 self.root_device
             )  # dispatches the execution, as XLAPrecision.optimizer_step does a step
         else:  # nothing to dispatch: the seed advances as that sync would advance it, with no sync
-            seed = compat.xla_seed_after_step(self._backend.rng_state(self.root_device))
-            self._backend.set_rng_state(self.root_device, seed)
+            seed = compat.xla_seed_after_step(self.backend.rng_state(self.root_device))
+            self.backend.set_rng_state(self.root_device, seed)
         return result
 
     @override
-    def lightning_module_state_dict(self):
-        self.flush(materialize=True)  # a checkpoint holds every step Lightning has counted
-        return super().lightning_module_state_dict()
-
-    @override
-    def optimizer_state(self, optimizer):
-        self.flush(materialize=True)
-        return super().optimizer_state(optimizer)
-
-    @override
-    def on_validation_start(self) -> None:
-        self.flush()
-        super().on_validation_start()
-
-    @override
-    def on_train_end(self) -> None:
-        self.flush()
-        super().on_train_end()
-
     def flush(self, materialize: bool = False) -> None:
         """Run the kept steps now: pending on the device, like any step, or with `materialize` run at once, for a
         checkpoint, whose writer reads tensor after tensor (each read of pending work would compile a graph)."""
@@ -248,11 +171,11 @@ class StepsPerExecution:
         if compat.xla_pending(state):  # after a group of other shapes ran: the trace needs device data
             compat.xla_materialize(state)
         scalars = torch.tensor(row, dtype=torch.float32).to(self.root_device)
-        seed, reads = self._backend.rng_state(self.root_device), self._backend.counters()[2]
+        seed, reads = self.backend.rng_state(self.root_device), self.backend.counters()[2]
         program = StepProgram(self.steps_per_execution, self.execution_loop)
         program.build(self._step, state, first, scalars, self._shared)
-        self._backend.set_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
-        reads = self._backend.counters()[2] - reads
+        self.backend.set_rng_state(self.root_device, seed)  # the trace drew seeds that no step will use
+        reads = self.backend.counters()[2] - reads
         if reads:
             self._traced_step_reads_host(reads)
             return False
@@ -288,7 +211,7 @@ class StepsPerExecution:
     def pad_like(self, t: torch.Tensor) -> torch.Tensor:
         """A padding batch tensor for the unused steps of a short group: device data, sent as a loader sends a
         batch (`.to()` would make a 0-dim zero, a padding step number, a constant of the graph)."""
-        return self._backend.to_device(torch.zeros(t.shape, dtype=t.dtype), t.device)
+        return self.backend.to_device(torch.zeros(t.shape, dtype=t.dtype), t.device)
 
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
         """Place K stacked batches (one device: as they are)."""

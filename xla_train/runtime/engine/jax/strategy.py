@@ -17,20 +17,16 @@ from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.errors import ConfigError
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
+from xla_train.runtime.engine.grouped_steps import GroupedSteps
 from xla_train.runtime.engine.jax.backend import JAX_BACKEND
 from xla_train.runtime.engine.jax.engine import JaxEngine
-from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 
-class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
+class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     strategy_name = "jax"
-
-    steps_per_execution = 1
-    grouping_note = ""
-    auto_pending = False
-    auto_steps = False
+    trace_once = True  # every step is the engine's program: there is no Lightning step to fall back to
+    grouping_what = "runtime=jax"
 
     def __init__(self, devices: list, loop: str = "unroll", precision: str = "32", matmul_precision: str = "default"):
         SingleDeviceStrategy.__init__(
@@ -112,22 +108,6 @@ class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
     def batch_to_device(self, batch, device=None, dataloader_idx: int = 0):
         return batch  # the engine puts each batch on the mesh
 
-    def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
-        """K against an epoch of `steps` training steps: auto's K shrinks to it, a K set by hand that is longer is
-        refused (as on torch_xla, runtime/steps_per_execution.py)."""
-        if self.auto_pending and run_steps is not None:
-            k, self.grouping_note, self.auto_pending = JAX_BACKEND.auto_steps(self.execution_loop, run_steps)
-            self.steps_per_execution = k
-        if self.steps_per_execution <= steps:
-            return
-        if not self.auto_steps:
-            raise ConfigError(
-                f"steps_per_execution={self.steps_per_execution} is more than the {steps} training steps of an "
-                f"epoch; use at most {steps}"
-            )
-        self.steps_per_execution = max(1, int(steps))
-        self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
-
     @override
     def setup(self, trainer) -> None:
         super().setup(trainer)
@@ -135,22 +115,8 @@ class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
         JAX_BACKEND.engine = self.engine
         self.engine.bind(self.lightning_module, torch.initial_seed())
         self._group = []
-        if trainer.state.fn != "fit":
-            return
-        if trainer.accumulate_grad_batches != 1 or trainer.gradient_clip_val:
-            raise ConfigError(
-                "runtime=jax runs the optimizer's update inside the program: accumulate_grad_batches and "
-                "gradient_clip_val are not supported there (use runtime=torch_xla)"
-            )
-        if len(self.optimizers) != 1:
-            raise ConfigError("runtime=jax runs one optimizer inside the program")
-        FunctionalOptimizer(self.optimizers[0])  # refuses what it cannot run, before any step
-
-    @override
-    def on_train_start(self) -> None:
-        super().on_train_start()
-        trainer = self.lightning_module.trainer
-        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches)
+        if trainer.state.fn == "fit":
+            self.check_groupable(trainer)  # no Lightning step to fall back to: refused, in one line
 
     # --- the steps ---------------------------------------------------------------------------------------------
     @override
@@ -161,18 +127,9 @@ class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
         opt = self.engine.opt
         step = trainer.global_step + len(self._group)
         self._group.append((batch, opt.scalars(opt.steps_done + len(self._group) + 1), step))
-        last = batch_idx + 1 >= trainer.num_training_batches or 0 < trainer.max_steps <= trainer.global_step + 1
-        if len(self._group) == self.steps_per_execution or last:
+        if self.group_ends_at(batch_idx):
             self.flush()
         return torch.tensor(float("nan"))  # a step's loss stays on the device
-
-    @property
-    def at_execution_end(self) -> bool:
-        return not self._group
-
-    @override
-    def backward(self, closure_loss, optimizer, *args, **kwargs):
-        return closure_loss  # the gradient is taken inside the program
 
     @override
     def optimizer_step(self, optimizer, closure, model=None, **kwargs):
@@ -180,13 +137,14 @@ class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
         compat.mark_optimizer_stepped(optimizer)
         return result
 
-    def flush(self) -> None:
-        if not self._group:
-            return
-        group, self._group = self._group, []
-        self.engine.train(
-            [b for b, _, _ in group], [r for _, r, _ in group], [s for _, _, s in group], self.steps_per_execution
-        )
+    @override
+    def flush(self, materialize: bool = False) -> None:
+        if self._group:
+            group, self._group = self._group, []
+            batches, rows, steps = ([g[i] for g in group] for i in range(3))
+            self.engine.train(batches, rows, steps, self.steps_per_execution)
+        if materialize:
+            self.engine.to_torch()
 
     @override
     def validation_step(self, *args, **kwargs):
@@ -207,19 +165,6 @@ class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
         return self.engine.predict(tuple(args[0]))
 
     # --- the state as torch sees it ----------------------------------------------------------------------------
-    def _state_to_torch(self) -> None:
-        self.flush()
-        self.engine.to_torch()
-
-    @override
-    def lightning_module_state_dict(self):
-        self._state_to_torch()
-        return super().lightning_module_state_dict()
-
-    @override
-    def optimizer_state(self, optimizer):
-        self._state_to_torch()
-        return super().optimizer_state(optimizer)
 
     @override
     def load_model_state_dict(self, checkpoint, strict: bool = True) -> None:
@@ -232,18 +177,13 @@ class JaxStrategy(SingleDeviceStrategy, ParallelStrategy):
         self.engine.drop_state()
 
     @override
-    def on_validation_start(self) -> None:
-        self.flush()
-        super().on_validation_start()
-
-    @override
     def on_train_end(self) -> None:
-        self._state_to_torch()
         super().on_train_end()
+        self.flush(materialize=True)  # the module a fit hands back holds what it trained
 
     @override
     def teardown(self) -> None:
-        self._state_to_torch()
+        self.flush(materialize=True)
         JAX_BACKEND.engine = None
         super().teardown()
         from xla_train.runtime.scan_rnn import restore_rnn
