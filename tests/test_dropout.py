@@ -31,6 +31,9 @@ ones = torch.ones(n, device=dev)
 found["stock rng"] = rng_outputs(stock, ones)
 changed = use_hashed_dropout(stock)
 found["hashed rng"] = rng_outputs(stock, ones)
+# constants of the graph with many elements: torch_xla lowers an arange to a literal built on the host at each trace
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([stock(ones)])
+found["big constants"] = re.findall(r"(\w+\[\d{4,}\])\{0\} constant\(", hlo)
 
 for p in (0.1, 0.25, 0.5, 0.9):
     layer = nn.Dropout(p)
@@ -100,6 +103,12 @@ def found():
 def test_one_random_number_a_call_instead_of_one_an_element(found):
     assert found["stock rng"] == ["u32[1048576]"], found["stock rng"]  # what the swap is for
     assert found["hashed rng"] == ["u64[1]"], found["hashed rng"]
+
+
+def test_the_mask_puts_no_index_table_into_the_graph(found):
+    """The elements' positions are device data made once, not an (n,) literal that a step traced anew (Lightning's
+    own, one at a time) built and hashed on the host every time: most of that step's host time."""
+    assert found["big constants"] == [], found["big constants"]
 
 
 @pytest.mark.parametrize("p", [0.1, 0.25, 0.5, 0.9])

@@ -30,12 +30,30 @@ def _shr(h: torch.Tensor, n: int) -> torch.Tensor:
     return (h >> n) & ((1 << (32 - n)) - 1)
 
 
+_POSITIONS: dict = {}  # (shape, device) -> each element's index times the golden-ratio step, on a torch_xla device
+
+
+def _positions(shape: tuple, n: int, device) -> torch.Tensor:
+    """Each element's index times the first mixing constant. On torch_xla it is device data made once: a step traced
+    anew (Lightning's own, one step at a time) otherwise built the (n,) index tensor on the host at every step,
+    most of that step's host time (docs/results.md, "Lightning's overhead"). Elsewhere (JAX) an iota in the program."""
+    if torch.device(device).type != "xla":
+        return torch.arange(n, dtype=torch.int32, device=device).view(shape) * _s32(_MIX[0])
+    key = (shape, str(device))
+    if key not in _POSITIONS:
+        from xla_train.runtime.backend import xla
+
+        host = torch.arange(n, dtype=torch.int32).view(shape) * _s32(_MIX[0])
+        _POSITIONS[key] = xla().to_device(host, device)
+    return _POSITIONS[key]
+
+
 def keep_mask(shape, p: float, seed: torch.Tensor) -> torch.Tensor:
     """Which elements of a `shape` tensor dropout keeps, for `seed` (int32, one element, on the device)."""
     n = 1
     for d in shape:
         n *= d
-    h = torch.arange(n, dtype=torch.int32, device=seed.device).view(shape) * _s32(_MIX[0]) + seed
+    h = _positions(tuple(shape), n, seed.device) + seed
     h = h ^ _shr(h, 16)
     h = h * _s32(_MIX[1])
     h = h ^ _shr(h, 13)
