@@ -261,6 +261,25 @@ def test_torch_xlas_own_copy_of_torchax_is_named_in_one_line(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("net", ["PoissonNet", "BrightOnly"])
+def test_a_net_jax_cannot_compile_is_one_line_that_suggests_torch_xla(tmp_path, net):
+    """An op torchax cannot lower (aten::poisson), or a shape that depends on the data (x[x > 0]): the first step's
+    trace fails, and the command says which in one line, with runtime=torch_xla, and writes no checkpoint."""
+    proc = run_cli(
+        "recipe=quickstart",
+        "runtime=jax",
+        f"net=user_nets.{net}",
+        "epochs=1",
+        cwd=tmp_path,
+        check=False,
+        env=cli_env(1, PYTHONPATH=path_with_tests()),
+    )
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("xla_train: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "runtime=torch_xla" in errors[0] and ("aten::poisson" in errors[0]) == (net == "PoissonNet"), errors
+    assert not list(tmp_path.glob("runs/**/*.ckpt"))
+
+
 def test_a_runtime_that_is_not_known_is_one_line(tmp_path):
     proc = run_cli("recipe=quickstart", "runtime=tpu", cwd=tmp_path, check=False)
     assert proc.returncode == 2

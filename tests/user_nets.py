@@ -130,3 +130,15 @@ class SlowNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         time.sleep(self.delay)
         return self.net(x)
+
+
+class PoissonNet(nn.Module):
+    """A linear net whose forward also draws Poisson noise (aten::poisson): an op torchax 0.0.13 has no lowering for."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.out = nn.Linear(3 * 32 * 32, classes)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.out(x + 0 * torch.poisson(x.abs()))

@@ -279,16 +279,23 @@ class JaxEngine:
         """Call a jitted program; an op torchax cannot lower, or a read of a traced value, is one line."""
         import jax
 
+        from torchax.tensor import OperatorNotFound
+
         program = self._jit(name, fn, **kwargs)
         JAX_BACKEND.dispatched += 1
         try:
             return program(*args)
-        except NotImplementedError as e:
+        except (OperatorNotFound, NotImplementedError) as e:
             raise ConfigError(
                 f"runtime=jax: torchax cannot run an op of this net ({str(e).strip().splitlines()[0][:160]}); "
                 f"use runtime=torch_xla"
             ) from None
-        except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError) as e:
+        except (
+            jax.errors.ConcretizationTypeError,  # TracerBoolConversionError among them
+            jax.errors.NonConcreteBooleanIndexError,
+            jax.errors.TracerArrayConversionError,
+            jax.errors.TracerIntegerConversionError,
+        ) as e:
             raise ConfigError(
                 "runtime=jax: the step reads a device value on the host while traced (an .item(), a Python branch "
                 "on a tensor, or a shape that depends on the data such as x[mask]), which a compiled program cannot "
