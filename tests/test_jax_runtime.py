@@ -135,10 +135,11 @@ def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root,
     assert "test accuracy" in out, out[-3000:]
 
 
-@pytest.mark.parametrize("devices", [1, 8])
+@pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 8])
 def test_data_held_on_the_device_trains_as_streamed_data_does(tmp_path, devices):
     """The splits uploaded once and passed to every program, the epoch's order with them: two epochs (two orders)
-    end at the weights the streamed run ends at, batch for batch."""
+    end at the weights the streamed run ends at, batch for batch. One device is depth (-m slow): every fit above holds
+    its data on the device by default."""
     weights = {}
     for on in ("true", "false"):
         work = tmp_path / on
@@ -211,7 +212,7 @@ def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(tmp_path):
     assert lines["test torch_xla"] == lines["test jax"], lines
 
 
-@pytest.mark.parametrize("sig", [None, "SIGTERM"])
+@pytest.mark.parametrize("sig", [pytest.param(None, marks=pytest.mark.slow), "SIGTERM"])  # SIGKILL: depth
 def test_a_jax_run_resumes_to_the_uninterrupted_weights(cifar_root, tmp_path, sig):
     """Killed at step 9 and resumed from the step-8 checkpoint (SIGKILL), or stopped by SIGTERM after step 9, which
     saves then: on JAX the resumed run ends at the weights of the run that was never stopped, dropout included (its
