@@ -201,3 +201,28 @@ def read_inference_block(ckpt: dict, path) -> dict:
 def net_state_dict(ckpt: dict) -> dict[str, torch.Tensor]:
     """The net's own weights: the LightningModule's `net.` prefix removed."""
     return {k[len("net.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("net.")}
+
+
+def load_net_weights(net, state: dict[str, torch.Tensor], what: str) -> None:
+    """Every weight the checkpoint holds into `net`, and nothing else (strict), or one line: `what` (the file and
+    the net) and which names or shapes differ. A net that kept one initial weight, or dropped a stored one, would
+    answer as another net without a word."""
+    own = net.state_dict()
+    missing, extra = [k for k in own if k not in state], [k for k in state if k not in own]
+    differences = []
+    if missing:
+        differences.append(f"the file lacks {_names(missing)}")
+    if extra:
+        differences.append(f"it holds {_names(extra)}, which the net has not")
+    if differences:
+        raise CheckpointError(f"{what} ({'; '.join(differences)})")
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # a shape that differs: torch's second line names the weight and both shapes
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
+        raise CheckpointError(f"{what} ({lines[min(1, len(lines) - 1)]})") from None
+
+
+def _names(keys: list[str], shown: int = 3) -> str:
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
+from xla_train.checkpoint import load_net_weights, net_state_dict, read_inference_block, safe_load
 from xla_train.config.fit_checkpoint import fit_checkpoint_to
 from xla_train.models.reference import NetRef
 from xla_train.training.run_folder import RunFolder
-from xla_train.errors import CheckpointError, ConfigError
+from xla_train.errors import ConfigError
 
 SPLITS = ("test", "val", "train")
 
@@ -54,12 +54,7 @@ def predict_split(
     block, state = read_inference_block(loaded, ckpt), net_state_dict(loaded)
     config = run_config(ckpt)
     net, dm = build_from_run(config, ckpt, block, batch_size, data_dir, net)
-    try:
-        net.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise CheckpointError(
-            f"{ckpt}: its weights do not fit the net of {config} ({str(e).splitlines()[0]})"
-        ) from None
+    load_net_weights(net, state, f"{ckpt}: its weights do not fit the net of {config}")
     net.eval()
     inputs, labels = dm.arrays(split)  # a missing or corrupt data set fails here, before anything runs
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from xla_train.checkpoint import net_state_dict, read_inference_block, safe_load
+from xla_train.checkpoint import load_net_weights, net_state_dict, read_inference_block, safe_load
 from xla_train.errors import CheckpointError, UserError
 from xla_train.models.reference import NetRef, build
 from xla_train.objective import probabilities
@@ -113,12 +113,7 @@ def load_for_inference(path, net=None, args: dict | None = None) -> Predictor:
     block = read_inference_block(ckpt, path)
     ref = NetRef.from_block(block, path)
     model = build(ref, path, given=net, args=args)
-    try:
-        model.load_state_dict(net_state_dict(ckpt), strict=True)
-    except RuntimeError as e:
-        raise CheckpointError(
-            f"{path}: its weights do not fit the {ref.name} net it names ({str(e).splitlines()[0]})"
-        ) from None
+    load_net_weights(model, net_state_dict(ckpt), f"{path}: its weights do not fit the {ref.name} net it names")
     model.cpu().eval()
     predictor = Predictor(model=model, labels=list(block["labels"]), info=block)
     if predictor.kind == "text":
