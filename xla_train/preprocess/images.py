@@ -61,6 +61,14 @@ def resize_images(images: np.ndarray, size: int) -> np.ndarray:
     return x.round().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
 
 
+def luma(rgb: np.ndarray) -> np.ndarray:
+    """uint8 (..., 3) RGB -> uint8 (..., 1) grey, bit for bit as PIL's convert("L") makes it (ITU-R 601-2 in its
+    16-bit fixed point, rounded), so an RGB array reaches a grey net as the same picture decoded from a file does.
+    A float 0.299/0.587/0.114 product rounds some pixels the other way."""
+    r, g, b = (rgb[..., i].astype(np.uint32) for i in range(3))
+    return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(np.uint8)[..., None]
+
+
 def decode_image(source, size: int, name: str, channels: int = 3) -> np.ndarray:
     """A PNG, JPEG, ... (a path, or a file object of its bytes, as the HTTP server has it) -> uint8 (size, size,
     channels), RGB or grey: one decoder for training folders, `predict` and the server, so the same file becomes the

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from xla_train.errors import UserError
-from xla_train.preprocess.images import decode_image
+from xla_train.preprocess.images import decode_image, luma
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
@@ -71,8 +71,8 @@ def read_array(path: Path, channels: int = 3) -> np.ndarray:
         a = (np.nan_to_num(a) * 255).round().astype(np.uint8)
     if a.shape[-1] == 1 and channels == 3:
         a = np.repeat(a, 3, axis=-1)
-    elif a.shape[-1] == 3 and channels == 1:  # ITU-R 601-2 luma, PIL's convert("L")
-        a = (a.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)).round().astype(np.uint8)[..., None]
+    elif a.shape[-1] == 3 and channels == 1:
+        a = luma(a)
     return a
 
 
