@@ -13,6 +13,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -90,12 +91,45 @@ def cli_env(devices: int = 1, **extra) -> dict:
     return env
 
 
+# A known small job (start Python, import torch, 400 small matmuls) and how long it took on a quiet machine: 2.0 s
+# on the 2-core AMD EPYC VM, 2026-11-28. A subprocess's time limit stretches by how much slower the job runs now.
+PACE_JOB = "import torch\nx = torch.randn(256, 256)\nfor _ in range(400):\n    x = torch.tanh(x @ x)\n"
+PACE_QUIET_S = 2.0
+PACE_MOST = 20.0  # never wait more than 20 times a limit: a hang still ends
+
+
+def machine_pace() -> float:
+    """How many times slower than on a quiet machine this one runs the known job now (at least 1)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", PACE_JOB], capture_output=True, timeout=PACE_QUIET_S * PACE_MOST)
+    return max(1.0, (time.perf_counter() - start) / PACE_QUIET_S)
+
+
+def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(command, capture_output=True, text=True) whose time limit follows the machine: when
+    `timeout` seconds have passed, the known job is timed, and the limit becomes timeout times how much slower it
+    ran than on a quiet machine (measured again at each new limit, at most PACE_MOST times `timeout`). On a
+    machine shared with other test runs a slow child is waited for; on a quiet one a hung child fails as before."""
+    start = time.perf_counter()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        limit = timeout
+        while True:
+            try:
+                out, err = proc.communicate(timeout=max(0.0, limit - (time.perf_counter() - start)))
+                return subprocess.CompletedProcess(command, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                stretched = min(timeout * pace(), timeout * PACE_MOST)
+                if stretched <= time.perf_counter() - start:
+                    proc.kill()
+                    out, err = proc.communicate()
+                    raise subprocess.TimeoutExpired(command, time.perf_counter() - start, out, err) from None
+                limit = stretched
+
+
 def script_json(code: str, env: dict | None = None, cwd=None, timeout: int = 300):
     """Runs `python -c code` (on one XLA:CPU device unless `env` says otherwise) and returns its last line of
     output read as JSON; a script that fails fails the test, with the end of its stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env or cli_env(1), capture_output=True, text=True, timeout=timeout
-    )
+    proc = run_paced([sys.executable, "-c", code], timeout, cwd=cwd, env=env or cli_env(1))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -142,7 +176,7 @@ def run_pod(work_of, args_of, timeout: int = 150) -> list[subprocess.CompletedPr
         work.mkdir(parents=True, exist_ok=True)
         env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
         command = [sys.executable, str(TESTS / "pod_host.py"), *POD_FIT, *args_of(h)]
-        return subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+        return run_paced(command, timeout, cwd=work, env=env)
 
     with ThreadPoolExecutor(2) as pool:
         return list(pool.map(host, (0, 1)))
@@ -151,13 +185,8 @@ def run_pod(work_of, args_of, timeout: int = 150) -> list[subprocess.CompletedPr
 def run_cli(
     *args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, str(TESTS / "fixture_cli.py"), *args],
-        cwd=cwd,
-        env=env or cli_env(devices),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    proc = run_paced(
+        [sys.executable, str(TESTS / "fixture_cli.py"), *args], timeout, cwd=cwd, env=env or cli_env(devices)
     )
     if check and proc.returncode != 0:
         raise AssertionError(
