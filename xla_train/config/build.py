@@ -16,6 +16,7 @@ from jsonargparse import ArgumentError
 
 from xla_train.config.lightning_cli import XlaTrainCLI
 from xla_train.config.recipes import lightning_args
+from xla_train.config.startup_lines import held_startup_lines
 from xla_train.errors import ConfigError, one_line
 
 
@@ -37,8 +38,8 @@ def run_lightning(
     """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI. `given`: what
     Python hands over as objects (XlaTrainCLI); `started`: when the run's clock starts (perf_counter; now)."""
     args = lightning_args(command, pairs, flags, net_given="net" in (given or {}))
-    with own_argv():
-        return XlaTrainCLI(args, given=given, started=started)
+    with own_argv(), held_startup_lines() as lines:  # Lightning's start-up lines print once the run starts
+        return XlaTrainCLI(args, given=given, started=started, startup=lines)
 
 
 def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):

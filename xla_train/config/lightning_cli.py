@@ -24,8 +24,10 @@ from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.config.fit_checkpoint import fit_checkpoint_to
 from xla_train.config.recipes import RUN_SETTINGS
 from xla_train.config.run_loggers import run_logger
+from xla_train.training.best_checkpoint import BestCheckpoint
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
+from xla_train.config.startup_lines import StartupLines
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import ConfigError
 from xla_train.models.reference import NetRef
@@ -72,8 +74,10 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         build_trainer: bool = True,
         given: dict | None = None,
         started: float | None = None,
+        startup: StartupLines | None = None,
     ):
         self.build_trainer = build_trainer
+        self.startup = startup  # Lightning's start-up lines, held until _before_run's checks pass
         self.given = given or {}
         self.started = started if started is not None else time.perf_counter()  # the run's clock starts here
         super().__init__(
@@ -84,7 +88,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             run=run,
             auto_configure_optimizers=False,
             seed_everything_default=0,
-            trainer_defaults={"use_distributed_sampler": False, "enable_progress_bar": False},
+            # log_every_n_steps=1: nothing is logged per step (metrics_log.py), so no short epoch is warned about it
+            trainer_defaults={"use_distributed_sampler": False, "enable_progress_bar": False, "log_every_n_steps": 1},
             parser_kwargs={"exit_on_error": False, "parser_mode": "yaml"},
             save_config_callback=PicklableSaveConfig,
             save_config_kwargs={"overwrite": False},
@@ -159,7 +164,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             )
         callbacks = list(t.get("callbacks") or [])
         if not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            callbacks.append(ModelCheckpoint(monitor="val_acc", mode="max", filename=RunFolder.BEST_NAME))
+            callbacks.append(BestCheckpoint(self.setting("monitor") or "val_acc", filename=RunFolder.BEST_NAME))
         self.last_checkpoint = LastCheckpoint(self.setting("checkpoint_every"))
         if plan.is_xla:
             callbacks.append(CompileAccounting(self.setting("xla_guard")))
@@ -210,6 +215,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
             self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch
+        if self.startup is not None:
+            self.startup.release()  # the run starts: Lightning's start-up lines, then the run's own
 
     def _check_steps_per_execution(self) -> None:
         t = self.trainer
@@ -241,7 +248,11 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         return "test accuracy (not held out: val_fraction=0 also chose the checkpoint on the test split)"
 
     def after_fit(self) -> None:
-        best = self.trainer.checkpoint_callback.best_model_path or self.last_checkpoint.path
+        chooser = self.trainer.checkpoint_callback
+        best = chooser.best_model_path or self.last_checkpoint.path
+        why = chooser.why() if isinstance(chooser, BestCheckpoint) else None
+        if why and self.trainer.is_global_zero:
+            print(why, flush=True)
         if self.setting("test_after_fit") and best:
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")

@@ -56,6 +56,12 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
         "XLA's persistent compile cache: auto (a TPU: ~/.cache/xla_train/xla_compile_cache; none on XLA:CPU, which "
         "cannot read it back), off, or a folder",
     ),
+    "monitor": (
+        Literal["val_acc", "val_loss"],
+        "val_acc",
+        "the best checkpoint: the epoch of the highest val_acc (ties: the lower val_loss), or of the lowest val_loss "
+        "(ties: the higher val_acc)",
+    ),
     "checkpoint_every": (int, 0, "also write last.ckpt every N training steps (0: at epoch ends only)"),
     "runtime": (
         Literal["auto", "torch_xla", "jax"],
