@@ -80,6 +80,12 @@ def predict(
         if show_all:
             line += "\t" + " ".join(f"{lab}={float(p):.4f}" for lab, p in zip(predictor.labels, row))
         print(line)
+    from xla_train.serve.inputs import folder_classes
+
+    truth = folder_classes(specs, names, predictor.labels)
+    if truth is not None:  # a class-folder tree, its folders named as the checkpoint's labels
+        right = sum(int(row.argmax()) == t for row, t in zip(rows, truth))
+        print(f"accuracy {right / len(truth):.4f} ({right} of {len(truth)}; each input's class is its folder's name)")
     return 0
 
 

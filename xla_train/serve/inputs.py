@@ -5,6 +5,7 @@ Every problem is a one-line error that names the file and says what would work.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
 
 def expand_paths(specs: list[str], suffixes: set[str] | None = None, what: str | None = None) -> list[Path]:
-    """Files as given, and each folder's files with one of `suffixes` (images and .npy by default)."""
+    """Files as given, and each folder's files with one of `suffixes` (images and .npy by default), its subfolders'
+    too (the class-folder tree training reads, DIR/test/CLASS/*), sorted by path; hidden files and folders skipped."""
     if suffixes is None:
         suffixes = IMAGE_SUFFIXES | {".npy"}
         what = f"images ({', '.join(sorted(IMAGE_SUFFIXES))}) or .npy files"
@@ -24,7 +26,11 @@ def expand_paths(specs: list[str], suffixes: set[str] | None = None, what: str |
     for spec in specs:
         p = Path(spec).expanduser()
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in suffixes)
+            found = sorted(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and f.suffix.lower() in suffixes and not _hidden(f.relative_to(p))
+            )
             if not found:
                 raise UserError(f"folder {p} holds no {what}")
             paths.extend(found)
@@ -35,6 +41,30 @@ def expand_paths(specs: list[str], suffixes: set[str] | None = None, what: str |
     if not paths:
         raise UserError("nothing to predict: give inputs=FILE[,FILE...]")
     return paths
+
+
+def _hidden(relative: Path) -> bool:
+    return any(part.startswith(".") for part in relative.parts)
+
+
+def folder_classes(specs: list[str], names: list[str], labels: list[str]) -> list[int] | None:
+    """Each input's class index when every one lies in a class folder of a folder given (DIR/CLASS/..., CLASS one of
+    the checkpoint's labels), as in the tree training reads; else None. `names`: the readers' names, FILE or
+    FILE[i] (a .npy's sample) or FILE:LINE (a review per line)."""
+    roots = [Path(s).expanduser() for s in specs if Path(s).expanduser().is_dir()]
+    index = {label: i for i, label in enumerate(labels)}
+    classes = []
+    for name in names:
+        source = Path(re.sub(r"(\[\d+\]|:\d+)$", "", name))
+        found = None
+        for root in roots:
+            if source.is_relative_to(root) and len(source.relative_to(root).parts) >= 2:
+                found = index.get(source.relative_to(root).parts[0])
+                break
+        if found is None:
+            return None
+        classes.append(found)
+    return classes or None
 
 
 def unreadable(path: Path) -> UserError:
