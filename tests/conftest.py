@@ -123,6 +123,9 @@ def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -
                     proc.kill()
                     out, err = proc.communicate()
                     raise subprocess.TimeoutExpired(command, time.perf_counter() - start, out, err) from None
+                print(
+                    f"run_paced: {command[1:3]} past {limit:.0f} s; the machine runs slow: waiting to {stretched:.0f} s"
+                )
                 limit = stretched
 
 
