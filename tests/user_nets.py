@@ -154,3 +154,53 @@ class PixelTwin(PixelNet):
     def __init__(self, classes: int = 4, channels: int = 3, width: int = 8):
         PixelTwin.built += 1
         super().__init__(classes, channels, width)
+
+
+class GoesNaN(nn.Module):
+    """Two logits from flat rows, until its `after`-th training forward; from the next one on they are NaN, as a net
+    whose loss diverged. Which step goes wrong is known exactly, on any runtime (`calls` is a buffer)."""
+
+    def __init__(self, features: int = 4, after: int = 5):
+        super().__init__()
+        self.out = nn.Linear(features, 2)
+        self.after = after
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.calls += 1
+        logits = self.out(x.flatten(1))
+        return logits + torch.where(self.calls > self.after, float("nan"), 0.0)
+
+
+def create_model(classes=4, width=8):
+    """The Keras tutorials' create_model(), in torch: a function that builds the net, with no annotations."""
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * width, classes),
+    )
+
+
+class Residual(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.conv = nn.Conv2d(width, width, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x)) + x
+
+
+class Stacked(nn.Module):
+    """A net that takes a class as an init argument (as torchvision's ResNet takes its block)."""
+
+    def __init__(self, block: type[nn.Module] = Residual, width: int = 8, classes: int = 4):
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.block = block(width)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.stem(x)))

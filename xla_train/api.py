@@ -278,16 +278,18 @@ def _net_setting(net, settings: dict) -> dict:
     """net= as an object for XlaTrainCLI (an instance) or as model.net.class_path (a class or its path)."""
     from torch import nn
 
-    from xla_train.models.reference import class_path_of
+    from xla_train.models.reference import class_path_of, is_builder
 
     if isinstance(net, nn.Module):
         return {"net": net}
-    if isinstance(net, type) and issubclass(net, nn.Module):
+    if (isinstance(net, type) and issubclass(net, nn.Module)) or is_builder(net):
         settings["model.net.class_path"] = class_path_of(net)
     elif isinstance(net, str):
         settings["model.net.class_path"] = net
     else:
-        raise ConfigError(f"net= takes an nn.Module, its class or its class path, not {type(net).__name__}")
+        raise ConfigError(
+            f"net= takes an nn.Module, its class, a function that builds it, or an import path; not {type(net).__name__}"
+        )
     return {}
 
 

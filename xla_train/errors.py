@@ -31,6 +31,12 @@ class HardwareError(UserError):
     """The requested accelerator or device count is not on this machine."""
 
 
+class TrainingDiverged(UserError):
+    """A training loss that is not a number: the run stopped, its last finite state kept (exit code 1: it ran)."""
+
+    exit_code = 1
+
+
 def find_user_error(exc: BaseException | None) -> UserError | None:
     """Our own error, even when jsonargparse or Lightning re-raised it wrapped in theirs."""
     seen = set()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from jsonargparse import ArgumentError
 
 from xla_train.config.lightning_cli import XlaTrainCLI
-from xla_train.config.recipes import lightning_args
+from xla_train.config.recipes import lightning_args, take_builder
 from xla_train.config.startup_lines import held_startup_lines
 from xla_train.errors import ConfigError, one_line
 
@@ -37,9 +37,16 @@ def run_lightning(
 ) -> XlaTrainCLI:
     """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI. `given`: what
     Python hands over as objects (XlaTrainCLI); `started`: when the run's clock starts (perf_counter; now)."""
-    args = lightning_args(command, pairs, flags, net_given="net" in (given or {}))
+    pairs, given = with_builder(pairs, given)
+    args = lightning_args(command, pairs, flags, net_given="net" in given or "builder" in given)
     with own_argv(), held_startup_lines() as lines:  # Lightning's start-up lines print once the run starts
         return XlaTrainCLI(args, given=given, started=started, startup=lines)
+
+
+def with_builder(pairs: dict[str, str], given: dict | None) -> tuple[dict[str, str], dict]:
+    """A net named by its builder travels to XlaTrainCLI as `given["builder"]`, not as a class path to parse."""
+    pairs, builder = take_builder(pairs)
+    return pairs, {**(given or {}), **({"builder": builder} if builder else {})}
 
 
 def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):
@@ -50,7 +57,8 @@ def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = Non
 def build_run(recipe: str, overrides: dict[str, str], given: dict | None = None):
     """(Classifier, data module, (max_epochs, max_steps)): build_parts and the length of the run fit would train,
     which steps_per_execution=auto needs to choose K as fit does (the benchmarks)."""
-    args = lightning_args("fit", {"recipe": recipe, **overrides}, [], net_given="net" in (given or {}))[1:]
+    pairs, given = with_builder({"recipe": recipe, **overrides}, given)
+    args = lightning_args("fit", pairs, [], net_given="net" in given or "builder" in given)[1:]
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
     with own_argv():
         cli = XlaTrainCLI(args, run=False, build_trainer=False, given=given)

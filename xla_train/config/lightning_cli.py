@@ -25,12 +25,13 @@ from xla_train.config.fit_checkpoint import fit_checkpoint_to
 from xla_train.config.recipes import RUN_SETTINGS
 from xla_train.config.run_loggers import run_logger
 from xla_train.training.best_checkpoint import BestCheckpoint
+from xla_train.training.finite_loss import FiniteLoss
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.config.startup_lines import StartupLines
 from xla_train.data.base import ArrayDataModule
 from xla_train.errors import ConfigError
-from xla_train.models.reference import NetRef
+from xla_train.models.reference import NetRef, build_with, import_class
 from xla_train.runtime.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
@@ -113,6 +114,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
 
     @override
     def before_instantiate_classes(self) -> None:
+        if "builder" in self.given:  # seeded by now, as a net built from a class is
+            self.given["net"] = build_with(*self.given["builder"])
         if "net" in self.given:  # an instance: built as it is, never from the config's class path
             self._own_config().model.net = self.given["net"]
 
@@ -120,7 +123,11 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
         cfg = self._own_config()
-        if "net" in self.given:
+        if "builder" in self.given:
+            cfg.model.net = None  # the builder and its arguments are in the checkpoint; the config records none
+            path, args = self.given["builder"]
+            self.model.net_ref = NetRef.of(import_class(path), args, built=self.model.net)
+        elif "net" in self.given:
             cfg.model.net = None  # what the saved config says: the net came as an instance
             self.model.net_ref = NetRef.of(type(self.model.net))
         else:
@@ -178,6 +185,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             self.clock,
             RunReport(plan.kind, plan.fast_path, plan.matmul_precision, plan.compile_cache, plan.runtime_note),
             RngState(),
+            FiniteLoss(),
             self.last_checkpoint,
             self.preemption,
             KerasProgress(every),

@@ -175,13 +175,14 @@ def valid_keys(recipe: dict, pairs: dict[str, str], net_given: bool = False) -> 
 
     keys = {f"trainer.{n}": f"--trainer.{n}" for n in _params(Trainer.__init__)}
     keys.update({f"model.{n}": f"--model.{n}" for n in _params(Classifier.__init__) if n != "net"})
-    from xla_train.models.reference import import_class
+    from xla_train.models.reference import import_class, parameter_names
 
     given = pairs.get("model.net.class_path") or pairs.get("net")
     net_path = given or ((recipe.get("model") or {}).get("net") or {}).get("class_path")
     keys["model.net.class_path"] = "--model.net.class_path"
     if net_path and not net_given:
-        keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in _params(import_class(net_path).__init__)})
+        names, _ = parameter_names(import_class(net_path))
+        keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in names})
     data_path = pairs.get("data.class_path") or (recipe.get("data") or {}).get("class_path")
     keys["data.class_path"] = "--data.class_path"
     if data_path:
@@ -202,6 +203,35 @@ def resolve_key(key: str, keys: dict[str, str]) -> str:
     near = difflib.get_close_matches(key, list(dict.fromkeys([*keys, *ALIASES])), n=3, cutoff=0.6) or matches[:3]
     hint = f"; did you mean {' or '.join(near)}?" if near else "; see `python -m xla_train fit --help`"
     raise ConfigError(f"unknown key {key!r}{hint}")
+
+
+def take_builder(pairs: dict[str, str]) -> tuple[dict[str, str], tuple[str, dict] | None]:
+    """A net named by its builder (net=torchvision.models.resnet18, a function that returns the net): the pairs
+    without it and its arguments, and (its path, its arguments as values). xla_train calls the builder itself, once
+    the seed is set (config/lightning_cli.py), as jsonargparse can only call one annotated to return a Module. Its
+    arguments are model.net.NAME=value or model.net.init_args.NAME=value, any name where it takes **kwargs."""
+    from xla_train.models.reference import import_class, is_builder, parameter_names
+
+    key = next((k for k in pairs if ALIASES.get(k, k) == "model.net.class_path"), None)
+    if key is None:
+        return pairs, None
+    builder = import_class(pairs[key])
+    if not is_builder(builder):
+        return pairs, None
+    names, any_name = parameter_names(builder)
+    rest, args = {}, {}
+    for k, v in pairs.items():
+        name = k.split(".", 3)[-1] if k.startswith("model.net.init_args.") else k.split(".", 2)[-1]
+        if k == key or not k.startswith("model.net."):
+            if k != key:
+                rest[k] = v
+            continue
+        if name not in names and not any_name:
+            near = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(near)}?" if near else f"; it takes {', '.join(names) or 'none'}"
+            raise ConfigError(f"{pairs[key]} takes no argument {name!r}{hint}")
+        args[name] = yaml.safe_load(v) if isinstance(v, str) else v
+    return rest, (pairs[key], args)
 
 
 def latest_checkpoint(runs_dir: str, name: str) -> str:
@@ -231,9 +261,12 @@ def lightning_args(command: str, pairs: dict[str, str], flags: list[str], net_gi
         ckpt = latest_checkpoint(pairs.get("runs_dir", recipe.get("runs_dir", "runs")), name)
     if ckpt and command in ("validate", "test"):
         require_named_net(ckpt, net_given or net_named(pairs))  # before the recipe's classes are imported
-    keys = valid_keys(recipe, pairs, net_given)
+    pairs, builder = take_builder(pairs)  # XlaTrainCLI calls a builder itself (config/build.py, with_builder)
+    keys = valid_keys(recipe, pairs, net_given or builder is not None)
     args = [command, "--config", str(path), "--recipe_name", name]
     resolved = {resolve_key(k, keys): v for k, v in pairs.items()}
+    # a class path before its init arguments, whatever order they came in: jsonargparse reads them in turn
+    resolved = dict(sorted(resolved.items(), key=lambda kv: not kv[0].endswith(".class_path")))
     if resolved.get("ckpt_path") == "last":
         resolved["ckpt_path"] = ckpt
     for key, value in resolved.items():

@@ -17,6 +17,7 @@ from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice, keep, with_test_
 from xla_train.data.images import ImageTransform, MeasuredImageDataModule
 from xla_train.errors import ConfigError, DataError
 
+SPLIT_NAMES = {"train": "training", "val": "validation", "test": "test"}
 NPZ_NAMES = ("x_train", "y_train", "x_test", "y_test")  # keras.datasets' load_data names; x_val, y_val optional
 
 
@@ -31,7 +32,25 @@ def as_array(a, what: str) -> np.ndarray:
         ) from None
 
 
-def as_labels(y, n: int, what: str) -> np.ndarray:
+def refuse_non_finite(a: np.ndarray, what: str, advice: str, chunk: int = 4096) -> None:
+    """One line naming the first row of `a` that holds NaN or inf, and how many rows do; read a chunk of rows at a
+    time, so a large array is not copied whole."""
+    bad_rows: list[int] = []
+    kind = None
+    for start in range(0, len(a), chunk):
+        rows = a[start : start + chunk].reshape(min(chunk, len(a) - start), -1)
+        bad = ~np.isfinite(rows).all(axis=1)
+        if bad.any():
+            found = np.flatnonzero(bad)
+            if kind is None:
+                kind = "NaN" if np.isnan(rows[found[0]]).any() else "inf"
+            bad_rows += (found + start).tolist()
+    if bad_rows:
+        more = f" ({len(bad_rows)} rows in all)" if len(bad_rows) > 1 else ""
+        raise ConfigError(f"{what} holds {kind} in row {bad_rows[0]}{more}; {advice}")
+
+
+def as_labels(y, n: int, what: str, split: str = "training") -> np.ndarray:
     """Integer labels (N,) or (N, 1), integral floats allowed; one line for anything else."""
     y = as_array(y, what)
     if y.ndim == 2 and y.shape[1] == 1:
@@ -40,12 +59,14 @@ def as_labels(y, n: int, what: str) -> np.ndarray:
         raise ConfigError(f"{what} has shape {y.shape}; labels are one integer per sample, shape ({n},)")
     if len(y) != n:
         raise ConfigError(f"{what} has {len(y)} labels for {n} samples; give one label per sample")
+    if np.issubdtype(y.dtype, np.floating):
+        refuse_non_finite(y, f"{what} (the {split} labels)", "labels are class numbers 0..C-1")
     if y.dtype == bool or not np.issubdtype(y.dtype, np.number) or (y.size and not np.all(np.mod(y, 1) == 0)):
         raise ConfigError(f"{what} holds {y.dtype} values; labels are class numbers 0..C-1")
     return y.astype(np.int64)
 
 
-def as_inputs(x, what: str) -> np.ndarray:
+def as_inputs(x, what: str, split: str = "training") -> np.ndarray:
     x = as_array(x, what)
     if x.ndim < 2 or len(x) == 0:
         raise ConfigError(f"{what} has shape {x.shape}; give (N, ...) samples, N >= 1")
@@ -53,6 +74,8 @@ def as_inputs(x, what: str) -> np.ndarray:
         x = x[..., None]
     if x.dtype == np.uint8 and ArraysDataModule.is_images(x):
         return x
+    if np.issubdtype(x.dtype, np.floating):
+        refuse_non_finite(x, f"{what} (the {split} inputs)", "drop or fill those rows: one makes every loss NaN")
     if np.issubdtype(x.dtype, np.floating) or x.dtype == np.uint8:  # uint8 that is not images: numbers, as floats
         return x.astype(np.float32, copy=False)
     if np.issubdtype(x.dtype, np.integer) and x.dtype != np.uint64:
@@ -132,9 +155,9 @@ class ArraysDataModule(MeasuredImageDataModule):
     def load_arrays(self):
         arrays = {}
         for split, (x, y) in self._read().items():
-            what = "x" if split == "train" else f"{split} x"
-            x = as_inputs(x, what)
-            arrays[split] = (x, as_labels(y, len(x), what.replace("x", "y")))
+            what, name = "x" if split == "train" else f"{split} x", SPLIT_NAMES[split]
+            x = as_inputs(x, what, name)
+            arrays[split] = (x, as_labels(y, len(x), what.replace("x", "y"), name))
         shape, dtype = arrays["train"][0].shape[1:], arrays["train"][0].dtype
         for split, (x, _) in arrays.items():
             if x.shape[1:] != shape or x.dtype != dtype:

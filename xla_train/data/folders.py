@@ -78,6 +78,11 @@ def read_text_csv(path: Path) -> tuple[list[str], list[str]]:
             text, label = row.get("text"), row.get("label")
             if text is None or label is None or not label.strip():
                 raise DataError(f"{path}:{line} has no label; every row needs a text and a label")
+            if label.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+                raise DataError(
+                    f"{path}:{line} has label {label.strip()!r}, a missing number rather than a class; every row "
+                    f"needs its class (a name, or an integer 0..C-1)"
+                )
             texts.append(text)
             labels.append(label.strip())
     if not texts:

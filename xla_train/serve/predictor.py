@@ -113,7 +113,11 @@ def load_for_inference(path, net=None, args: dict | None = None) -> Predictor:
     block = read_inference_block(ckpt, path)
     ref = NetRef.from_block(block, path)
     model = build(ref, path, given=net, args=args)
-    load_net_weights(model, net_state_dict(ckpt), f"{path}: its weights do not fit the {ref.name} net it names")
+    what = f"{path}: its weights do not fit the {ref.name} net it names"
+    if ref.init_args is None and not isinstance(net, nn.Module) and not args:
+        what += f", built from its defaults: the file records no init arguments ({ref.no_args or 'none'}); give them"
+        what += " as model.net.init_args.NAME=value"
+    load_net_weights(model, net_state_dict(ckpt), what)
     model.cpu().eval()
     predictor = Predictor(model=model, labels=list(block["labels"]), info=block)
     if predictor.kind == "text":

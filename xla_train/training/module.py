@@ -19,10 +19,21 @@ from typing_extensions import override
 from xla_train import compat
 from xla_train.data.base import keep
 from xla_train.data.batching import BatchInputs, StreamedInputs
-from xla_train.errors import ConfigError
+from xla_train.errors import ConfigError, TrainingDiverged
 from xla_train.models.reference import NetRef
 from xla_train.objective import cosine_decay, linear_warmup, lr_scheduler, make_optimizer, masked_stats
 from xla_train.training.metrics_log import publish
+
+
+SUMS = 4  # a stage's on-device sums: loss, correct, count, and steps whose running loss sum was still finite
+
+
+def add_step(sums: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    """sums + a step's [loss_sum, correct, count], and one more finite step while the loss sum stays finite: NaN
+    and inf never leave a sum they entered, so the fourth sum is the epoch's first non-finite step, read with the
+    rest and no host sync of its own."""
+    head = sums[:3] + stats
+    return torch.cat([head, sums[3:] + torch.isfinite(head[:1]).to(sums.dtype)])
 
 
 class Classifier(pl.LightningModule):
@@ -76,8 +87,8 @@ class Classifier(pl.LightningModule):
         loss, stats = masked_stats(self.net(x), y)
         if stage not in self._totals:
             # Made on the host and moved, so it enters the graph as data: every step compiles alike.
-            self._totals[stage] = torch.zeros(3).to(stats.device)
-        self._totals[stage] = self._totals[stage] + stats.detach()
+            self._totals[stage] = torch.zeros(SUMS).to(stats.device)
+        self._totals[stage] = add_step(self._totals[stage], stats.detach())
         return loss
 
     @override
@@ -98,7 +109,9 @@ class Classifier(pl.LightningModule):
             return
         if self.trainer.world_size > 1:  # one process per device: add up the processes' sums
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
-        loss_sum, correct, count = totals.cpu().tolist()  # the one host read of the epoch
+        loss_sum, correct, count, finite_steps = totals.cpu().tolist()  # the one host read of the epoch
+        if stage == "train":
+            self._stop_if_not_finite(loss_sum, finite_steps)
         if count == 0:
             return
         metrics = {f"{stage}_loss": loss_sum / count, f"{stage}_acc": correct / count}
@@ -114,7 +127,7 @@ class Classifier(pl.LightningModule):
         """The on-device sums a step of `stage` adds to, made if the epoch has none yet. A runtime that runs steps
         as programs of its own (steps_per_execution, the JAX engine) carries them through them."""
         if stage not in self._totals:
-            self._totals[stage] = torch.zeros(3).to(self.device)
+            self._totals[stage] = torch.zeros(SUMS).to(self.device)
         return {stage: self._totals[stage]}
 
     def load_step_state(self, state: dict[str, torch.Tensor]) -> None:
@@ -138,8 +151,34 @@ class Classifier(pl.LightningModule):
         totals = self._totals.get(stage)
         if totals is None:
             return {}
-        loss_sum, correct, count = totals.cpu().tolist()
+        loss_sum, correct, count, finite_steps = totals.cpu().tolist()
+        if stage == "train":
+            self._stop_if_not_finite(loss_sum, finite_steps)
         return {"loss": loss_sum / count, "acc": correct / count} if count else {}
+
+    def check_finite(self) -> None:
+        """Stop the fit in one line if a training loss of this epoch was not a number: a host read, so it is made
+        where the host reads anyway (an epoch's end, a progress refresh, a checkpoint, a group of K steps)."""
+        totals = self._totals.get("train")
+        if totals is not None:
+            loss_sum, _, _, finite_steps = totals.cpu().tolist()
+            self._stop_if_not_finite(loss_sum, finite_steps)
+
+    def _stop_if_not_finite(self, loss_sum: float, finite_steps: float) -> None:
+        if math.isfinite(loss_sum):
+            return
+        trainer, lr = self._attached_trainer(), self.hparams.lr
+        epoch = trainer.current_epoch + 1 if trainer is not None else "?"
+        after = f" after step {trainer.global_step}" if trainer is not None else ""
+        from xla_train.training.resume import LastCheckpoint
+
+        saved = [c.path for c in getattr(trainer, "callbacks", []) if isinstance(c, LastCheckpoint) and c.path]
+        kept = f"{saved[0]} holds the last finite state" if saved else "no checkpoint was written before it"
+        raise TrainingDiverged(
+            f"the training loss was not a number at epoch {epoch}, step {int(finite_steps) + 1} of the epoch; the fit "
+            f"stopped{after} and {kept}; try a lower learning rate than lr={lr:g} (e.g. lr={lr / 10:g}), or look "
+            f"for inputs or labels out of range"
+        )
 
     @override
     def on_train_epoch_end(self) -> None:

@@ -24,6 +24,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.backend import backend_of_strategy
+from xla_train.training.finite_loss import check_finite
 from xla_train.training.run_folder import RunFolder
 
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: try again later (with ckpt=last)
@@ -99,8 +100,10 @@ class LastCheckpoint(pl.Callback):
         self.path: str | None = None
 
     def _save(self, trainer) -> None:
-        self.path = os.path.join(checkpoint_dir(trainer), RunFolder.LAST)
-        trainer.save_checkpoint(self.path, weights_only=False)  # the full state, to resume from
+        check_finite(trainer.lightning_module)  # a loss that is not a number stops here: last.ckpt stays finite
+        path = os.path.join(checkpoint_dir(trainer), RunFolder.LAST)
+        trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from
+        self.path = path
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
