@@ -226,3 +226,20 @@ def test_fit_refuses_a_builder_that_returns_no_net(tmp_path, monkeypatch):
 def test_docs_show_builders_and_pretrained_weights():
     text = (TESTS.parent / "docs" / "own_model.md").read_text()
     assert "## Builders and pretrained weights" in text and "torchvision.models.resnet18" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 8])
+def test_torchvision_resnet18_from_its_builder_trains_on_xla(devices, mixed_folder, tmp_path, capsys):
+    """The same builder on XLA:CPU, one device and eight under SPMD (about 40 s and 1.8 GB for one device)."""
+    run_cli(
+        *("fit", "recipe=images", f"data.path={mixed_folder}", "net=torchvision.models.resnet18"),
+        *("model.net.num_classes=4", "data.image_size=32", "accelerator=xla", f"devices={devices}", "epochs=1"),
+        "batch_size=8",
+        cwd=tmp_path,
+        devices=devices,
+    )
+    ckpt = tmp_path / "runs" / "images" / "version_0" / "checkpoints" / "last.ckpt"
+    argv = ["predict", f"ckpt={ckpt}", f"inputs={mixed_folder / 'test'}", "net=torchvision.models.resnet18"]
+    lines = predicted_labels(argv, capsys)
+    assert len(lines) == 17 and all(line.split("\t")[1] in LABELS for line in lines[:-1])

@@ -433,7 +433,7 @@ def write_png_folder(root: Path, classes: dict[str, int]) -> Path:
         ("net=user_nets.ThreeWay", "the net (ThreeWay) gives 3 logit(s) per sample but the data has 10 classes"),
         ("net=user_nets.Missing", "the net class 'user_nets.Missing' cannot be imported (AttributeError"),
         ("net=no_such_module.Net", "the net class 'no_such_module.Net' cannot be imported (ModuleNotFoundError"),
-        ("net=user_nets.NotANet", "'user_nets.NotANet' is not an nn.Module class"),
+        ("net=user_nets.NotANet", "'user_nets.NotANet' is neither an nn.Module class nor a function that returns one"),
         ("net=user_nets.PixelNet model.net.channels=1", "the net (PixelNet) cannot take this data: on a CPU batch"),
         ("empty class", "class folder {root}/train/empty holds no images"),
         ("not an image", "{root}/train/a/notes.png is not a readable image (UnidentifiedImageError)"),
@@ -489,7 +489,7 @@ def test_bad_own_model_or_data_is_one_line_before_anything_runs(tmp_path, monkey
         ({"x": np.zeros((10, 3), dtype=object)}, "x holds object values"),
         ({"validation_data": (np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4))}, "the val inputs are uint8 (8, 8, 3)"),
         ({"net": "not a net at all"}, "the net class 'not a net at all' cannot be imported"),
-        ({"net": 3}, "net= takes an nn.Module, its class or its class path, not int"),
+        ({"net": 3}, "net= takes an nn.Module, its class, a function that builds it, or an import path; not int"),
     ],
 )
 def test_bad_arrays_or_nets_in_python_raise_one_user_error(tmp_path, monkeypatch, kwargs, message):
