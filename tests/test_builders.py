@@ -84,6 +84,22 @@ def test_torchvision_resnet18_from_its_builder_records_the_builder_and_predicts_
     assert type(predictor.model).__name__ == "ResNet"
 
 
+def test_the_resnet18_checkpoint_is_tested_and_splits_predicted_with_the_arguments_it_trained_with(
+    resnet_run, monkeypatch
+):
+    """The run's config records no net (a builder's run); the builder is called with the checkpoint's arguments."""
+    from xla_train import api
+
+    work, run = resnet_run
+    monkeypatch.chdir(work)
+    net = "torchvision.models.resnet18"
+    metrics = xla_train.evaluate(run.checkpoint, "test", net=net, accelerator="cpu", precision="32-true")
+    table = api.predict_split(run.checkpoint, split="test", net=net, accelerator="cpu", out=work / "t.csv")
+    rows = table.read_text().strip().splitlines()[1:]
+    right = sum(r.split(",")[1] == r.split(",")[2] for r in rows)
+    assert len(rows) == 16 and metrics["test_acc"] == pytest.approx(right / 16)
+
+
 def test_the_resnet18_checkpoint_serves_class_names(resnet_run, mixed_folder):
     work, run = resnet_run
     server = Server(run.checkpoint, work, "net=torchvision.models.resnet18", "workers=1")

@@ -60,7 +60,7 @@ def build_run(recipe: str, overrides: dict[str, str], given: dict | None = None)
     pairs, given = with_builder({"recipe": recipe, **overrides}, given)
     args = lightning_args("fit", pairs, [], net_given="net" in given or "builder" in given)[1:]
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
-    with own_argv():
+    with own_argv(), held_startup_lines():
         cli = XlaTrainCLI(args, run=False, build_trainer=False, given=given)
     trainer = cli.config.get("trainer") or {}
     return cli.model, cli.datamodule, (trainer.get("max_epochs"), trainer.get("max_steps", -1))
