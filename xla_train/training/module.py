@@ -152,17 +152,23 @@ class Classifier(pl.LightningModule):
         if totals is None:
             return {}
         loss_sum, correct, count, finite_steps = totals.cpu().tolist()
-        if stage == "train":
+        trainer = self._attached_trainer()
+        if stage == "train" and (trainer is None or trainer.world_size == 1):  # one host reads: no other to agree
             self._stop_if_not_finite(loss_sum, finite_steps)
         return {"loss": loss_sum / count, "acc": correct / count} if count else {}
 
     def check_finite(self) -> None:
         """Stop the fit in one line if a training loss of this epoch was not a number: a host read, so it is made
-        where the host reads anyway (an epoch's end, a progress refresh, a checkpoint, a group of K steps)."""
+        where the host reads anyway (an epoch's end, a progress refresh, a checkpoint, a group of K steps). Every
+        process calls it at the same step, and with several the sums are added first, so all stop together."""
         totals = self._totals.get("train")
-        if totals is not None:
-            loss_sum, _, _, finite_steps = totals.cpu().tolist()
-            self._stop_if_not_finite(loss_sum, finite_steps)
+        if totals is None:
+            return
+        trainer = self._attached_trainer()
+        loss_sum, _, _, finite_steps = totals.cpu().tolist()  # the tensor as it is: no new graph to compile
+        if trainer is not None and trainer.world_size > 1:
+            loss_sum = trainer.strategy.reduce(totals, reduce_op="sum").cpu().tolist()[0]
+        self._stop_if_not_finite(loss_sum, finite_steps)
 
     def _stop_if_not_finite(self, loss_sum: float, finite_steps: float) -> None:
         if math.isfinite(loss_sum):
