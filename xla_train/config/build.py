@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 from jsonargparse import ArgumentError
 
 from xla_train.config.lightning_cli import XlaTrainCLI
-from xla_train.config.recipes import lightning_args, take_builder
+from xla_train.config.recipes import ALIASES, lightning_args, take_builder
 from xla_train.config.startup_lines import held_startup_lines
 from xla_train.errors import ConfigError, one_line
 
@@ -44,9 +45,21 @@ def run_lightning(
 
 
 def with_builder(pairs: dict[str, str], given: dict | None) -> tuple[dict[str, str], dict]:
-    """A net named by its builder travels to XlaTrainCLI as `given["builder"]`, not as a class path to parse."""
+    """A net named by its builder travels to XlaTrainCLI as `given["builder"]`, not as a class path to parse; with a
+    checkpoint (validate, test, resume) its arguments are the ones it trained with, unless given again."""
     pairs, builder = take_builder(pairs)
-    return pairs, {**(given or {}), **({"builder": builder} if builder else {})}
+    if builder is None:
+        return pairs, dict(given or {})
+    path, args = builder
+    ckpt = next((v for k, v in pairs.items() if ALIASES.get(k, k) == "ckpt_path"), None)
+    if ckpt and ckpt != "last" and Path(ckpt).is_file():
+        from xla_train.checkpoint import read_inference_block, safe_load
+        from xla_train.models.reference import NetRef, class_path_of, import_class
+
+        ref = NetRef.from_block(read_inference_block(safe_load(ckpt), ckpt), ckpt)
+        if ref.class_path == class_path_of(import_class(path)):
+            args = {**ref.plain_args(), **args}
+    return pairs, {**(given or {}), "builder": (path, args)}
 
 
 def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):

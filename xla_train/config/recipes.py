@@ -231,14 +231,6 @@ def take_builder(pairs: dict[str, str]) -> tuple[dict[str, str], tuple[str, dict
             hint = f"; did you mean {' or '.join(near)}?" if near else f"; it takes {', '.join(names) or 'none'}"
             raise ConfigError(f"{pairs[key]} takes no argument {name!r}{hint}")
         args[name] = yaml.safe_load(v) if isinstance(v, str) else v
-    ckpt = next((v for k, v in pairs.items() if ALIASES.get(k, k) == "ckpt_path"), None)
-    if ckpt and ckpt != "last" and Path(ckpt).is_file():  # validate, test, resume: the arguments it trained with
-        from xla_train.checkpoint import read_inference_block, safe_load
-        from xla_train.models.reference import NetRef, class_path_of
-
-        ref = NetRef.from_block(read_inference_block(safe_load(ckpt), ckpt), ckpt)
-        if ref.class_path == class_path_of(builder):
-            args = {**{k: v for k, v in (ref.init_args or {}).items() if not isinstance(v, dict)}, **args}
     return rest, (pairs[key], args)
 
 

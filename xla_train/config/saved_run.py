@@ -91,6 +91,7 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
         overrides["data_dir"] = str(data_dir)
     if batch_size is not None:
         overrides["batch_size"] = str(batch_size)
+    import json
     import tempfile
 
     import yaml
@@ -99,11 +100,8 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
     for key in ("ckpt_path", "weights_only"):  # the subcommand's own options; building the parts runs none
         saved.pop(key, None)
     if not given and (saved.get("model") or {}).get("net") is None:  # a builder's run, or an instance's: the
-        for name, value in (ref.init_args or {}).items():  # checkpoint's plain arguments for the net the user named
-            if not isinstance(value, dict):
-                overrides.setdefault(
-                    f"model.net.init_args.{name}", yaml.safe_dump(value, default_flow_style=True).strip()
-                )
+        for name, value in ref.plain_args().items():  # checkpoint's plain arguments for the net the user named
+            overrides.setdefault(f"model.net.init_args.{name}", json.dumps(value))  # JSON is YAML
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp, "config.yaml")
         recipe.write_text(yaml.safe_dump(saved))

@@ -155,6 +155,10 @@ class NetRef:
         text = [block.get(k) if isinstance(block.get(k), str) else None for k in ("built_class", "no_init_args")]
         return cls(block["class_path"], block.get("init_args"), *text)
 
+    def plain_args(self) -> dict:
+        """The recorded arguments a command line can give again (classes recorded as paths left out)."""
+        return {k: v for k, v in (self.init_args or {}).items() if not _imported(v)}
+
     @property
     def name(self) -> str:
         """How messages name it: the key of a built-in net, else the class path."""
