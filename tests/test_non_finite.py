@@ -105,21 +105,25 @@ def test_a_diverging_loss_stops_the_fit_and_keeps_the_last_finite_checkpoint(tmp
     assert "nan" not in metrics.lower()
 
 
+@pytest.mark.parametrize("devices", [1, 8])
 @pytest.mark.parametrize("runtime", ["torch_xla", "jax"])
-def test_on_xla_the_fit_stops_at_the_end_of_the_group_of_steps(runtime, tmp_path):
-    """steps_per_execution=4: NaN from step 7, seen when the group of steps 5-8 ends (one read per group)."""
+def test_on_xla_the_fit_stops_at_the_end_of_the_group_of_steps(runtime, devices, tmp_path):
+    """steps_per_execution=4: NaN from step 7, seen when the group of steps 5-8 ends (one read per group), on one
+    device and on eight (a global batch of 64: more rows, so that an epoch still has more than 8 steps)."""
     if runtime == "jax":
         require("torchax")
-    np.savez(tmp_path / "d.npz", x_train=X, y_train=Y)
+    x, y = arrays(200 if devices == 1 else 900)
+    np.savez(tmp_path / "d.npz", x_train=x, y_train=y)
     command = [sys.executable, "-m", "xla_train", "recipe=arrays", "data.path=d.npz", "net=user_nets.GoesNaN"]
     command += ["model.net.after=6", "accelerator=xla", "steps_per_execution=4", "batch_size=16", "epochs=2"]
-    proc = run_paced([*command, f"runtime={runtime}"], 300, cwd=tmp_path, env=cli_env(1, PYTHONPATH=path_with_tests()))
+    command += [f"devices={devices}", f"runtime={runtime}"] + (["batch_size=8"] if devices == 8 else [])
+    env = cli_env(devices, PYTHONPATH=path_with_tests())
+    proc = run_paced(command, 300, cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
         "xla_train: error: the training loss was not a number at epoch 1, step 7 of the epoch; the fit stopped after "
-        "step 8 and "
-        "no checkpoint was written before it; try a lower learning rate than lr=0.001 (e.g. lr=0.0001), or look for "
-        "inputs or labels out of range"
+        "step 8 and no checkpoint was written before it; try a lower learning rate than lr=0.001 (e.g. lr=0.0001), "
+        "or look for inputs or labels out of range"
     )
     assert not list(tmp_path.rglob("*.ckpt"))
 
