@@ -5,14 +5,13 @@ glibc's malloc settings are environment variables, read at process start; compar
 session, alternating (docs/results.md, "XLA:CPU's fresh pages per execution"):
 
     python benchmarks/xla_cpu_page_faults.py
-    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python benchmarks/xla_cpu_page_faults.py    # what a command sets itself
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python benchmarks/xla_cpu_page_faults.py    # docs/hardware.md's shell setting
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_ARENA_MAX=2 python benchmarks/xla_cpu_page_faults.py
     python benchmarks/xla_cpu_page_faults.py 4          # K=4 only (default: K=1, then K=4, in one process)
 
 Each execution is waited for before the next is traced (not pipelined as in training), so a step time is its
 execution's own; `python -m xla_train bench` gives the pipelined figure. A peer measurement, not part of the
-package, and not an xla_train command, so it starts with the environment as given (a command restarts
-itself with the huge-page tunable: cli/huge_pages.py).
+package, and not an xla_train command.
 """
 
 import os

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xla_train.cli.huge_pages import TUNABLE as HUGE_PAGES
 
 TESTS = Path(__file__).resolve().parent
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -85,8 +84,6 @@ def save_checkpoint(path, net, init_args: dict | None, info: dict):
 def cli_env(devices: int = 1, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})
-    # what a command gives itself as it starts (cli/huge_pages.py), set here so that its restart is not paid twice
-    env.setdefault("GLIBC_TUNABLES", HUGE_PAGES)
     env.update(extra)
     return env
 
@@ -145,11 +142,7 @@ def path_with_tests() -> str:
 
 def new_user_env(**extra) -> dict:
     """The environment a new user has: none of the suite's XLA or pip settings (README command 1 as written)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_", "PIP_", "GLIBC_TUNABLES"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_", "PIP_"))}
     env.pop("PYTHONPATH", None)
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 

@@ -4,7 +4,6 @@ model.net.class_path=probes.TinyNet, data.class_path=probes.RowsDataModule), and
 import json
 import os
 import random
-import resource
 import sys
 import time
 
@@ -54,7 +53,7 @@ class LibraryLoads(pl.Callback):
     that check set. Also notes how many times the run trimmed the C heap (training/host_memory.py)."""
 
     def __init__(self, out: str):
-        self.out, self.steps, self._opened, self.faults = out, [], [0], []
+        self.out, self.steps, self._opened = out, [], [0]
 
     def on_train_start(self, trainer, pl_module):
         import ctypes
@@ -74,7 +73,6 @@ class LibraryLoads(pl.Callback):
         self.steps.append(
             {"opened": self._opened[0] - self._before, "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")}
         )
-        self.faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)  # the process's page faults so far
 
     def on_fit_end(self, trainer, pl_module):
         import ctypes
@@ -89,18 +87,7 @@ class LibraryLoads(pl.Callback):
         ctypes.CDLL.__init__ = self._init
         trims = [c.trims for c in trainer.callbacks if type(c).__name__ == "HostHeapTrim"]
         with open(self.out, "w") as f:
-            passes = "torch._inductor.pattern_matcher" in sys.modules  # compat.defer_torch_xla_dynamo_bridge
-            json.dump(
-                {
-                    "steps": self.steps,
-                    "control": control,
-                    "heap_trims": trims,
-                    "inductor_passes": passes,
-                    "faults": self.faults,
-                    "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
-                },
-                f,
-            )
+            json.dump({"steps": self.steps, "control": control, "heap_trims": trims}, f)
 
 
 class TinyNet(torch.nn.Module):
@@ -146,7 +133,6 @@ class RowsDataModule(ArrayDataModule):
 def built_cli(pairs: dict):
     """The Trainer and data module of `python -m xla_train fit key=value ...`, built by the CLI's own path
     (recipe, key checks, XlaTrainCLI.instantiate_trainer), attached as fit attaches them, and not run."""
-    import sys
 
     from xla_train.config.lightning_cli import XlaTrainCLI
     from xla_train.config.recipes import lightning_args

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -56,26 +55,6 @@ def test_fit_trims_the_host_heap_after_its_first_steps_and_every_epoch(xla_run):
     run, _ = xla_run
     seen = json.loads((run.parents[2] / "loads.json").read_text())
     assert len(seen["steps"]) == 10 and seen["heap_trims"] == [8 + 2], seen
-
-
-def test_an_xla_fit_never_imports_inductors_passes(xla_run):
-    """torch_xla's dynamo bridge (torch.compile's backend, which a fit never uses) stays unrun, and with it the
-    second of start-up that importing torch._inductor's lowerings costs (compat.defer_torch_xla_dynamo_bridge)."""
-    run, _ = xla_run
-    assert json.loads((run.parents[2] / "loads.json").read_text())["inductor_passes"] is False
-
-
-def test_an_xla_execution_maps_its_buffers_on_huge_pages(xla_run):
-    """A command's large heap blocks on transparent huge pages (cli/huge_pages.py): XLA:CPU's per-execution
-    temporary buffer (about 55 MB here) faulted in 16,000 to 40,000 4 KiB pages a step without them."""
-    run, _ = xla_run
-    seen = json.loads((run.parents[2] / "loads.json").read_text())
-    assert seen["glibc_tunables"] == "glibc.malloc.hugetlb=1", seen["glibc_tunables"]
-    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-    if not thp.exists() or "[never]" in thp.read_text():
-        pytest.skip("transparent huge pages are off on this machine: the advice changes nothing")
-    per_step = sorted(b - a for a, b in zip(seen["faults"][3:], seen["faults"][4:]))  # after the compiles
-    assert per_step[len(per_step) // 2] < 8000, per_step  # 2,175 and 2,976 with huge pages; 17,822 without
 
 
 def test_batch_norm_counters_moved_to_the_device_as_data_count_every_step(xla_run):

@@ -12,8 +12,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import threading
-import types
 
 # Lightning is imported inside what needs it: the device probes below serve `xla_train devices`, which should not
 # wait for Lightning's import (and torchmetrics', which Lightning's pulls in: about 3 s on a 2-core VM).
@@ -527,70 +525,6 @@ def lightning_tpu_probes_back() -> None:
         for name, probe in _LIGHTNING_TPU_PROBES.items():
             setattr(XLAAccelerator, name, probe)
         _LIGHTNING_TPU_PROBES = None
-
-
-_DYNAMO_BRIDGE = "torch_xla._dynamo.dynamo_bridge"
-_DEFERRED_LOCK = threading.RLock()
-
-
-class _Deferred(types.ModuleType):
-    """A module whose code has not run: the first read of an attribute it lacks runs it (in place, the same module
-    object) and answers from it. The import system's own attributes (__file__, __spec__, ...) are set beforehand,
-    so inspect's scans of sys.modules, which read __file__ on every module, leave it unrun."""
-
-    def __getattr__(self, name):
-        with _DEFERRED_LOCK:  # a second thread's first read waits for the module's code, then reads as usual
-            loader = self.__dict__.pop("_deferred_loader", None)
-            if loader is not None:
-                loader.exec_module(self)
-                self.__class__ = types.ModuleType  # after its code: until then another thread's read comes here
-        return types.ModuleType.__getattribute__(self, name)
-
-
-class _DeferredLoader:
-    def __init__(self, loader) -> None:
-        self.loader = loader
-
-    def create_module(self, spec):
-        return None  # the default module, then exec_module makes it a _Deferred
-
-    def exec_module(self, module) -> None:
-        module.__dict__["_deferred_loader"] = self.loader
-        module.__class__ = _Deferred
-
-
-class _DeferredDynamoBridge:
-    """A finder on sys.meta_path that hands out torch_xla's dynamo bridge unrun, once."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _DYNAMO_BRIDGE:
-            return None
-        import importlib.machinery
-
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _DeferredLoader(spec.loader)
-        return spec
-
-
-def defer_torch_xla_dynamo_bridge() -> None:
-    """Install, before torch_xla's first import: its dynamo bridge (the torch.compile backend) loads on first use.
-
-    torch_xla 2.9.0's __init__ imports torch_xla.stablehlo, whose module-level `from torch_xla._dynamo import
-    dynamo_bridge` imports torch._inductor's post-grad passes, their pattern matcher, every lowering and
-    torch.utils.hipify's tables: about 1.1 s of each process's start, on a TPU too. stablehlo reads dynamo_bridge
-    inside its functions only, and nothing else in torch_xla imports it at module level (torch._dynamo's openxla
-    backend imports it when it compiles), so it is imported unrun: its code runs on the first read of one of its
-    names, in the same module object. Does nothing once torch_xla is imported. Undo:
-    undefer_torch_xla_dynamo_bridge(), before the import."""
-    if "torch_xla" not in sys.modules and not any(isinstance(f, _DeferredDynamoBridge) for f in sys.meta_path):
-        sys.meta_path.insert(0, _DeferredDynamoBridge())
-
-
-def undefer_torch_xla_dynamo_bridge() -> None:
-    """Undo defer_torch_xla_dynamo_bridge() where torch_xla is not imported yet."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _DeferredDynamoBridge)]
 
 
 _TORCH_XLA_GRU = None

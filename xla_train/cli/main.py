@@ -52,16 +52,7 @@ def split_argv(argv: list[str]) -> tuple[str, dict[str, str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # the program itself: started once more with huge pages, ended without Python's teardown
-        from xla_train.cli.huge_pages import restart_with_huge_pages
-        from xla_train.cli.quick_exit import QuickExit
-
-        restart_with_huge_pages()
-        ending = QuickExit()
-        code = run(sys.argv[1:])
-        ending.code = code if isinstance(code, int) else None
-        return code
-    return run(list(argv))
+    return run(sys.argv[1:] if argv is None else list(argv))
 
 
 def run(argv: list[str]) -> int:

@@ -46,10 +46,8 @@ def runtime_device_count() -> int:
 
 _LIST = """
 import json, os
-from xla_train import compat
 from xla_train.errors import UserError
 from xla_train.runtime.devices import configure_pjrt, device_kind, runtime_device_count
-compat.defer_torch_xla_dynamo_bridge()  # a process that only counts devices never compiles
 try:
     import torch_xla
 except Exception as e:

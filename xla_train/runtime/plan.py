@@ -139,7 +139,6 @@ def plan_hardware(
         not isinstance(steps_per_execution, int) or isinstance(steps_per_execution, bool) or steps_per_execution < 1
     ):
         raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
-    compat.defer_torch_xla_dynamo_bridge()  # before torch_xla's first import (the next line's)
     compat.keep_torch_gru()  # a run after one on XLA in this process (a notebook): torch's own nn.GRU
     compat.no_tpu_for_lightning()  # no TPU on the bus: Lightning's banner must not ask the metadata server
     kind = resolve_accelerator(str(accelerator))

@@ -23,8 +23,7 @@ def process_start(early: tuple[float, float] | None = None) -> float:
     interpreter and imports included. `early`: (perf_counter, process_time) read before any heavy import
     (cli/main.py). The process's start (Linux's /proc) is too early where a shell ran the command in its own
     process (`bash -c 'pip install ... && python -m xla_train'` execs its last command): the interpreter started
-    about its CPU time before `early`, the start-up being CPU work, and a process keeps its CPU time through an
-    execve, so the huge-pages restart (cli/huge_pages.py) still counts from the first start."""
+    about its CPU time before `early`, the start-up being CPU work."""
     now = time.perf_counter()
     try:
         with open("/proc/self/stat") as f:
