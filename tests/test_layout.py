@@ -498,3 +498,21 @@ def test_module_docstrings_say_why_in_a_few_lines_and_leave_history_to_the_docs(
         history += [f"{name}: {m.group()!r}" for m in re.finditer(r"\b[Ii]ssue \d+|\bissue's\b", source)]
     assert not long, long
     assert not history, history
+
+
+# A figure with a unit of time or memory: "9 ns", "2.0-2.3 s", "1,349 MiB", "34 against 17 ms".
+MEASURED = r"\b\d[\d,.]*\s?(?:ns|us|µs|ms|s|seconds?|minutes?|min|hours?|KB|KiB|MB|MiB|GB|GiB)\b"
+
+
+def test_docstrings_hold_no_measurements():
+    """A docstring says why; how fast or how large goes stale with the next commit or machine, and lives in
+    docs/results.md with its command, hardware and date."""
+    import re
+
+    found = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node, clean=False) or ""
+                found += [f"{name}:{getattr(node, 'lineno', 1)}: {m.group()!r}" for m in re.finditer(MEASURED, doc)]
+    assert not found, found

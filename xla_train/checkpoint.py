@@ -109,9 +109,9 @@ def atomic_save(obj, path: str | os.PathLike, moved: dict | None = None) -> None
 def _save_uncycled(obj, f) -> None:
     """torch.save, then free what it leaves in a reference cycle. torch 2.9's _save defines its pickler class anew
     at each call, and that class reaches every storage it wrote through its persistent_id closure: a cycle, so the
-    host copies of a device's tensors stayed resident until Python's next full collection. The quickstart's
-    resident memory rose about 10 MB an epoch that way, by 280 MB over 36 epochs before one collection freed it
-    (docs/results.md, "Peak memory"). With the collector paused during the save, everything the save made is in
+    host copies of a device's tensors stayed resident until Python's next full collection. A long run's
+    resident memory climbed epoch after epoch that way until a collection happened to free it (docs/results.md,
+    "Peak memory"). With the collector paused during the save, everything the save made is in
     the youngest generation, which a collection of that generation alone frees at once, however many tensors."""
     enabled = gc.isenabled()
     gc.disable()

@@ -14,7 +14,7 @@ import os
 import sys
 
 # Lightning is imported inside what needs it: the device probes below serve `xla_train devices`, which should not
-# wait for Lightning's import (and torchmetrics', which Lightning's pulls in: about 3 s on a 2-core VM).
+# wait for Lightning's import (and torchmetrics', which Lightning's pulls in), a good part of a process's start.
 
 # --- Lightning ------------------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ def _label(row: dict) -> str:
 
 def _plain_numbers(axis, minor: bool = False) -> None:
     """Plain numbers on a log axis; with minor=True the minor ticks are labelled too, since a range
-    inside one decade (1.8 s to 4.8 s, say) has no major tick to label."""
+    inside one decade (from 2 to 5, say) has no major tick to label."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:.2g}")

@@ -334,10 +334,9 @@ class XLABackend(Backend):
 EXECUTION_LOOPS = ("auto", "unroll", "while")
 # steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
 # which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
-# run unrolled (XLA:CPU), measured there against one step a program traced once: K=8 compiled and first ran 3 to
-# 9 s longer, at 300 to 650 MB more memory, for steps 0 to 10% shorter (the IMDB LSTM 10%, the CIFAR-10 CNN 2-3%,
-# the quickstart's CNN none to measure), which repays that by about 300 steps (IMDB) to 1,600 (CIFAR-10). So
-# UNROLLED_K from UNROLL_LONG_STEPS training steps, else one step a program (docs/results.md, "What
+# run unrolled (XLA:CPU), measured there against one step a program traced once: K=8 compiles longer and holds
+# more memory for steps only a little shorter, so it repays itself only over a long run. So UNROLLED_K from
+# UNROLL_LONG_STEPS training steps, else one step a program (the figures: docs/results.md, "What
 # steps_per_execution=auto chooses").
 WHILE_K = 32
 UNROLLED_K = 8

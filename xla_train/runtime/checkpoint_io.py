@@ -17,9 +17,9 @@ from xla_train.checkpoint import atomic_save, safe_load, tensors_in
 class AtomicCheckpointIO(TorchCheckpointIO):
     @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any = None) -> None:
-        """The XLA tensors come to the host in one transfer: `.cpu()` on each, 54 of them for the quickstart's
-        weights and Adam state, took twice as long (34 against 17 ms a checkpoint on XLA:CPU; docs/results.md,
-        "Start-up and exit"), and on a TPU each is a round trip to the device."""
+        """The XLA tensors come to the host in one transfer: `.cpu()` on each of the weights and the
+        optimizer's state is a transfer each, and on a TPU a round trip to the device each (docs/results.md,
+        "Start-up and exit")."""
         on_xla = [t for t in tensors_in(checkpoint) if t.device.type == "xla"]
         moved = dict(zip(map(id, on_xla), compat.xla_to_cpu(on_xla))) if on_xla else None
         atomic_save(checkpoint, path, moved)

@@ -1,8 +1,8 @@
 """nn.Dropout on XLA:CPU with its mask hashed from each element's position and one seed from the device's generator.
 
 torch_xla draws a dropout mask as one uniform float per element from XLA's random-bit generator, which XLA:CPU
-expands into Philox rounds of 64-bit multiplies: about 9 ns an element, 6% of the quickstart's step
-(docs/results.md, "Dropout on XLA:CPU"). Here each call draws one 31-bit seed from the same generator (so a step's
+expands into Philox rounds of 64-bit multiplies, a visible share of a small net's step (docs/results.md,
+"Dropout on XLA:CPU"). Here each call draws one 31-bit seed from the same generator (so a step's
 seed decides its masks, and a resumed run draws the same ones), and each element's 24 bits come from murmur3's
 32-bit finaliser of its index and that seed: a few integer ops an element. An element is kept where its bits fall
 under round((1 - p) x 2^24), as uniform floats with 24 bits would keep it, and kept values are scaled by 1 / (1 - p)

@@ -27,11 +27,9 @@ from xla_train.runtime.rnn_cells import CELLS, backward_body, forward_body
 from xla_train.runtime.scan_loop import scan_loop
 from xla_train.runtime.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
 
-# Time steps per While iteration: 1, by measurement on XLA:CPU (2-core AMD EPYC; docs/hardware.md). An iteration of
-# XLA:CPU's While costs under a microsecond (an LSTM of batch 16, 8 units: 2,000 iterations took 13.2 ms, 500 of 4
-# steps 12.9), against about 160 us of work in each iteration of the IMDB recipe's layer (batch 128, 32 units), so
-# 8 steps per iteration saved nothing (the recipe's step: 191 against 185 ms at maxlen 500, 45 against 43 at 100)
-# and compiled 3.2 times as long (4.1 against 1.3 s at maxlen 500): each unrolled step is more kernels to compile.
+# Time steps per While iteration: 1, by measurement on XLA:CPU (docs/hardware.md). An iteration of XLA:CPU's While
+# costs little beside the work in each iteration of the IMDB recipe's layer, so more steps per iteration saved
+# nothing and compiled several times as long: each unrolled step is more kernels to compile.
 # On a TPU, whose iterations are said to cost more (not measured here), XLA_TRAIN_SCAN_CHUNK sets another.
 CHUNK = 1
 CHUNK_ENV = "XLA_TRAIN_SCAN_CHUNK"  # another chunk, for every scan a process builds (to measure one on a TPU)
@@ -58,7 +56,7 @@ def _ones(t: torch.Tensor, shape: tuple = (1, 1)) -> torch.Tensor:
 
 def _sum_steps(t: torch.Tensor) -> torch.Tensor:
     """t (T, N, G) summed over steps and batch, as a product with ones: XLA:CPU's reduce over both read t at a third
-    of the speed (5.6 against 2.0 ms at the IMDB recipe's 500 x 128 x 128). Contracting dims, not a reshape of
+    of the speed at the IMDB recipe's shapes. Contracting dims, not a reshape of
     (T, N) into one, so a batch split over devices stays split."""
     return torch.einsum("tn,tng->g", _ones(t, t.shape[:2]), t)
 
@@ -115,11 +113,11 @@ class _Recurrence(torch.autograd.Function):
         with torch.no_grad():
             body = backward_body(cell, k, d_out is not None)
             # d_gx is written over gx, which nothing reads after the forward loop: no zeros made for it, and one
-            # (T, N, G) buffer fewer at the peak (the IMDB recipe's, at that change: 1,798-1,830 against 1,555-1,569 MB)
+            # (T, N, G) buffer fewer at the peak
             carry, (d_gx,) = scan_loop(body, k, (*d_state, weights[0], _ones(weights[0])), xs, reverse=True, into=(gx,))
         d_gh = cell.hidden_grads(d_gx, saved)  # the padding's gradients are zero
         # One matmul over all steps. This operand order makes XLA:CPU transpose h_prev (T, N, H) for it, where
-        # "tng,tnh->gh" transposed d_gh (T, N, 4H): 27-33 against 9-10 ms at the IMDB recipe's shapes.
+        # "tng,tnh->gh" transposed d_gh (T, N, 4H), four times the data, and took about three times as long.
         d_weights = [torch.einsum("tnh,tng->hg", cell.h_prev(saved), d_gh).t()]
         if ctx.n_weights == 2:
             d_weights.append(_sum_steps(d_gh[pad:]))  # the steps' own length: b_ih's sum takes the same ones

@@ -3,10 +3,10 @@
 glibc raises its mmap threshold to the size of each mmapped block it frees, so after the first few steps a
 multi-MB buffer comes from the heap instead: XLA:CPU's device buffers, a checkpoint's host copies, validation
 batches. Freed between epochs in differing sizes, they leave the heap full of free pages that stay resident. On
-the quickstart (XLA:CPU) resident memory rose from 1,349 to 1,853 MiB over 12 epochs while a bench of the same
-steps held flat. malloc_trim(0) hands whole free pages back (madvise): after each of the run's first 8 steps, by
+the quickstart (XLA:CPU) resident memory rose by over a third in 12 epochs while a bench of the same steps held
+flat. malloc_trim(0) hands whole free pages back (madvise): after each of the run's first 8 steps, by
 when the compiler's working memory is freed, and after every epoch. A fixed mmap threshold also stops the creep,
-but made each step 12% slower, a page fault for every buffer (docs/results.md, "Peak memory"). No glibc: nothing.
+but made every step slower, a page fault for every buffer (docs/results.md, "Peak memory"). No glibc: nothing.
 """
 
 from __future__ import annotations
