@@ -1,0 +1,185 @@
+"""Writes the tables of docs/results.md from the CSVs in docs/results/, so that a figure on the page is the figure a
+command wrote, with that command's provenance beside it.
+
+A generated block sits between `<!-- results: NAME -->` and `<!-- /results -->`; everything else on the page is
+prose and stays as written. Each NAME is a function below that reads its CSVs (a `bench` CSV, or a peer script's
+summary) and returns Markdown. `python tools/results.py` rewrites the page; `--check` exits 1 when the committed
+page differs from what it would write (tests/test_results_page.py runs that in CI).
+
+    python tools/results.py            # rewrite docs/results.md's generated blocks
+    python tools/results.py --check    # 0 when the page matches its CSVs, else 1 and the blocks that differ
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "results.md"
+CSVS = ROOT / "docs" / "results"
+BLOCK = re.compile(r"(<!-- results: ([\w-]+) -->\n)(.*?)(<!-- /results -->)", re.S)
+
+
+def read(name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """({provenance key: value} from the `# key: value` lines, rows) of docs/results/NAME."""
+    lines = (CSVS / name).read_text().splitlines()
+    about = {}
+    for line in lines:
+        if line.startswith("# ") and ": " in line:
+            key, value = line[2:].split(": ", 1)
+            about[key] = value
+    return about, list(csv.DictReader(line for line in lines if not line.startswith("#")))
+
+
+def source(*names: str) -> str:
+    """The provenance lines under a table: each CSV's link, date, hardware, versions and command."""
+    out = []
+    for name in names:
+        about, _ = read(name)
+        out.append(
+            f"From [{name}](results/{name}): {about.get('date', 'date not recorded')}; {about.get('hardware', '')}; "
+            f"{about.get('versions', '')}; `{about.get('command', '')}`."
+        )
+    return "\n".join(out) + "\n"
+
+
+def ms(value: str) -> str:
+    return f"{float(value):.1f}"
+
+
+def mb(value: str) -> str:
+    return f"{float(value):,.0f}"
+
+
+def runtimes() -> str:
+    """torch_xla against JAX, the same cells alternating in one run: bench runtimes=torch_xla,jax."""
+    head = (
+        "| cell | torch_xla step ms | jax step ms | jax samples/s against torch_xla's | compile s (torch_xla / jax) "
+        "| host MB (torch_xla / jax) |\n|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for name, cell in (
+        ("runtimes-quickstart.csv", "quickstart CNN, batch 32, recipe defaults"),
+        ("runtimes-imdb.csv", "IMDB LSTM, batch 128, maxlen 500, recipe defaults"),
+    ):
+        by = {r["runtime"]: r for r in read(name)[1]}
+        t, j = by["torch_xla"], by["jax"]
+        ratio = float(j["samples_per_s"]) / float(t["samples_per_s"])
+        rows.append(
+            f"| {cell} | {ms(t['step_ms'])} | {ms(j['step_ms'])} | **{ratio:.2f}x** | "
+            f"{float(t['compile_s']):.1f} / {float(j['compile_s']):.1f} | {mb(t['host_peak_mb'])} / {mb(j['host_peak_mb'])} |"
+        )
+    lstm = read("runtimes-lstm-maxlen.csv")[1]
+    maxlens = sorted({int(r["maxlen"]) for r in lstm})
+    at = {(r["runtime"], int(r["maxlen"])): r for r in lstm}
+
+    def per(runtime: str, key: str, fmt) -> str:
+        return " / ".join(fmt(at[runtime, m][key]) for m in maxlens)
+
+    ratios = " / ".join(
+        f"{float(at['jax', m]['samples_per_s']) / float(at['torch_xla', m]['samples_per_s']):.2f}x" for m in maxlens
+    )
+    compiles = f"{per('torch_xla', 'compile_s', lambda v: f'{float(v):.1f}')} and {per('jax', 'compile_s', lambda v: f'{float(v):.1f}')}"
+    rows.append(
+        f"| IMDB LSTM, maxlen {' / '.join(map(str, maxlens))} (`bench lstm`) | {per('torch_xla', 'step_ms', ms)} | "
+        f"{per('jax', 'step_ms', ms)} | {ratios} | {compiles} | |"
+    )
+    return (
+        head
+        + "\n".join(rows)
+        + "\n\n"
+        + source("runtimes-quickstart.csv", "runtimes-imdb.csv", "runtimes-lstm-maxlen.csv")
+    )
+
+
+def overhead() -> str:
+    """Lightning's step traced anew against a hand-written torch_xla loop: bench overhead."""
+    by = {r["side"]: r for r in read("overhead-quickstart.csv")[1]}
+    p, x = by["plain"], by["xla_train"]
+    return (
+        "| side | steady step ms | host ms a step | host CPU ms a step |\n|---|---:|---:|---:|\n"
+        f"| plain torch_xla loop | {ms(p['step_ms'])} | {float(p['host_ms_per_step']):.1f} | "
+        f"{float(p['host_cpu_ms_per_step']):.1f} |\n"
+        f"| xla_train (Lightning) | {ms(x['step_ms'])} | {float(x['host_ms_per_step']):.1f} | "
+        f"{float(x['host_cpu_ms_per_step']):.1f} |\n"
+        f"| xla_train / plain | **{float(x['ratio']):.3f}** | **{float(x['host_ratio']):.2f}** | "
+        f"**{float(x['host_cpu_ratio']):.2f}** |\n\n" + source("overhead-quickstart.csv")
+    )
+
+
+def keras_steps() -> str:
+    """xla_train's training step against Keras 3 on JAX, per round (keras_jax_peer.py and bench)."""
+    rows = read("keras-peer-steps.csv")[1]
+    at = {
+        (r["model"], int(r["round"]), r["side"]): r
+        for r in rows
+        if r["side"] == "xla_train" or r["setting"] == "steps_per_execution=1"
+    }
+    out = [
+        "| round | xla_train LSTM | Keras, tutorial's | Keras, matched | ratio, tutorial's | ratio, matched "
+        "| xla_train CNN | Keras CNN | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for rnd in sorted({int(r["round"]) for r in rows}):
+        x, tut, mat = (at["imdb_lstm", rnd, s] for s in ("xla_train", "keras_tutorial", "keras_matched"))
+        xc, kc = at["quickstart_cnn", rnd, "xla_train"], at["quickstart_cnn", rnd, "keras"]
+
+        def ratio(ours, theirs):
+            return f"**{float(ours['samples_per_s']) / float(theirs['samples_per_s']):.2f}x**"
+
+        out.append(
+            f"| {rnd} | {ms(x['step_ms'])} | {ms(tut['step_ms'])} | {ms(mat['step_ms'])} | {ratio(x, tut)} | "
+            f"{ratio(x, mat)} | {ms(xc['step_ms'])} | {ms(kc['step_ms'])} | {ratio(xc, kc)} |"
+        )
+    return "\n".join(out) + "\n\n" + source("keras-peer-steps.csv")
+
+
+def keras_job() -> str:
+    """README command 1's whole job on both sides, each a fresh process: keras_jax_peer.py --job quickstart."""
+    rows = read("keras-peer-job.csv")[1]
+    out = ["| side | wall s, by round | peak MiB | held out |", "|---|---:|---:|---:|"]
+    for side in ("keras", "xla_train", "keras floor", "xla_train floor"):
+        mine = [r for r in rows if r["side"] == side]
+        accs = [f"{float(r['held_out_acc']):.2%}" for r in mine if r["held_out_acc"]]
+        out.append(
+            f"| {side} | {' / '.join(r['wall_s'] for r in mine)} | {' / '.join(mb(r['peak_mib']) for r in mine)} | "
+            f"{' / '.join(accs)} |"
+        )
+    return "\n".join(out) + "\n\n" + source("keras-peer-job.csv")
+
+
+TABLES = {"runtimes": runtimes, "overhead": overhead, "keras-steps": keras_steps, "keras-job": keras_job}
+
+
+def render(page: str) -> str:
+    def fill(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in TABLES:
+            raise SystemExit(f"docs/results.md names a table {name!r} that tools/results.py has not: {sorted(TABLES)}")
+        return m.group(1) + TABLES[name]() + m.group(4)
+
+    return BLOCK.sub(fill, page)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/results.md differs from its CSVs")
+    args = parser.parse_args(argv)
+    page = PAGE.read_text()
+    written = render(page)
+    if args.check:
+        stale = [m.group(2) for m, n in zip(BLOCK.finditer(page), BLOCK.finditer(written)) if m.group(0) != n.group(0)]
+        if stale:
+            print(f"docs/results.md: generated blocks out of date: {', '.join(stale)}; run python tools/results.py")
+            return 1
+        return 0
+    PAGE.write_text(written)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
