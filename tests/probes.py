@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 
-from xla_train.data.base import ArrayDataModule
+from xla_train.data.base import BaseDataModule
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
@@ -113,7 +113,7 @@ def _as_tensor(x):
     return torch.as_tensor(x)
 
 
-class RowsDataModule(ArrayDataModule):
+class RowsDataModule(BaseDataModule):
     """Inputs that are their own row numbers ([i, i]), so a loaded batch shows which rows it holds."""
 
     def __init__(self, batch_size: int = 8, train_rows: int = 200, val_rows: int = 150, seed: int | None = None):

@@ -588,12 +588,12 @@ def test_lr_is_not_scaled_unless_asked():
 def test_the_multi_process_strategy_sees_the_same_global_batches_as_spmd(monkeypatch):
     """strategy=xla_mp (TPU only): each of 8 processes loads its share; together they are SPMD's one batch."""
     from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-    from xla_train.data.base import ArrayDataModule
+    from xla_train.data.base import BaseDataModule
     from xla_train.data.batching import BatchSampler
     from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
 
     def share(world, rank):
-        dm = ArrayDataModule(batch_size=8)
+        dm = BaseDataModule(batch_size=8)
         dm.trainer = SimpleNamespace(num_devices=8, num_nodes=1, world_size=world, global_rank=rank)
         return dm.process_share()
 

@@ -29,7 +29,7 @@ from xla_train.training.finite_loss import FiniteLoss
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.config.startup_lines import StartupLines
-from xla_train.data.base import ArrayDataModule
+from xla_train.data.base import BaseDataModule
 from xla_train.errors import ConfigError
 from xla_train.models.reference import NetRef, build_with, import_class
 from xla_train.runtime.fast_path import FastPathCallback
@@ -83,7 +83,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         self.started = started if started is not None else time.perf_counter()  # the run's clock starts here
         super().__init__(
             Classifier,
-            ArrayDataModule,
+            BaseDataModule,
             subclass_mode_data=True,
             args=args,
             run=run,

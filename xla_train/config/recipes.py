@@ -134,12 +134,16 @@ def load_recipe(path: Path) -> dict:
     return recipe
 
 
-def _params(fn) -> list[str]:
-    return [
-        n
-        for n, p in inspect.signature(fn).parameters.items()
-        if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+def _params(fn, owner: type | None = None) -> list[str]:
+    """fn's named parameters; for an `owner` class's __init__ that takes **settings (data modules: data/base.py),
+    also those of the next __init__ up its MRO, as jsonargparse follows them."""
+    params = inspect.signature(fn).parameters
+    named = [n for n, p in params.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if owner is not None and any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        parent = next((c for c in owner.__mro__[1:] if "__init__" in vars(c)), None)
+        if parent is not None and parent is not object:
+            named += [n for n in _params(parent.__init__, parent) if n not in named]
+    return named
 
 
 def _import(class_path: str):
@@ -186,7 +190,8 @@ def valid_keys(recipe: dict, pairs: dict[str, str], net_given: bool = False) -> 
     data_path = pairs.get("data.class_path") or (recipe.get("data") or {}).get("class_path")
     keys["data.class_path"] = "--data.class_path"
     if data_path:
-        keys.update({f"data.{n}": f"--data.init_args.{n}" for n in _params(_import(data_path).__init__)})
+        data_class = _import(data_path)
+        keys.update({f"data.{n}": f"--data.init_args.{n}" for n in _params(data_class.__init__, data_class)})
     keys.update({k: f"--{k}" for k in TOP_LEVEL})
     return keys
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice, keep, with_test_split
+from xla_train.data.base import keep, with_test_split
 from xla_train.data.images import ImageTransform, MeasuredImageDataModule
 from xla_train.errors import ConfigError, DataError
 
@@ -94,22 +94,9 @@ class ArraysDataModule(MeasuredImageDataModule):
         class_names: list[str] | None = None,
         test_fraction: float = 0.2,
         batch_size: int = 32,
-        augment: bool = False,
-        num_workers: int = 0,
-        seed: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
+        **settings,
     ):
-        super().__init__(
-            batch_size=batch_size,
-            augment=augment,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+        super().__init__(batch_size=batch_size, **settings)
         self.path, self.class_names, self.test_fraction = path, class_names, test_fraction
         self._held: dict | None = None
 

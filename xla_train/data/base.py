@@ -143,8 +143,12 @@ def keep(x, augment: bool = False):
     return x
 
 
-class ArrayDataModule(pl.LightningDataModule):
-    """val_fraction > 0 holds out that share of the training split for validation (checkpoint choice,
+class BaseDataModule(pl.LightningDataModule):
+    """Every data module's base, and the one place its shared settings are declared: batch_size, num_workers, seed,
+    val_fraction, split_seed and on_device. A subclass takes its own settings and passes the rest on as
+    `**settings`; jsonargparse follows them here, so every module keeps the same flat keys (data.batch_size=...).
+
+    val_fraction > 0 holds out that share of the training split for validation (checkpoint choice,
     early stopping), so the test split is seen only by the final test. val_fraction=0 validates on the
     test split, as the Keras tutorials did; then the test accuracy is not a held-out figure."""
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice
 from xla_train.data.download import staged_download
 from xla_train.data.images import ImageDataModule
 from xla_train.errors import DataError
@@ -65,27 +64,8 @@ class CIFAR10DataModule(ImageDataModule):
     mean = CIFAR10_MEAN
     std = CIFAR10_STD
 
-    def __init__(
-        self,
-        data_dir: str | None = None,
-        download: bool = True,
-        batch_size: int = 128,
-        augment: bool = False,
-        num_workers: int = 0,
-        seed: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
-    ):
-        super().__init__(
-            batch_size=batch_size,
-            augment=augment,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+    def __init__(self, data_dir: str | None = None, download: bool = True, **settings):
+        super().__init__(**settings)
         self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
         self.download = download
         self._classes: list[str] | None = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from xla_train.data.base import OnDevice
 from xla_train.data.images import ImageDataModule
 from xla_train.errors import ConfigError
 from xla_train.preprocess.images import resize_images
@@ -27,26 +26,8 @@ class DigitsDataModule(ImageDataModule):
     mean = (0.14, 0.14, 0.14)
     std = (0.27, 0.27, 0.27)
 
-    def __init__(
-        self,
-        batch_size: int = 32,
-        test_fraction: float = 0.2,
-        val_fraction: float = 0.1,
-        split_seed: int = 0,
-        augment: bool = False,
-        num_workers: int = 0,
-        seed: int | None = None,
-        on_device: OnDevice = "auto",
-    ):
-        super().__init__(
-            batch_size=batch_size,
-            augment=augment,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+    def __init__(self, batch_size: int = 32, test_fraction: float = 0.2, **settings):
+        super().__init__(batch_size=batch_size, **settings)
         if not 0.0 < test_fraction < 1.0:
             raise ConfigError(
                 f"test_fraction={test_fraction} must be in (0, 1): the share of the digits held "
@@ -65,4 +46,4 @@ class DigitsDataModule(ImageDataModule):
         x_rest, x_test, y_rest, y_test = train_test_split(
             x, y, test_size=self.test_fraction, stratify=y, random_state=self.split_seed
         )
-        return {"train": (x_rest, y_rest), "test": (x_test, y_test)}  # validation: carved by ArrayDataModule
+        return {"train": (x_rest, y_rest), "test": (x_test, y_test)}  # validation: carved by BaseDataModule

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice, with_test_split
+from xla_train.data.base import with_test_split
 from xla_train.data.folders import IMAGE_SUFFIXES, folder_splits
 from xla_train.data.images import MeasuredImageDataModule
 from xla_train.errors import ConfigError, DataError, UserError
@@ -25,22 +25,9 @@ class ImageFolderDataModule(MeasuredImageDataModule):
         image_size: int = 32,
         test_fraction: float = 0.2,
         batch_size: int = 32,
-        augment: bool = False,
-        num_workers: int = 0,
-        seed: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
+        **settings,
     ):
-        super().__init__(
-            batch_size=batch_size,
-            augment=augment,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+        super().__init__(batch_size=batch_size, **settings)
         if image_size < 8:
             raise ConfigError(f"image_size={image_size} must be at least 8 (pixels a side)")
         self.path, self.image_size, self.test_fraction = path, image_size, test_fraction

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, OnDevice
+from xla_train.data.base import BaseDataModule
 from xla_train.preprocess.images import channel_stats, crop_flip, normalise
 
 PAD = 4  # the crop's zero padding: CIFAR's 32x32 -> random 32x32 crops of 40x40
@@ -60,30 +60,15 @@ def channel_mean_std(images: np.ndarray) -> tuple[list[float], list[float]]:
     return [round(float(m), 6) for m in mean], [round(float(max(s, 1e-3)), 6) for s in std]
 
 
-class ImageDataModule(ArrayDataModule):
+class ImageDataModule(BaseDataModule):
     kind = "image"
     image_size = 32
     mean: tuple = (0.5, 0.5, 0.5)
     std: tuple = (0.25, 0.25, 0.25)
 
-    def __init__(
-        self,
-        batch_size: int = 128,
-        augment: bool = False,
-        num_workers: int = 0,
-        seed: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
-    ):
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+    def __init__(self, augment: bool = False, **settings):
+        """augment: random crop and flip on training batches; settings: BaseDataModule's (batch_size, ...)."""
+        super().__init__(**settings)
         self.augment = augment
 
     def transform(self, train: bool) -> ImageTransform:

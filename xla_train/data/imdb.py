@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from xla_train.checkpoint import atomic_write
-from xla_train.data.base import DEFAULT_VAL_FRACTION, OnDevice
 from xla_train.data.download import staged_download
 from xla_train.data.texts import TextDataModule
 from xla_train.errors import DataError
@@ -141,29 +140,8 @@ def _write_cache(path: Path, data: dict, key: dict) -> None:
 
 
 class IMDBDataModule(TextDataModule):
-    def __init__(
-        self,
-        data_dir: str | None = None,
-        download: bool = True,
-        maxlen: int = 500,
-        vocab_size: int = 10000,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        seed: int | None = None,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
-    ):
-        super().__init__(
-            maxlen=maxlen,
-            vocab_size=vocab_size,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+    def __init__(self, data_dir: str | None = None, download: bool = True, **settings):
+        super().__init__(**settings)
         self.data_dir = os.path.expanduser(data_dir or DEFAULT_DATA_DIR)
         self.download = download
 
@@ -174,4 +152,4 @@ class IMDBDataModule(TextDataModule):
     def load_arrays(self):
         d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size, self._given_tokenizer)
         self._tokenizer_json = d["tokenizer"]
-        return {"train": d["train"], "test": d["test"]}  # validation: carved by ArrayDataModule
+        return {"train": d["train"], "test": d["test"]}  # validation: carved by BaseDataModule

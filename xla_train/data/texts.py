@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from xla_train.data.base import DEFAULT_VAL_FRACTION, ArrayDataModule, OnDevice, with_test_split
+from xla_train.data.base import BaseDataModule, with_test_split
 from xla_train.data.folders import folder_splits, label_names, read_text_csv
 from xla_train.errors import ConfigError, DataError
 from xla_train.preprocess import text
@@ -24,28 +24,11 @@ def ids_to_tensor(ids: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64))
 
 
-class TextDataModule(ArrayDataModule):
+class TextDataModule(BaseDataModule):
     kind = "text"
 
-    def __init__(
-        self,
-        maxlen: int = 500,
-        vocab_size: int = 10000,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        seed: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
-    ):
-        super().__init__(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+    def __init__(self, maxlen: int = 500, vocab_size: int = 10000, **settings):
+        super().__init__(**settings)
         if maxlen < 1:
             raise ConfigError(f"maxlen={maxlen} must be at least 1 (the Keras tutorial uses 500)")
         if vocab_size < 3:
@@ -106,25 +89,10 @@ class TextsDataModule(TextDataModule):
         path: str | None = None,
         test: str | None = None,
         test_fraction: float = 0.2,
-        maxlen: int = 500,
-        vocab_size: int = 10000,
         batch_size: int = 32,
-        num_workers: int = 0,
-        seed: int | None = None,
-        val_fraction: float = DEFAULT_VAL_FRACTION,
-        split_seed: int = 0,
-        on_device: OnDevice = "auto",
+        **settings,
     ):
-        super().__init__(
-            maxlen=maxlen,
-            vocab_size=vocab_size,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            seed=seed,
-            val_fraction=val_fraction,
-            split_seed=split_seed,
-            on_device=on_device,
-        )
+        super().__init__(batch_size=batch_size, **settings)
         self.path, self.test, self.test_fraction = path, test, test_fraction
         self._names: list[str] | None = None
 
