@@ -17,7 +17,7 @@ import time
 import torch
 from PIL import Image
 
-from conftest import TESTS, cli_env, free_port, save_checkpoint
+from helpers import TESTS, cli_env, free_port, save_checkpoint
 from xla_train.models import CifarCNN, SentimentLSTM
 from xla_train.preprocess import text
 

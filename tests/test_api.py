@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import xla_train
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 from xla_train.cli.main import main
 from xla_train.errors import UserError
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_env, run_cli, path_with_tests
+from helpers import cli_env, run_cli, path_with_tests
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 import user_nets
 import xla_train
-from conftest import TESTS, cli_env, path_with_tests, run_cli
+from helpers import TESTS, cli_env, path_with_tests, run_cli
 from serving import Server, request
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.cli.main import main

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import cli_env
+from helpers import cli_env
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.errors import CheckpointError
 

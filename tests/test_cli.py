@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from xla_train.cli.main import main, split_argv
 from xla_train.errors import ConfigError
 from xla_train.config.recipes import ALIASES, available_recipes, lightning_args

@@ -94,7 +94,7 @@ def test_a_gru_built_after_torch_xla_is_imported_runs_on_the_cpu_and_the_patch_u
     import subprocess
     import sys
 
-    from conftest import cli_env
+    from helpers import cli_env
 
     proc = subprocess.run([sys.executable, "-c", GRU_AFTER_XLA], env=cli_env(1), capture_output=True, text=True)
     assert proc.stdout.split() == ["False", "True", "False"], proc.stderr[-2000:]

@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 
-from conftest import cli_env, run_cli, write_cifar10
+from helpers import cli_env, run_cli, write_cifar10
 
 PROBE = Path(__file__).with_name("guard_probe.py")
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CLASSES
+from helpers import CLASSES
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule, load_digits_rgb32
 from xla_train.errors import DataError
@@ -50,7 +50,7 @@ def test_cifar10_failing_its_checksums_is_refused(cifar_root):
 
 
 def test_corrupt_cifar10_file_is_a_clear_error(tmp_path, relaxed_cifar_checks):
-    from conftest import write_cifar10
+    from helpers import write_cifar10
 
     root = write_cifar10(tmp_path)
     (root / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
@@ -119,7 +119,7 @@ def test_truncated_archive_is_refused_and_leaves_no_partial_folder(tmp_path, mon
 
 
 def test_a_folder_missing_the_test_split_is_named(tmp_path, relaxed_cifar_checks):
-    from conftest import write_cifar10
+    from helpers import write_cifar10
 
     root = write_cifar10(tmp_path)
     (root / "cifar-10-batches-py" / "test_batch").unlink()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 from xla_train.data.batching import PAD_LABEL
 from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.images import PAD

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import cli_env, script_json
+from helpers import cli_env, script_json
 from xla_train.runtime.devices import _LIST
 
 LIGHTNING = "lightning.pytorch", "lightning.fabric", "torchmetrics"

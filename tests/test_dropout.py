@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from conftest import cli_env, path_with_tests, script_json
+from helpers import cli_env, path_with_tests, script_json
 
 SCRIPT = r"""
 import json

@@ -17,7 +17,7 @@ from xla_train.serve import export as export_module
 from xla_train.serve.export import OPSET, export
 from xla_train.serve.predictor import load_for_inference
 
-from conftest import require, save_checkpoint
+from helpers import require, save_checkpoint
 
 
 def onnx_packages():

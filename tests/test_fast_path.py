@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from conftest import run_cli
+from helpers import run_cli
 from xla_train.runtime import backend, fast_path
 from xla_train.runtime.plan import plan_hardware
 

@@ -1,6 +1,5 @@
 """fit through the real CLI, on the XLA path (XLA:CPU here) and on eager CPU."""
 
-import csv
 import json
 import os
 import re
@@ -11,16 +10,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import run_cli
-
-
-def metrics_rows(run):
-    with open(run / "metrics.csv") as f:
-        return list(csv.DictReader(f))
-
-
-def epoch_value(rows, key):
-    return {int(r["epoch"]): float(r[key]) for r in rows if r.get(key)}
+from helpers import epoch_value, metrics_rows, run_cli
 
 
 @pytest.fixture(scope="module")

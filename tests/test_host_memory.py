@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import script_json
+from helpers import script_json
 
 # In a fresh process: 200 MB of 4 MB blocks in the heap (a freed 16 MB mmapped block first raises glibc's mmap
 # threshold, as a run's first freed buffers do), a block above them that stays in use, then the 200 MB freed.

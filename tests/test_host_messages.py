@@ -15,7 +15,7 @@ import torch.distributed as dist
 from lightning.pytorch.loggers import CSVLogger
 
 from xla_train.runtime.multihost import HostChannel, HostTopology
-from conftest import free_port
+from helpers import free_port
 
 
 def _channels(world: int) -> list[HostChannel]:

@@ -1,6 +1,5 @@
 """IMDB sentiment: the aclImdb reader, the tokenizer, the masked LSTM and its scan, fit on XLA and CPU, predict on text."""
 
-import csv
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_env, run_cli, save_checkpoint
+from helpers import cli_env, metrics_rows, run_cli, save_checkpoint
 from xla_train.cli.main import main
 from xla_train.data import imdb
 from xla_train.preprocess import text
@@ -491,11 +490,6 @@ def test_scan_lstm_matches_nn_lstm_on_xla():
 # --- fit on XLA and CPU, then predict from the checkpoint on a plain CPU ----------------------------------------------
 
 FIT = ("fit", "recipe=imdb", "maxlen=64", "model.net.embed_dim=32", "lr=0.01", "download=false")
-
-
-def metrics_rows(run):
-    with open(run / "metrics.csv") as f:
-        return list(csv.DictReader(f))
 
 
 def per_epoch(run, key):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import CLASSES
+from helpers import CLASSES
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.cli.main import main
 from xla_train.errors import CheckpointError

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import save_checkpoint
+from helpers import save_checkpoint
 from xla_train.cli.main import main
 from xla_train.errors import UserError
 from xla_train.serve.inputs import read_images, read_texts

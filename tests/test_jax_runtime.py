@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import TESTS, cli_env, path_with_tests, require, run_cli, script_json
+from helpers import TESTS, cli_env, path_with_tests, require, run_cli, script_json
 from test_imdb import write_aclimdb
 from test_own_model import image_folder, text_csv  # noqa: F401 (fixtures)
 from test_resume import COMMON, assert_same_weights, final_weights, stopped_at

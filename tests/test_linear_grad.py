@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import script_json
+from helpers import script_json
 
 SCRIPT = r"""
 import json

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import cli_env, path_with_tests, script_json
+from helpers import cli_env, path_with_tests, script_json
 
 SCRIPT = r"""
 import json

@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 import user_nets
-from conftest import save_checkpoint
+from helpers import save_checkpoint
 from xla_train.checkpoint import atomic_save
 from xla_train.cli.main import main
 from xla_train.errors import CheckpointError

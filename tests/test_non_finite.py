@@ -11,7 +11,7 @@ import torch
 
 import user_nets
 import xla_train
-from conftest import cli_env, path_with_tests, require, run_paced
+from helpers import cli_env, path_with_tests, require, run_paced
 from xla_train.checkpoint import safe_load
 from xla_train.cli.main import main
 from xla_train.errors import ConfigError, TrainingDiverged

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require  # noqa: E402
+from helpers import require  # noqa: E402
 
 nbformat = require("nbformat")
 nbclient = require("nbclient")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import xla_train
-from conftest import new_user_env
+from helpers import new_user_env
 from xla_train.cli.main import main
 from xla_train.errors import UserError
 

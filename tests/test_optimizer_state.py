@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import script_json
+from helpers import script_json
 from xla_train.runtime.optimizer_state import prime_optimizer_state
 
 OPTIMIZERS = {

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import xla_train
-from conftest import TESTS, cli_env, require, run_cli, path_with_tests
+from helpers import TESTS, cli_env, require, run_cli, path_with_tests
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -290,7 +290,7 @@ def test_text_predictions_from_the_csv_run_name_its_labels(xla_texts, tmp_path):
 def test_predict_feeds_a_text_net_the_ids_the_texts_module_trains_and_tests_on(text_csv, tmp_path):
     """Each CSV review, as predict and the server read it, becomes the very ids the texts data module stores for
     it, on the training split and on the test split; many reviews run past maxlen=16, so the cut is tested too."""
-    from conftest import save_checkpoint
+    from helpers import save_checkpoint
     from xla_train.data.texts import TextsDataModule
     from xla_train.preprocess import text
     from xla_train.serve.http import decode_item

@@ -1,4 +1,4 @@
-"""The suite's subprocess limits follow the machine (conftest.run_paced): a child that outlives its limit on a
+"""The suite's subprocess limits follow the machine (helpers.run_paced): a child that outlives its limit on a
 machine shared with other test runs is waited for, as long as the known small job says the machine is slower; on a
 quiet machine it fails at its limit, as a fixed limit does."""
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import PACE_MOST, machine_pace, run_paced
+from helpers import PACE_MOST, machine_pace, run_paced
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(1.5); print('done')"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import new_user_env
+from helpers import new_user_env
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "examples").glob("*.ipynb"))

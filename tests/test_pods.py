@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import cli_env, run_pod
+from helpers import cli_env, run_pod
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 STEPS = 6

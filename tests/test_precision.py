@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 
 
 def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on_cpu(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 import user_nets
-from conftest import save_checkpoint
+from helpers import save_checkpoint
 from serving import write_checkpoint
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference

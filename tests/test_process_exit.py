@@ -4,7 +4,7 @@ wrapper registered before it still runs, with its output flushed."""
 import sys
 
 import pytest
-from conftest import TESTS, cli_env, run_paced
+from helpers import TESTS, cli_env, run_paced
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from conftest import new_user_env
+from helpers import new_user_env
 
 PAUSE = 3.0  # seconds the shell waits before it runs the command in its own process
 

@@ -1,14 +1,12 @@
 """The CIFAR ResNet recipe: the net the paper describes, augmentation only where it belongs,
 one compile per graph on XLA, and a checkpoint that serves on the CPU at any batch size."""
 
-import csv
-
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from conftest import run_cli
+from helpers import epoch_value, metrics_rows, run_cli
 from xla_train.cli.main import main
 from xla_train.errors import ConfigError
 from xla_train.models import NETS, CifarResNet
@@ -139,15 +137,6 @@ def resnet_run(cifar_root, tmp_path_factory):
         cwd=work,
     )
     return work / "runs" / "cifar10_resnet" / "version_0", proc
-
-
-def metrics_rows(run):
-    with open(run / "metrics.csv") as f:
-        return list(csv.DictReader(f))
-
-
-def epoch_value(rows, key):
-    return {int(r["epoch"]): float(r[key]) for r in rows if r.get(key)}
 
 
 def test_resnet_recipe_trains_on_xla_and_never_recompiles_after_epoch_one(resnet_run):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 from xla_train.data.batching import BatchSampler
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 

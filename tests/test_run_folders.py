@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_env, require, run_cli
+from helpers import cli_env, require, run_cli
 from xla_train.config import run_loggers
 from xla_train.config.run_loggers import RunCSVLogger  # imported before the fork: the children start at once
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import cli_env, free_port, path_with_tests, run_pod, script_json
+from helpers import cli_env, free_port, path_with_tests, run_pod, script_json
 
 BATCH = 8  # per device
 GLOBAL_DEVICES = 8

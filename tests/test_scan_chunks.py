@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import script_json
+from helpers import script_json
 
 ON_XLA = r"""
 import json

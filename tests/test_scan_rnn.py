@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import script_json
+from helpers import script_json
 from xla_train.runtime.scan_rnn import ScanRNN, use_scan_rnn
 
 ON_XLA = r"""
@@ -341,7 +341,7 @@ def test_the_backward_reads_the_gate_gradients_as_they_lie_and_scans_no_zeros(tm
     the gates' gradients over gx, not over a (T, N, G*H) of zeros (the IMDB recipe's peak: 1,798-1,830 against
     1,555-1,569 MB). Read from XLA's dump of the optimised program; the step's loss is a sum whose gradient is no
     reduction either."""
-    from conftest import cli_env
+    from helpers import cli_env
 
     dump = tmp_path / "dump"
     flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$"

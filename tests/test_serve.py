@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import require
+from helpers import require
 from serving import SLOW, Server, formed, held_out_digits, png, request, write_checkpoint
 from xla_train.bench.serve import tree_cpu_seconds  # the bench's idle measure, the same /proc sums
 from xla_train.cli.main import main

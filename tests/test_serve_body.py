@@ -11,7 +11,7 @@ import socket
 import numpy as np
 import pytest
 
-from conftest import require
+from helpers import require
 from serving import Server, held_out_digits, png, request, write_checkpoint
 from xla_train.serve.predictor import load_for_inference
 

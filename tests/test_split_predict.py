@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from helpers import run_cli
 from test_imdb import write_aclimdb
 from xla_train import api
 from xla_train.cli.main import main

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import cli_env, run_cli
+from helpers import cli_env, run_cli
 from xla_train.cli.main import main
 
 PREDICT_ROWS = 16  # a multiple of 8, so the live check can shard it like a batch
@@ -323,7 +323,7 @@ def test_bf16_batch_norm_statistics_on_eight_devices_are_no_worse_than_on_one(tm
     and 1 device (torch_xla's own batch_norm), each against the same run in float32. The running statistics a
     checkpoint keeps must be no further from float32's on 8 devices than on 1. Measured (XLA:CPU, 2026-11-24): worst
     layer 5.7e-3 relative on 1 device, 6.1e-3 on 8; with the statistics left in bf16, 0.96 on 8 devices."""
-    from conftest import write_cifar10
+    from helpers import write_cifar10
 
     data = write_cifar10(tmp_path / "data", per_batch=205)  # 1,025 images: 16 steps of 64 an epoch
     args = (

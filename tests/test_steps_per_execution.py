@@ -15,7 +15,7 @@ import csv
 import pytest
 import torch
 
-from conftest import run_cli, write_cifar10
+from helpers import run_cli, write_cifar10
 from test_imdb import write_aclimdb
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
@@ -470,7 +470,7 @@ def test_the_while_loop_runs_the_same_steps_as_the_unrolled_program(tmp_path):
     import subprocess
     import sys
 
-    from conftest import cli_env
+    from helpers import cli_env
 
     proc = subprocess.run(
         [sys.executable, "-c", WHILE_AGAINST_UNROLLED], env=cli_env(), capture_output=True, text=True, timeout=300

@@ -6,7 +6,7 @@ The XLA checks run in one subprocess (the XLA runtime is fixed for a process's l
 
 from __future__ import annotations
 
-from conftest import script_json
+from helpers import script_json
 
 ON_XLA = r"""
 import json

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import cli_env
+from helpers import cli_env
 from xla_train.runtime.tpu_lock import EMULATE_ENV
 
 KERNEL = """

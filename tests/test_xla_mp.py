@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import TESTS, cli_env, path_with_tests
+from helpers import TESTS, cli_env, path_with_tests
 
 SETTINGS = {
     "strategy": "xla_mp",

@@ -1,0 +1,140 @@
+"""Subprocesses: XLA's device count and SPMD mode are fixed for a process's life, so CLI runs and XLA
+scripts run in their own, with limits that follow how busy the machine is."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def cli_env(devices: int = 1, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
+    env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})
+    env.update(extra)
+    return env
+
+
+# A known small job (start Python, import torch, 400 small matmuls) and how long it took on a quiet machine: 2.0 s
+# on the 2-core AMD EPYC VM, 2026-11-28. A subprocess's time limit stretches by how much slower the job runs now.
+PACE_JOB = "import torch\nx = torch.randn(256, 256)\nfor _ in range(400):\n    x = torch.tanh(x @ x)\n"
+
+
+PACE_QUIET_S = 2.0
+
+
+PACE_MOST = 20.0  # never wait more than 20 times a limit: a hang still ends
+
+
+def machine_pace() -> float:
+    """How many times slower than on a quiet machine this one runs the known job now (at least 1)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", PACE_JOB], capture_output=True, timeout=PACE_QUIET_S * PACE_MOST)
+    return max(1.0, (time.perf_counter() - start) / PACE_QUIET_S)
+
+
+def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(command, capture_output=True, text=True) whose time limit follows the machine: when
+    `timeout` seconds have passed, the known job is timed, and the limit becomes timeout times how much slower it
+    ran than on a quiet machine (measured again at each new limit, at most PACE_MOST times `timeout`). On a
+    machine shared with other test runs a slow child is waited for; on a quiet one a hung child fails as before."""
+    start = time.perf_counter()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        limit = timeout
+        while True:
+            try:
+                out, err = proc.communicate(timeout=max(0.0, limit - (time.perf_counter() - start)))
+                return subprocess.CompletedProcess(command, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                stretched = min(timeout * pace(), timeout * PACE_MOST)
+                if stretched <= time.perf_counter() - start:
+                    proc.kill()
+                    out, err = proc.communicate()
+                    raise subprocess.TimeoutExpired(command, time.perf_counter() - start, out, err) from None
+                print(
+                    f"run_paced: {command[1:3]} past {limit:.0f} s; the machine runs slow: waiting to {stretched:.0f} s"
+                )
+                limit = stretched
+
+
+def script_json(code: str, env: dict | None = None, cwd=None, timeout: int = 300):
+    """Runs `python -c code` (on one XLA:CPU device unless `env` says otherwise) and returns its last line of
+    output read as JSON; a script that fails fails the test, with the end of its stderr."""
+    proc = run_paced([sys.executable, "-c", code], timeout, cwd=cwd, env=env or cli_env(1))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def path_with_tests() -> str:
+    """PYTHONPATH for a subprocess that imports from tests/ (user_nets, probes): tests/ before the caller's own
+    PYTHONPATH, which may name the checkout under test (an editable install elsewhere would otherwise win)."""
+    return os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def new_user_env(**extra) -> dict:
+    """The environment a new user has: none of the suite's XLA or pip settings (README command 1 as written)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_", "PIP_"))}
+    env.pop("PYTHONPATH", None)
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+POD_FIT = (  # a short quickstart fit of a tiny net, as every emulated pod test runs it
+    "recipe=quickstart",
+    "model.net.class_path=probes.TinyNet",
+    "predict_samples=0",
+    "--trainer.limit_val_batches=1",
+    "--trainer.num_sanity_val_steps=0",
+)
+
+
+def run_pod(work_of, args_of, timeout: int = 150) -> list[subprocess.CompletedProcess]:
+    """Two emulated pod hosts (tests/pod_host.py, 1 XLA:CPU device each) started together: host h runs in the
+    folder work_of(h) with POD_FIT plus args_of(h)."""
+    port = str(free_port())
+
+    def host(h: int):
+        work = work_of(h)
+        work.mkdir(parents=True, exist_ok=True)
+        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        command = [sys.executable, str(TESTS / "pod_host.py"), *POD_FIT, *args_of(h)]
+        return run_paced(command, timeout, cwd=work, env=env)
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(host, (0, 1)))
+
+
+def run_cli(
+    *args: str, cwd: Path, devices: int = 1, timeout: int = 600, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    proc = run_paced(
+        [sys.executable, str(TESTS / "fixture_cli.py"), *args], timeout, cwd=cwd, env=env or cli_env(devices)
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"CLI failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout[-4000:]}\nSTDERR:\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def require(module: str):
+    """A package of the test extra: a test that needs it is skipped where it is missing, except under CI=true
+    (.ci/run installs the extra), where a broken install fails instead of passing with tests skipped."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
