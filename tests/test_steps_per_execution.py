@@ -56,25 +56,33 @@ def epochs(work) -> dict[int, dict[str, float]]:
     return out
 
 
-def assert_same_training(a, b, tol=1e-5, first_epoch=0, steps=16):
+def assert_same_training(a, b, tol=1e-5, first_epoch=0, steps=16, stray=0.0, bound=0.0, metric_tol=1e-5):
     """Same step count, weights and optimizer state; the same metrics for every epoch from `first_epoch` (a
-    resumed run's interrupted epoch reports only the steps after the resume)."""
+    resumed run's interrupted epoch reports only the steps after the resume). `stray`: the share of the weights'
+    (and of the optimizer state's) elements that may lie beyond `tol`, none of them further than `bound`."""
     ca, cb = last_checkpoint(a), last_checkpoint(b)
     assert ca["global_step"] == cb["global_step"] == steps
-    for k in ca["state_dict"]:
-        torch.testing.assert_close(ca["state_dict"][k], cb["state_dict"][k], atol=tol, rtol=0, msg=k)
     sa, sb = ca["optimizer_states"][0]["state"], cb["optimizer_states"][0]["state"]
-    assert sa.keys() == sb.keys()
-    for i in sa:  # the optimizer state is torch.optim's own, whichever K wrote it
-        assert sa[i].keys() == sb[i].keys()
-        for k in sa[i]:
-            torch.testing.assert_close(sa[i][k], sb[i][k], atol=tol, rtol=1e-4, msg=f"{i}.{k}")
+    assert sa.keys() == sb.keys() and all(sa[i].keys() == sb[i].keys() for i in sa)
+    weights = [(k, ca["state_dict"][k], cb["state_dict"][k], 0) for k in ca["state_dict"]]
+    moments = [(f"{i}.{k}", sa[i][k], sb[i][k], 1e-4) for i in sa for k in sa[i]]  # torch.optim's own state
+    for pairs in (weights, moments):
+        if not stray:
+            for name, x, y, rtol in pairs:
+                torch.testing.assert_close(x, y, atol=tol, rtol=rtol, msg=name)
+            continue
+        off, total, worst = 0, 0, 0.0
+        for _, x, y, rtol in pairs:
+            gap = (x.double() - y.double()).abs()
+            off += int((gap > tol + rtol * y.double().abs()).sum())
+            total, worst = total + x.numel(), max(worst, float(gap.max()) if gap.numel() else 0.0)
+        assert off <= stray * total and worst <= bound, (pairs[0][0], off, total, worst)
     ea, eb = epochs(a), epochs(b)
     assert ea.keys() == eb.keys() and len(ea) >= 2
     for e in [e for e in ea if e >= first_epoch]:
         for k in METRICS:
             if k in ea[e] or k in eb[e]:
-                assert abs(ea[e][k] - eb[e][k]) < 1e-5, (e, k, ea[e][k], eb[e][k])
+                assert abs(ea[e][k] - eb[e][k]) < metric_tol, (e, k, ea[e][k], eb[e][k])
 
 
 @pytest.fixture(scope="module")
@@ -102,12 +110,14 @@ def test_device_resident_data_trains_exactly_as_streamed_batches(cnn_runs):
 def test_eight_steps_per_execution_train_as_one_at_a_time_cnn(cnn_runs):
     """Adam and dropout; 12 steps an epoch, so groups of 8 and 4 alternate. Lightning still counts single steps.
 
-    The losses agree to 1e-5 (measured: 2e-7), so the steps and their dropout masks are the same; the weights to
-    1e-4. The two programs fuse differently, and Adam answers a near-zero gradient's last bits with up to a whole
-    learning-rate step (1e-3): after 16 steps the weights were 2.8e-6 apart with torch_xla's dropout and 2.3e-5
-    with XLA:CPU's hashed one (runtime/dropout.py), 5.7e-5 with its seed held constant (identical masks)."""
+    The losses agree to 1e-5 (1e-4 allowed: 3e-5 on a CPU without AVX-512), so the steps and their dropout masks
+    are the same; the weights and Adam's state to
+    1e-4, but for a few elements. The two programs fuse differently, and Adam answers a near-zero gradient's last
+    bits with up to a whole learning-rate step (1e-3). On CPUs with AVX-512 every weight stayed within 1e-4; on an
+    AMD EPYC without it 23 of 1,676,984 weights (1.4e-5 of them) and a few hundred of Adam's moments (of millions)
+    were further apart, at most 1.6e-3. So: at most 0.1% of the elements beyond 1e-4, none beyond 5e-3."""
     runs, procs = cnn_runs
-    assert_same_training(runs[1], runs[8], tol=1e-4)
+    assert_same_training(runs[1], runs[8], tol=1e-4, stray=1e-3, bound=5e-3, metric_tol=1e-4)
     assert "12/12 - " in procs[8].stdout and "ms/step (host " in procs[8].stdout
 
 
