@@ -131,7 +131,7 @@ def rnn() -> dict:
     on embedded ids with padding in front; also that the swap leaves nn modules behind."""
     from xla_train.models.lstm import SentimentLSTM
     from xla_train.runtime.engine.jax.recurrence import jax_recurrence
-    from xla_train.runtime.scan_rnn import restore_rnn, use_scan_rnn
+    from xla_train.runtime.layers.scan_rnn import restore_rnn, use_scan_rnn
 
     g = torch.Generator().manual_seed(3)
     out = {}

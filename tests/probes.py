@@ -17,7 +17,7 @@ from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
 from xla_train.models.lstm import SentimentLSTM
 from xla_train.runtime.accelerators import TracingAccelerator
-from xla_train.runtime.single_device import ModelOnXLA
+from xla_train.runtime.engine.torch_xla.engine import OneDevice, TorchXlaEngine
 
 
 class AutocastProbe(pl.Callback):
@@ -259,28 +259,15 @@ class TestCompiles(pl.Callback):
             json.dump({"validations": self.validations, "test_compiles": self._compiles() - self._start}, f)
 
 
-class _PlainPlacement:
-    """What Lightning's strategy does beneath ModelOnXLA: the model to its device, and back to the CPU."""
-
-    def model_to_device(self):
-        self.model.to(self.root_device)
-
-    def teardown(self):
-        self.model.to("cpu")
-
-
-class ModelOnXLAOnly(ModelOnXLA, _PlainPlacement):
-    """ModelOnXLA's swaps and their undoing without a Trainer; the caller sets `model` and `root_device`."""
-
-
 def swaps_in_fit(model, device) -> tuple[list[bool], list[str]]:
-    """Which layers of `model` ModelOnXLA swaps while it is on `device`, and their class names after teardown."""
+    """Which layers of `model` the torch_xla engine swaps while it is on `device`, and their class names after it
+    gives the model back (the strategy's Lightning moves beneath it: to the device, and back to the CPU)."""
     own = [type(m) for m in model]
-    s = ModelOnXLAOnly()
-    s.model, s.root_device = model, device
-    s.model_to_device()
+    engine = TorchXlaEngine(OneDevice(device))
+    engine.place_model(model, lambda: model.to(device))
     swapped = [type(m) is not t for m, t in zip(model, own)]
-    s.teardown()
+    model.to("cpu")
+    engine.restore_model(model)
     return swapped, [type(m).__name__ for m in model]
 
 
@@ -308,7 +295,7 @@ class OneCore(TracingAccelerator):  # for tests/mp_host.py; picklable here, for 
 def _one_core_strategy():
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
+    from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
 
     class MultiProcessOnOneCore(XLAMultiProcessStrategy):
         """Lightning's XLAStrategy.setup_distributed refuses one device, only because torch_xla would call the

@@ -1,4 +1,4 @@
-"""runtime/dropout.py: dropout on XLA:CPU keeps each element with probability 1 - p, independently, scaled as torch
+"""runtime/layers/dropout.py: dropout on XLA:CPU keeps each element with probability 1 - p, independently, scaled as torch
 scales it, decided by the step's seed, with one random number drawn per call instead of one per element."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import re
 import torch, torch_xla
 from torch import nn
-from xla_train.runtime.dropout import use_hashed_dropout
+from xla_train.runtime.layers.dropout import use_hashed_dropout
 from probes import swaps_in_fit
 
 dev = torch_xla.device()

@@ -49,7 +49,7 @@ def test_fit_trims_the_host_heap_after_its_first_steps_and_every_epoch(xla_run):
 
 def test_batch_norm_counters_moved_to_the_device_as_data_count_every_step(xla_run):
     """The net's 0-dim buffers go to the device as data, not as the IR constants .to() makes of a 0 or a 1
-    (runtime/single_device.py); each BatchNorm's num_batches_tracked still counts the run's 10 steps."""
+    (runtime/engine/torch_xla/strategy.py); each BatchNorm's num_batches_tracked still counts the run's 10 steps."""
     run, _ = xla_run
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     counters = {k: int(v) for k, v in state.items() if k.endswith("num_batches_tracked")}
@@ -66,7 +66,7 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
 
 def test_the_first_training_step_compiles_the_program_every_later_step_runs(xla_run):
     """One training program: auto runs every step through the program its first step traced, Adam's state sent as
-    data before it (runtime/steps_per_execution.py), where torch's first step made that state inside its own graph,
+    data before it (runtime/engine/torch_xla/engine.py), where torch's first step made that state inside its own graph,
     a second program compiled for that step alone (Lightning's own step: tests/test_optimizer_state.py)."""
     _, proc = xla_run
     assert "steps per execution: 1 (auto" in proc.stdout, proc.stdout

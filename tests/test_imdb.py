@@ -411,7 +411,7 @@ def test_padding_does_not_change_the_prediction():
 SCAN_CHECK = """
 import sys, torch, torch_xla
 from xla_train.models.lstm import MaskedLSTM, SentimentLSTM
-from xla_train.runtime.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
+from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 torch.manual_seed(0)
 dev = torch_xla.device()
 
@@ -464,8 +464,8 @@ with torch.no_grad():
 
 # Every XLA strategy swaps the scan in on the device and nn.LSTM back at teardown (xla_mp as in a spawned worker).
 from xla_train.runtime.accelerators import PJRTAccelerator
-from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
-from xla_train.runtime.single_device import XLASingleDeviceStrategy
+from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
+from xla_train.runtime.engine.torch_xla.strategy import XLASingleDeviceStrategy
 from xla_train.training.module import Classifier
 
 for strategy in (XLASingleDeviceStrategy(0, PJRTAccelerator()), XLAMultiProcessStrategy(PJRTAccelerator())):

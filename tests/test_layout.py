@@ -122,13 +122,13 @@ def test_the_import_graph_sees_relative_and_private_imports(tmp_path, monkeypatc
     fake = tmp_path / "xla_train" / "models"
     fake.mkdir(parents=True)
     (fake / "probe.py").write_text(
-        "from ..runtime import spmd\nfrom . import cnn\nimport xla_train.runtime._x\n"
+        "from ..runtime.engine.torch_xla import spmd\nfrom . import cnn\nimport xla_train.runtime._x\n"
         "def f():\n    from ..checkpoint import to_cpu\n"
     )
     monkeypatch.setitem(MODULES, "xla_train.models.probe", fake / "probe.py")
     monkeypatch.setitem(MODULES, "xla_train.runtime._x", fake / "probe.py")
     assert imports("xla_train.models.probe") == {
-        "xla_train.runtime.spmd",
+        "xla_train.runtime.engine.torch_xla.spmd",
         "xla_train.models.cnn",
         "xla_train.runtime._x",
         "xla_train.checkpoint",

@@ -1,4 +1,4 @@
-"""runtime/linear_grad.py: nn.Linear on XLA gives stock autograd's gradients, with the weight's in its own shape."""
+"""runtime/layers/linear_grad.py: nn.Linear on XLA gives stock autograd's gradients, with the weight's in its own shape."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ SCRIPT = r"""
 import json
 import torch, torch_xla
 from torch import nn
-from xla_train.runtime.linear_grad import restore_linear, use_xla_linear
+from xla_train.runtime.layers.linear_grad import restore_linear, use_xla_linear
 
 dev = torch_xla.device()
 torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""runtime/max_pool.py: max pooling over tiling windows on XLA:CPU gives torch's values and gradients exactly,
+"""runtime/layers/max_pool.py: max pooling over tiling windows on XLA:CPU gives torch's values and gradients exactly,
 without select-and-scatter, and only where the windows tile the input."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch, torch_xla
 import torch.nn.functional as F
 from torch import nn
 from xla_train import compat
-from xla_train.runtime.max_pool import use_tiled_max_pool
+from xla_train.runtime.layers.max_pool import use_tiled_max_pool
 from probes import swaps_in_fit
 
 dev = torch_xla.device()

@@ -158,7 +158,7 @@ def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
 
 _SHARDED = """
 import torch, torch_xla, torch_xla.distributed.spmd as xs
-from xla_train.runtime.spmd import data_mesh, enable_spmd, require_replicated
+from xla_train.runtime.engine.torch_xla.spmd import data_mesh, enable_spmd, require_replicated
 from xla_train.errors import HardwareError
 enable_spmd()
 mesh, device = data_mesh(4), torch_xla.device()

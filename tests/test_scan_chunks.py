@@ -1,4 +1,4 @@
-"""runtime/scan_loop.py and the chunked scans of runtime/scan_rnn.py: K time steps per While iteration compute what
+"""runtime/engine/torch_xla/scan_loop.py and the chunked scans of runtime/layers/scan_rnn.py: K time steps per While iteration compute what
 one step per iteration computes, forward and backward, also where K does not divide the sequence length (masked
 steps are put in front) and with front padding masked, and the loop is built once per body and shapes.
 
@@ -16,9 +16,9 @@ ON_XLA = r"""
 import json
 import torch, torch_xla
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
-from xla_train.runtime import scan_loop as loop_module
-from xla_train.runtime.scan_loop import scan_loop
-from xla_train.runtime.scan_rnn import ScanRNN
+from xla_train.runtime.engine.torch_xla import scan_loop as loop_module
+from xla_train.runtime.engine.torch_xla.scan_loop import scan_loop
+from xla_train.runtime.layers.scan_rnn import ScanRNN
 
 torch.manual_seed(0)
 dev = torch_xla.device()
@@ -174,7 +174,7 @@ def test_xla_train_scan_chunk_sets_the_chunk_of_every_scan_built_after(monkeypat
     from torch import nn
 
     from xla_train.errors import ConfigError
-    from xla_train.runtime.scan_rnn import CHUNK, CHUNK_ENV, ScanRNN
+    from xla_train.runtime.layers.scan_rnn import CHUNK, CHUNK_ENV, ScanRNN
 
     monkeypatch.delenv(CHUNK_ENV, raising=False)
     assert ScanRNN(nn.LSTM(3, 4)).chunk == CHUNK

@@ -1,4 +1,4 @@
-"""runtime/scan_rnn.py: nn.LSTM, nn.GRU and nn.RNN run on XLA as scans that compute what nn computes on the CPU,
+"""runtime/layers/scan_rnn.py: nn.LSTM, nn.GRU and nn.RNN run on XLA as scans that compute what nn computes on the CPU,
 whose compiled graph does not grow with the sequence length, and that hand the nn module back with the trained
 weights. What the scan cannot run stays as it is, with one warning naming it.
 
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from helpers import script_json
-from xla_train.runtime.scan_rnn import ScanRNN, use_scan_rnn
+from xla_train.runtime.layers.scan_rnn import ScanRNN, use_scan_rnn
 
 ON_XLA = r"""
 import json, warnings
@@ -23,7 +23,7 @@ import torch_xla.debug.metrics as met
 from torch import nn
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
 from torch.nn.utils.rnn import pack_padded_sequence
-from xla_train.runtime.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
+from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 
 torch.manual_seed(0)
 dev, cpu = torch_xla.device(), torch.device("cpu")
@@ -312,7 +312,7 @@ COMPILED = r"""
 import glob, json, os, re, sys
 import torch, torch_xla
 from torch.nn.modules import rnn
-from xla_train.runtime.scan_rnn import ScanRNN
+from xla_train.runtime.layers.scan_rnn import ScanRNN
 
 dev, (t, n, h) = torch_xla.device(), (50, 8, 16)
 found = {}

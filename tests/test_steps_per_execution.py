@@ -425,7 +425,7 @@ from torch_xla.debug import metrics as met
 from xla_train.objective import masked_stats
 from xla_train.runtime.backend import xla
 device_data = xla().to_device
-from xla_train.runtime.step_program import StepProgram
+from xla_train.runtime.engine.torch_xla.step_program import StepProgram
 dev = torch_xla.device()
 torch.manual_seed(0)
 images, labels = torch.randn(50, 3, 8, 8).to(dev), torch.randint(0, 4, (50,)).to(dev)  # resident data: constants

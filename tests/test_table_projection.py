@@ -1,4 +1,4 @@
-"""runtime/table_projection.py: an RNN reading an nn.Embedding's output on XLA projects the embedding table instead of
+"""runtime/layers/table_projection.py: an RNN reading an nn.Embedding's output on XLA projects the embedding table instead of
 every token, with nn's outputs and gradients, and only where its input is that output, unchanged.
 
 The XLA checks run in one subprocess (the XLA runtime is fixed for a process's life) and report as JSON.
@@ -13,7 +13,7 @@ import json
 import torch, torch_xla
 from torch import nn
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
-import xla_train.runtime.scan_rnn as scan_rnn
+import xla_train.runtime.layers.scan_rnn as scan_rnn
 from xla_train.models.lstm import SentimentLSTM
 
 dev = torch_xla.device()

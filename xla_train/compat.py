@@ -178,124 +178,7 @@ def set_type(parser, dest_prefix: str, typehint) -> None:
             action._typehint = typehint
 
 
-# --- torch_xla ------------------------------------------------------------------------------------------------
-
-
-def tpu_chips_on_pci_bus() -> int:
-    """TPU chips attached to this host: torch_xla._internal.tpu reads /sys only, never the network."""
-    from torch_xla._internal import tpu
-
-    return tpu.num_available_chips()
-
-
-def xla_runtime_started() -> bool:
-    """torch_xla._XLAC._xla_runtime_is_initialized, which xmp.spawn itself checks (_internal/pjrt.py)."""
-    import torch_xla
-
-    return torch_xla._XLAC._xla_runtime_is_initialized()
-
-
-def xla_sharded_across_devices(tensor) -> bool:
-    """Whether an XLA tensor's data is split over devices: torch_xla's own test in its distributed checkpoint
-    (experimental/distributed_checkpoint/_helpers.py, _is_sharded_tensor: a sharding type other than
-    REPLICATED), on _XLAC._get_xla_sharding_type (None: no sharding annotation, a full copy per device)."""
-    import torch_xla
-    from torch_xla.distributed.spmd import ShardingType
-
-    kind = torch_xla._XLAC._get_xla_sharding_type(tensor)
-    return kind is not None and ShardingType(kind) != ShardingType.REPLICATED
-
-
-def xla_mark_sharding(tensor, op_sharding) -> None:
-    """What `xs.mark_sharding` does for a plain XLA tensor (`torch_xla/distributed/spmd/xla_sharding.py`, 2.9.0):
-    `_XLAC._xla_mark_sharding` with the mesh's OpSharding, here built once by the caller. The public function
-    rebuilds it and probes for jax/torchax on every call, a cost paid for every state tensor of every K-step
-    execution (docs/layout.md, "Private APIs and patches")."""
-    import torch_xla
-
-    torch_xla._XLAC._xla_mark_sharding(tensor, op_sharding)
-
-
-# The lazy-tensor internals behind runtime/step_program.py and runtime/scan_loop.py, as torch_xla's own
-# experimental/gradient_accumulation.py and experimental/scan.py use them (2.9.0).
-
-
-def xla_pending(tensors) -> bool:
-    """Whether any of these tensors holds pending (traced, not yet run) work instead of device data."""
-    import torch_xla
-
-    return any(torch_xla._XLAC._check_tensor_need_materialization(list(tensors)))
-
-
-def xla_to_cpu(tensors) -> list:
-    """XLA tensors as CPU tensors, all in one transfer: `_XLAC._xla_get_cpu_tensors`, the call behind `.cpu()`
-    (torch_xla 2.9.0's tensor methods) and behind Lightning's XLACheckpointIO (xm._maybe_convert_to_cpu), given
-    the whole list instead of one tensor a call. Pending work behind them runs as one graph."""
-    import torch_xla
-
-    return torch_xla._XLAC._xla_get_cpu_tensors(list(tensors))
-
-
-def xla_materialize(tensors) -> None:
-    """Run the pending work behind these tensors as one graph, without ending the step: unlike torch_xla.sync(),
-    the device's random seed does not advance (SyncTensorsGraph, not MarkStep)."""
-    import torch_xla
-
-    torch_xla._XLAC._xla_sync_multi(list(tensors), devices=[], wait=False, sync_xla_data=False)
-
-
-def xla_graph_inputs(outputs, inputs) -> tuple[list[int], list]:
-    """(tensor ids, device data) of the inputs of the graph that computes `outputs`, in parameter order;
-    `inputs` names the tensors whose ids should be reported as theirs."""
-    import torch_xla
-
-    return torch_xla._XLAC._get_tensors_xla_device_data_node(list(outputs), list(inputs))
-
-
-def xla_hlo_module(outputs) -> bytes:
-    """The HLO module (serialised proto) of the graph that computes `outputs`, a tuple in their order."""
-    import torch_xla
-
-    return torch_xla._XLAC._get_xla_tensors_hlo_proto(list(outputs))
-
-
-def xla_tensor_id(tensor) -> int:
-    import torch_xla
-
-    return torch_xla._XLAC._xla_get_tensor_id(tensor)
-
-
-def xla_seed_input_id() -> int:
-    """The id under which a graph's random-number seed appears among its inputs."""
-    import torch_xla
-
-    return torch_xla._XLAC._get_seed_info_id()
-
-
-def xla_seed_after_step(seed: int) -> int:
-    """The device seed after torch_xla.sync(): XLAGraphExecutor::DeviceContextArena::MarkStep sets
-    seed = 1012031 + seed * 7012063 (uint64; csrc/xla_graph_executor.cpp, 2.9.0). steps_per_execution keeps a
-    step's batch without a sync, and gives the next step the seed that sync would have given it."""
-    return (1012031 + (seed & (2**64 - 1)) * 7012063) & (2**64 - 1)
-
-
-def xla_lowered(outputs, inputs) -> tuple[bytes, list[int], int]:
-    """(HLO module, parameter number of each of `inputs` or -1 where unused, how many parameters) of the graph that
-    computes `outputs`, lowered as torch_xla's scan lowers its body (experimental/scan.py, _scan_impl_flat, 2.9.0:
-    a LoweringContext, where every tensor without pending work becomes a parameter; runtime/scan_loop.py)."""
-    import torch_xla
-
-    ctx = torch_xla._XLAC.lowering.LoweringContext("FnComputation")
-    ctx.set_name_string("fn_ctx")
-    ctx.build(list(outputs))
-    return ctx.hlo(), [ctx.tensor_parameter_id(t) for t in inputs], len(ctx.device_parameter_id_tensor_mapping())
-
-
-def xla_user_computation(name: str, inputs, computation) -> list:
-    """Pending tensors for the outputs of an xla_builder computation applied to `inputs`."""
-    import torch_xla
-
-    return torch_xla._XLAC._xla_user_computation(name, list(inputs), computation)
+# --- torch (torch_xla's private uses: runtime/engine/torch_xla/compat.py) --------------------------------------
 
 
 def mark_optimizer_stepped(optimizer) -> None:
@@ -304,73 +187,13 @@ def mark_optimizer_stepped(optimizer) -> None:
     optimizer._opt_called = True
 
 
-def tpu_worker_hosts() -> list[str]:
-    """The TPU VM hosts of this slice, in worker-id order (`torch_xla/_internal/tpu.py`, `get_worker_ips`, 2.9.0):
-    from TPU_WORKER_HOSTNAMES where TPU_SKIP_MDS_QUERY is set (GKE, xpk), else from the metadata server; ['localhost']
-    for one host. No device work, unlike the `xla://` rendezvous's own search for host 0 under SPMD, which runs a
-    transfer over every device (`_spmd_find_master_ip`)."""
-    from torch_xla._internal import tpu
-
-    return tpu.get_worker_ips()
-
-
-def tpu_worker_index() -> int:
-    """This TPU VM's worker id in its slice (`torch_xla/_internal/tpu.py`, `worker_id`, 2.9.0: TPU_WORKER_ID or
-    CLOUD_TPU_TASK_ID where TPU_SKIP_MDS_QUERY is set, else the metadata server), which is the process index
-    under SPMD; readable before the runtime starts, unlike xr.process_index()."""
-    from torch_xla._internal import tpu
-
-    if len(tpu_worker_hosts()) == 1:
-        return 0
-    return tpu.worker_id()
-
-
 # --- process-wide patches: each with its install and its undo ------------------------------------------------
-
-_SYNC_ORIGINALS: tuple | None = None
-
-
-def time_xla_syncs() -> list[float]:
-    """Install: torch_xla.sync and xm.mark_step rebound to wrappers that add their wall and CPU seconds, and the
-    compile seconds spent inside them, to the returned [wall, cpu, compile] (runtime/backend.py,
-    XLABackend.sync_clock). mark_step calls sync: the outer call counts once. Undo: untime_xla_syncs()."""
-    global _SYNC_ORIGINALS
-    import time
-
-    import torch_xla
-    import torch_xla.core.xla_model as xm
-    from torch_xla.debug import metrics as met
-
-    spent, depth = [0.0, 0.0, 0.0], [0]
-
-    def compiled_s() -> float:
-        data = met.metric_data("CompileTime")
-        return data[1] / 1e9 if data else 0.0
-
-    def timed(fn):
-        def wrapper(*args, **kwargs):
-            depth[0] += 1
-            t0, c0, k0 = time.perf_counter(), time.thread_time(), compiled_s()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-                if not depth[0]:
-                    spent[0] += time.perf_counter() - t0
-                    spent[1] += time.thread_time() - c0
-                    spent[2] += compiled_s() - k0
-
-        return wrapper
-
-    _SYNC_ORIGINALS = (torch_xla.sync, xm.mark_step)
-    torch_xla.sync, xm.mark_step = timed(torch_xla.sync), timed(xm.mark_step)
-    return spent
 
 
 def swap_forward(module, classes: tuple, forward) -> dict:
     """Install: every layer of `module` that is an instance of `classes` gets, as its class, a subclass of its own
     class whose forward is `forward`; its state dict keys, parameters and isinstance checks stay as they were
-    (runtime/spmd.py's reduction BatchNorm). A layer whose class has a forward of its own (a user's subclass) keeps
+    (runtime/engine/torch_xla/spmd.py's reduction BatchNorm). A layer whose class has a forward of its own (a user's subclass) keeps
     it: `forward` goes beneath it, in place of the listed class's, so that its `super().forward()` runs `forward`.
     Returns {layer: its own class}. Undo: restore_classes()."""
     made = _SWAPPED.setdefault(forward, {})
@@ -406,7 +229,7 @@ def restore_classes(changed: dict) -> None:
 
 def set_rank_zero_only(rank: int) -> int:
     """Install: the process-wide rank of Lightning's and Fabric's `rank_zero_only` (a module global that gates their
-    loggers and messages), for a pod host that Lightning counts as rank 0 of 1 (runtime/spmd.py). Returns the
+    loggers and messages), for a pod host that Lightning counts as rank 0 of 1 (runtime/engine/torch_xla/spmd.py). Returns the
     previous rank; undo: set_rank_zero_only(previous)."""
     from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -435,17 +258,6 @@ def undo_channels_last_inputs(net) -> None:
     if handle is not None:
         handle.remove()
         net.to(memory_format=torch.contiguous_format)
-
-
-def untime_xla_syncs() -> None:
-    """Undo time_xla_syncs()."""
-    global _SYNC_ORIGINALS
-    if _SYNC_ORIGINALS is not None:
-        import torch_xla
-        import torch_xla.core.xla_model as xm
-
-        torch_xla.sync, xm.mark_step = _SYNC_ORIGINALS
-        _SYNC_ORIGINALS = None
 
 
 _INDUCTOR_CALLBACKS: tuple | None = None  # (start, end, [count, seconds, start of the open compilation])
@@ -493,6 +305,13 @@ def untime_inductor_compiles() -> None:
         _INDUCTOR_CALLBACKS = None
 
 
+def tpu_chips_on_pci_bus() -> int:
+    """TPU chips attached to this host: torch_xla._internal.tpu reads /sys only, never the network."""
+    from torch_xla._internal import tpu
+
+    return tpu.num_available_chips()
+
+
 _LIGHTNING_TPU_PROBES: dict | None = None
 
 
@@ -534,7 +353,7 @@ def keep_torch_gru() -> None:
     """Install: torch.nn.GRU back to torch's own class where importing torch_xla replaced it with torch_xla's scan
     GRU (torch_xla/_patched_functions.py, _apply_patches), which runs on XLA tensors only: an nn.GRU built after a
     fit on XLA (a notebook's next cell, a CPU run, load_for_inference) would fail on the CPU. Every nn.GRU still
-    runs as a loop on XLA: runtime/scan_rnn.py swaps it in on the device. Nothing happens before torch_xla is
+    runs as a loop on XLA: runtime/layers/scan_rnn.py swaps it in on the device. Nothing happens before torch_xla is
     imported."""
     global _TORCH_XLA_GRU
     from torch import nn

@@ -319,8 +319,8 @@ class PlainLoop(Loop):
     def steps(self, plan, model, dm) -> Stopwatch:
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
         from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
-        from xla_train.runtime.scan_rnn import use_scan_rnn
-        from xla_train.runtime.single_device import device_loader
+        from xla_train.runtime.layers.scan_rnn import use_scan_rnn
+        from xla_train.runtime.engine.torch_xla.strategy import device_loader
 
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device

@@ -113,7 +113,7 @@ class Backend:
         return "auto", ""
 
     def execution_loop(self, setting: str = "auto", accelerator: str = "") -> str:
-        """How K steps run as one program (runtime/step_program.py): what execution_loop=auto means here."""
+        """How K steps run as one program (runtime/engine/torch_xla/step_program.py): what execution_loop=auto means here."""
         if setting not in EXECUTION_LOOPS:
             raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
         return "unroll" if setting == "auto" else setting
@@ -243,13 +243,13 @@ class XLABackend(Backend):
         Such a call hashes the graph, looks it up and dispatches it, but it also waits for the device while the
         previous step's execution still runs, and XLA:CPU sometimes runs the whole execution inside it, so a host
         clock around a step cannot tell the host's share from the device's without knowing this. The timing
-        wrappers are installed once, for the life of the process (compat.py lists the patch)."""
+        wrappers are installed once, for the life of the process (runtime/engine/torch_xla/compat.py lists the patch)."""
         global _SYNC_SECONDS
         which = 2 if compiling else 1 if cpu else 0
         if _SYNC_SECONDS is None:
-            from xla_train import compat
+            from xla_train.runtime.engine.torch_xla import compat as xla_compat
 
-            _SYNC_SECONDS = compat.time_xla_syncs()
+            _SYNC_SECONDS = xla_compat.time_xla_syncs()
         return lambda: _SYNC_SECONDS[which]
 
     def rng_state(self, device):

@@ -10,7 +10,7 @@ from typing import Any
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
-from xla_train import compat
+from xla_train.runtime.engine.torch_xla import compat as xla_compat
 from xla_train.checkpoint import atomic_save, safe_load, tensors_in
 
 
@@ -21,7 +21,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         optimizer's state is a transfer each, and on a TPU a round trip to the device each (docs/results.md,
         "Start-up and exit")."""
         on_xla = [t for t in tensors_in(checkpoint) if t.device.type == "xla"]
-        moved = dict(zip(map(id, on_xla), compat.xla_to_cpu(on_xla))) if on_xla else None
+        moved = dict(zip(map(id, on_xla), xla_compat.xla_to_cpu(on_xla))) if on_xla else None
         atomic_save(checkpoint, path, moved)
 
     @override

@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass
 
 from xla_train import compat
+from xla_train.runtime.engine.torch_xla import compat as xla_compat
 from xla_train.runtime import fast_path as fast
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.backend import backend_for
@@ -99,7 +100,7 @@ def torch_xla_imports() -> bool:
 
 
 def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str, bool]:
-    """(K, what auto chose and why, whether the run's length still decides it: runtime/steps_per_execution.py,
+    """(K, what auto chose and why, whether the run's length still decides it: runtime/engine/grouped_steps.py,
     fit_to_run). auto is the backend's answer for the loop; off XLA and under xla_mp, one step at a time as
     Lightning runs it."""
     if setting != "auto":
@@ -205,10 +206,11 @@ def plan_hardware(
         matmul_precision
     )  # before the first trace (the runtime is up, nothing traced); not after
     plan.matmul_precision, plan.runtime_note = matmul_precision, runtime_note
+    from xla_train.runtime.engine.grouped_steps import GroupedSteps, Grouping
+
     strat = plan.trainer_kwargs["strategy"]
-    strat.steps_per_execution, strat.execution_loop = steps_per_execution, loop
-    strat.auto_steps = strat.trace_once = bool(note)  # auto on XLA: even a group of one is traced once
-    strat.grouping_note, strat.auto_pending = note, pending
+    if isinstance(strat, GroupedSteps):  # not xla_mp's, which runs one step at a time
+        strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending))
     return plan
 
 
@@ -316,11 +318,9 @@ def configure_compile_cache(setting: str | None) -> bool | None:
         return None
     import torch_xla.runtime as xr
 
-    from xla_train import compat
-
     path = default_compile_cache() if auto else setting
     # the runtime has not started: the process index is the worker id
-    readonly = not auto and compat.tpu_worker_index() != 0
+    readonly = not auto and xla_compat.tpu_worker_index() != 0
     os.makedirs(path, exist_ok=True)
     xr.initialize_cache(os.path.abspath(path), readonly=readonly)
     return readonly
@@ -329,7 +329,7 @@ def configure_compile_cache(setting: str | None) -> bool | None:
 def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, num_nodes=1) -> HardwarePlan:
     from xla_train.runtime.accelerators import PJRTAccelerator, TPUAccelerator
     from xla_train.runtime.devices import configure_pjrt, parse_device_count
-    from xla_train.runtime.multihost import host_topology
+    from xla_train.runtime.engine.torch_xla.multihost import host_topology
 
     if strategy not in XLA_STRATEGIES:
         raise ConfigError(
@@ -360,7 +360,7 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
     n = parse_device_count(devices, topo.local_devices)
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
     if n == 1 and strategy != "spmd" and not topo.multi_host:
-        from xla_train.runtime.single_device import XLASingleDeviceStrategy
+        from xla_train.runtime.engine.torch_xla.strategy import XLASingleDeviceStrategy
 
         strat = XLASingleDeviceStrategy(0, accelerator=accelerator, precision_plugin=plugin)
     else:
@@ -371,7 +371,7 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
                 f"for several devices)" + ("" if topo.multi_host else " or devices=1")
             )
         _check_spmd_devices(n, topo)
-        from xla_train.runtime.spmd import SPMDStrategy
+        from xla_train.runtime.engine.torch_xla.spmd import SPMDStrategy
 
         strat = SPMDStrategy(n, accelerator=accelerator, precision_plugin=plugin, topology=topo)
     # The accelerator and the precision travel inside the strategy; Lightning refuses them twice.
@@ -407,7 +407,7 @@ def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> Har
     must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator (under
     TracingAccelerator) counts the cores without starting it."""
     from xla_train.runtime.accelerators import TracingAccelerator
-    from xla_train.runtime.multiprocess import XLAMultiProcessStrategy
+    from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
 
     if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
         raise HardwareError(

@@ -1,19 +1,40 @@
-"""What the strategies of both runtimes share where K training steps run as one program: Lightning still counts
-single steps, so a strategy keeps each step's batch and runs the group when it is full or when the state must be
-true (the end of an epoch or of max_steps, a checkpoint, validation); the optimizer's update and the gradient run
-inside the program, so Lightning's backward and step do nothing. Each runtime says how a group runs (`flush`)."""
+"""What the Lightning strategies of both runtimes share where K training steps run as one program.
+
+Lightning's loop, callbacks, scheduler, checkpoints and resume all count single steps, so the strategy keeps each
+step's batch with its learning-rate row and its random key, and hands every K to its engine (runtime/engine/
+interface.py) to run as one program traced once, the optimizer's update inside; auto's K=1 is such a program too.
+A group runs early, with the steps it has, whenever the state must be true: at the end of an epoch or of max_steps,
+before a checkpoint, before validation (docs/feeding.md, "Keep a TPU fed"). The gradient and the update run inside the
+program, so Lightning's backward and optimizer step do nothing for a kept step.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
 from typing_extensions import override
 
 from xla_train.errors import ConfigError
-from xla_train.runtime.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a run groups its steps, as the hardware plan decides it (runtime/plan.py)."""
+
+    k: int = 1  # steps_per_execution
+    loop: str = "unroll"  # or "while"
+    note: str = ""  # what auto chose, and why; empty where K was set by hand
+    pending: bool = False  # auto, and the run's length still decides K (fit_to_run)
 
 
 class GroupedSteps:
-    """For a Lightning strategy whose steps run as programs of K (runtime/steps_per_execution.py for torch_xla,
-    runtime/engine/jax/strategy.py for JAX)."""
+    """For a Lightning strategy whose steps its engine runs as programs of K (`self.engine`: torch_xla's
+    runtime/engine/torch_xla/strategy.py, JAX's runtime/engine/jax/strategy.py)."""
+
+    engine = None  # the runtime's Engine (runtime/engine/interface.py)
+    fallback = True  # whether a step that cannot be a program can run as Lightning's own step (auto's K=1)
 
     steps_per_execution = 1
     execution_loop = "unroll"  # or "while"; runtime/plan.py resolves auto
@@ -22,7 +43,15 @@ class GroupedSteps:
     auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
     grouping_note = ""  # what auto chose, and why (the run report prints it)
     grouping_what = "steps_per_execution>1"  # what runs the update inside a program, in an error's words
-    _group: list | tuple = ()  # the kept steps of the group in progress
+    _group: list | tuple = ()  # the kept steps of the group in progress: (batch, row, key)
+    _signature = None  # the shapes and dtypes of the group's batches
+
+    def plan_grouping(self, grouping: Grouping) -> None:
+        """The plan's K and loop; with a note, auto chose them, and even a group of one is traced once."""
+        self.steps_per_execution, self.execution_loop = grouping.k, grouping.loop
+        self.auto_steps = bool(grouping.note)
+        self.trace_once = self.trace_once or self.auto_steps
+        self.grouping_note, self.auto_pending = grouping.note, grouping.pending
 
     @property
     def backend(self):
@@ -75,7 +104,74 @@ class GroupedSteps:
 
     def flush(self, materialize: bool = False) -> None:
         """Run the kept steps now; with `materialize`, so that the torch module and optimizer hold their result."""
-        raise NotImplementedError
+        if self._group:
+            group, self._group = self._group, []
+            batches, rows, keys = ([g[i] for g in group] for i in range(3))
+            self.engine.train(batches, rows, keys, self.steps_per_execution)
+        if materialize and self.engine is not None:
+            self.engine.to_torch()
+
+    @override
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        self._group, self._signature = [], None
+        if not self._grouping or trainer.state.fn != "fit":
+            return
+        try:
+            self.check_groupable(trainer)
+        except ConfigError as e:
+            if not (self.auto_steps and self.fallback):
+                raise
+            self._one_step_at_a_time(str(e))
+
+    def _one_step_at_a_time(self, why: str) -> None:
+        """auto, where this run's steps cannot be a program: Lightning's own step, and the report says why."""
+        self.steps_per_execution, self.trace_once, self.auto_pending = 1, False, False
+        self.grouping_note = f"1 (auto: {why})"
+
+    @override
+    def training_step(self, *args, **kwargs):
+        if not self._grouping:
+            return super().training_step(*args, **kwargs)
+        batch, batch_idx = tuple(args[0]), args[1]
+        trainer = self.lightning_module.trainer
+        opt = self.engine.optimizer(trainer.optimizers[0])
+        signature = tuple((tuple(t.shape), t.dtype) for t in batch)
+        if self._group and signature != self._signature:  # a batch of new shapes: its own group and program
+            self.flush()
+        row = opt.scalars(opt.steps_done + len(self._group) + 1)
+        if not self._group:
+            self._signature = signature
+            reads = self.engine.start_group(batch, row, self.steps_per_execution)
+            if reads:
+                self._traced_step_reads_host(reads)
+                return super().training_step(*args, **kwargs)  # auto, and the step cannot be a program
+        self._group.append((batch, row, self.engine.step_key(trainer.global_step + len(self._group))))
+        if self.group_ends_at(batch_idx):
+            self.flush()
+        return torch.tensor(float("nan"))  # the loss of a single step is not read back: it stays on the device
+
+    def _traced_step_reads_host(self, reads: int) -> None:
+        what = (
+            f"the training step read device values on the host while traced ({reads} read(s): an .item(), a print, "
+            f"a shape that depends on the data such as x[mask]), so a program of it would keep the first batch's"
+        )
+        if not (self.auto_steps and self.fallback):
+            raise ConfigError(f"steps_per_execution={self.steps_per_execution}: {what}; use steps_per_execution=1")
+        self._one_step_at_a_time(f"{what}; Lightning traces it at every step")
+        self._group = []
+        if self.is_global_zero:
+            print(f"steps per execution: {self.grouping_note}", flush=True)
+
+    @override
+    def optimizer_step(self, optimizer, closure, model=None, **kwargs):
+        if not self._grouping:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        result = closure()  # the training step: keeps the batch, and runs the group when it is full
+        if not self._grouping:  # its trace read the host, so it ran as Lightning's own step (its gradients are set)
+            return super().optimizer_step(optimizer, lambda: result, model, **kwargs)
+        self.engine.after_step(optimizer, self.at_execution_end)
+        return result
 
     @override
     def on_train_start(self) -> None:

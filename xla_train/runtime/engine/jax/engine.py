@@ -21,10 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from xla_train.compat import mark_optimizer_stepped
 from xla_train.errors import ConfigError
 from xla_train.runtime.engine.jax import compat
 from xla_train.runtime.engine.jax.backend import JAX_BACKEND, PROGRAM_PREFIX
-from xla_train.runtime.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.engine.interface import Engine
 
 DATA_AXIS = "data"
 
@@ -57,7 +59,7 @@ def host_array(t: torch.Tensor) -> np.ndarray:
     return a.astype(np.int32) if a.dtype == np.int64 else a
 
 
-class JaxEngine:
+class JaxEngine(Engine):
     """One module's steps on `devices` JAX devices. `loop`: how K steps run ("unroll" or "while")."""
 
     def __init__(
@@ -333,6 +335,20 @@ class JaxEngine:
         import jax
 
         return jax.device_put(host_array(t), self.batch if t.dim() else self.replicated)
+
+    # --- a group of steps (runtime/engine/interface.py) --------------------------------------------------------
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
+        self.ensure_state(optimizer)
+        return self.opt
+
+    def start_group(self, batch, row, k: int) -> int:
+        return 0  # jit traces at the first call; a step that reads the host is refused there (_execute)
+
+    def step_key(self, step: int) -> int:
+        return step  # folded into the run's key inside the program
+
+    def after_step(self, optimizer, at_execution_end: bool) -> None:
+        mark_optimizer_stepped(optimizer)
 
     def train(self, batches, rows: Sequence[Sequence[float]], steps: Sequence[int], k: int) -> None:
         """Run len(batches) <= k training steps as one program of k; the state stays on the devices, dispatched."""

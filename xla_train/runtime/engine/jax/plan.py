@@ -29,7 +29,8 @@ def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution,
         steps_per_execution, note, pending = JAX_BACKEND.auto_steps(loop)
     from xla_train.runtime.engine.jax.strategy import JaxStrategy
 
+    from xla_train.runtime.engine.grouped_steps import Grouping
+
     strat = JaxStrategy(found, loop, p, matmul_precision)
-    strat.steps_per_execution, strat.grouping_note, strat.auto_pending = steps_per_execution, note, pending
-    strat.auto_steps = bool(note)
+    strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending))
     return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}

@@ -1,9 +1,9 @@
-"""The scan's recurrence on JAX: runtime/scan_rnn.py's ScanRNN with each layer and direction as a jax.lax.scan.
+"""The scan's recurrence on JAX: runtime/layers/scan_rnn.py's ScanRNN with each layer and direction as a jax.lax.scan.
 
 torchax would trace nn.LSTM step by step, so its program, compile time and memory grew with the sequence length
 (docs/hardware.md, "The LSTM on XLA"). Here ScanRNN runs as on torch_xla (the input projected in one matmul, the
 table projected where an embedding feeds it, masks, layers, directions), and only its recurrence changes: a lax.scan
-of the cell's own torch step (runtime/rnn_cells.py) on torchax views, with a jax.custom_vjp whose backward is a second
+of the cell's own torch step (runtime/layers/rnn_cells.py) on torchax views, with a jax.custom_vjp whose backward is a second
 scan of the cell's hand-written step_back, over the factors the forward saved, and the weight gradients one product
 over all steps after it: JAX's own derivative of the forward scan would save and recompute more.
 """
@@ -67,6 +67,6 @@ def _recurrence(cell, chunk: int):
 
 
 def jax_recurrence(cell, chunk, gx, keep, *tensors):
-    """ScanRNN's recurrence (runtime/scan_rnn.py, _Recurrence's contract) on torchax tensors."""
+    """ScanRNN's recurrence (runtime/layers/scan_rnn.py, _Recurrence's contract) on torchax tensors."""
     out = _recurrence(cell, chunk)(*jax_view((gx, keep, *tensors)))
     return torch_view(tuple(out))

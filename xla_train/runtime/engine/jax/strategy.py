@@ -25,7 +25,8 @@ from xla_train.runtime.engine.jax.engine import JaxEngine
 
 class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     strategy_name = "jax"
-    trace_once = True  # every step is the engine's program: there is no Lightning step to fall back to
+    trace_once = True  # every step is the engine's program
+    fallback = False  # there is no Lightning step to fall back to: what cannot be a program is refused, in one line
     grouping_what = "runtime=jax"
 
     def __init__(self, devices: list, loop: str = "unroll", precision: str = "32", matmul_precision: str = "default"):
@@ -91,12 +92,12 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     @override
     def model_to_device(self) -> None:
         """The module stays on the host; its state goes to the devices as arrays. On XLA:CPU, max pooling over tiling
-        windows runs as a reduction and dropout hashes its mask, as on torch_xla (runtime/max_pool.py,
-        runtime/dropout.py): JAX's select-and-scatter and random bits cost XLA:CPU as much as torch_xla's do."""
-        from xla_train.runtime.dropout import use_hashed_dropout
+        windows runs as a reduction and dropout hashes its mask, as on torch_xla (runtime/layers/max_pool.py,
+        runtime/layers/dropout.py): JAX's select-and-scatter and random bits cost XLA:CPU as much as torch_xla's do."""
+        from xla_train.runtime.layers.dropout import use_hashed_dropout
         from xla_train.runtime.engine.jax.recurrence import jax_recurrence
-        from xla_train.runtime.max_pool import use_tiled_max_pool
-        from xla_train.runtime.scan_rnn import use_scan_rnn
+        from xla_train.runtime.layers.max_pool import use_tiled_max_pool
+        from xla_train.runtime.layers.scan_rnn import use_scan_rnn
 
         use_scan_rnn(self.model, recurrence=jax_recurrence)  # every nn.LSTM, nn.GRU, nn.RNN as a scan
         self._swapped = {}
@@ -114,38 +115,8 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         JAX_BACKEND.listen()
         JAX_BACKEND.engine = self.engine
         self.engine.bind(self.lightning_module, torch.initial_seed())
-        self._group = []
-        if trainer.state.fn == "fit":
-            self.check_groupable(trainer)  # no Lightning step to fall back to: refused, in one line
 
-    # --- the steps ---------------------------------------------------------------------------------------------
-    @override
-    def training_step(self, *args, **kwargs):
-        batch, batch_idx = tuple(args[0]), args[1]
-        trainer = self.lightning_module.trainer
-        self.engine.ensure_state(trainer.optimizers[0])
-        opt = self.engine.opt
-        step = trainer.global_step + len(self._group)
-        self._group.append((batch, opt.scalars(opt.steps_done + len(self._group) + 1), step))
-        if self.group_ends_at(batch_idx):
-            self.flush()
-        return torch.tensor(float("nan"))  # a step's loss stays on the device
-
-    @override
-    def optimizer_step(self, optimizer, closure, model=None, **kwargs):
-        result = closure()  # the training step: keeps the batch, and runs the group when it is full
-        compat.mark_optimizer_stepped(optimizer)
-        return result
-
-    @override
-    def flush(self, materialize: bool = False) -> None:
-        if self._group:
-            group, self._group = self._group, []
-            batches, rows, steps = ([g[i] for g in group] for i in range(3))
-            self.engine.train(batches, rows, steps, self.steps_per_execution)
-        if materialize:
-            self.engine.to_torch()
-
+    # --- the steps: training steps are GroupedSteps', run by the engine; evaluation one batch a program ---------
     @override
     def validation_step(self, *args, **kwargs):
         self._evaluate("validation_step", "val", args[0])
@@ -186,7 +157,7 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         self.flush(materialize=True)
         JAX_BACKEND.engine = None
         super().teardown()
-        from xla_train.runtime.scan_rnn import restore_rnn
+        from xla_train.runtime.layers.scan_rnn import restore_rnn
 
         restore_rnn(self.model)
         compat.restore_classes(getattr(self, "_swapped", {}))

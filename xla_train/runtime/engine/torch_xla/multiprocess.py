@@ -14,14 +14,32 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.single_device import ModelOnXLA, device_loader
+from xla_train.runtime.engine.torch_xla.engine import OneDevice, TorchXlaEngine
+from xla_train.runtime.engine.torch_xla.strategy import device_loader
 
 
-class XLAMultiProcessStrategy(ModelOnXLA, compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):
+class XLAMultiProcessStrategy(compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):
     """Lightning's XLAStrategy with the atomic checkpoint writer, the device loader that shows Lightning the
-    sampler to reshuffle, and the scan RNNs."""
+    sampler to reshuffle, and the engine's model placement (the scan RNNs); one step at a time."""
 
     strategy_name = "xla_mp"
+    engine: TorchXlaEngine | None = None  # made in each worker, on its own device
+
+    @override
+    def model_to_device(self) -> None:
+        self.engine = TorchXlaEngine(OneDevice(self.root_device))
+        self.engine.place_model(self.model, super().model_to_device)
+
+    @override
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self.engine.prime_optimizers(self.optimizers)
+
+    @override
+    def teardown(self) -> None:
+        super().teardown()  # moves the model back to the CPU
+        if self.engine is not None:
+            self.engine.restore_model(self.model)
 
     def worker_results(self, trainer) -> dict:
         return worker_results(trainer)

@@ -1,10 +1,11 @@
-"""Lightning strategies for XLA devices.
+"""The Lightning strategy of the torch_xla runtime: Lightning keeps the loop, the callbacks, the logging and the
+checkpoints' timing; the engine (runtime/engine/torch_xla/engine.py) places the model and runs K steps as one program.
 
 The single-device strategy is Lightning's own, taking its device from the current torch_xla API and writing
 checkpoints through the atomic writer. Batches go through torch_xla's MpDeviceLoader, which overlaps
 host-to-device copies with compute and cuts the lazy graph after every batch, so each step is one cached graph.
-Every nn.LSTM, nn.GRU and nn.RNN runs as scans (runtime/scan_rnn.py), whose compile time does not grow with the
-sequence length, and with steps_per_execution > 1 K steps run as one program (runtime/steps_per_execution.py).
+Every nn.LSTM, nn.GRU and nn.RNN runs as scans (runtime/layers/scan_rnn.py), whose compile time does not grow with
+the sequence length. SPMD over n devices is this strategy with the mesh's placement (spmd.py).
 """
 
 from __future__ import annotations
@@ -14,83 +15,46 @@ from lightning.pytorch.strategies import SingleDeviceXLAStrategy
 from typing_extensions import override
 
 from xla_train import compat
+from xla_train.runtime.backend import backend_of
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.steps_per_execution import StepsPerExecution
+from xla_train.runtime.engine.grouped_steps import GroupedSteps
+from xla_train.runtime.engine.torch_xla.engine import OneDevice, TorchXlaEngine
 
 
-class ModelOnXLA:
-    """For any XLA strategy, how the model moves to the device.
+class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
+    strategy_name = "xla_single"
 
-    nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as loops, with the same
-    parameters, until teardown gives the model its nn modules back for the CPU. nn.Linear layers compute their
-    weight gradient in the weight's own shape (runtime/linear_grad.py) until then too, and on XLA:CPU max pooling
-    over tiling windows runs as a reduction (runtime/max_pool.py) and dropout hashes its mask (runtime/dropout.py).
+    def __init__(self, index: int = 0, accelerator=None, precision_plugin=None, placement=None):
+        import torch_xla
 
-    Its 0-dim buffers (BatchNorm's num_batches_tracked) go as data: `.to(device)` makes a scalar 0 or 1 an IR
-    constant, which the loader's first sync then compiled as a graph of its own (no inputs, one output per
-    buffer) at the first validation or training batch. So does the optimizer's state, made before the first step
-    (runtime/optimizer_state.py).
-    """
+        compat.init_single_device_xla_strategy(self, torch_xla.device(index), accelerator, precision_plugin)
+        self.engine = TorchXlaEngine(placement or OneDevice(self.root_device))
+
+    @property
+    def backend(self):
+        return backend_of(self.root_device)
+
+    def default_checkpoint_io(self) -> AtomicCheckpointIO:
+        return AtomicCheckpointIO()
+
+    @override
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        self.engine.bind(self.lightning_module, self.precision_plugin.train_step_context, self.execution_loop)
 
     @override
     def model_to_device(self) -> None:
-        from xla_train.runtime.backend import xla
-        from xla_train.runtime.dropout import use_hashed_dropout
-        from xla_train.runtime.linear_grad import use_xla_linear
-        from xla_train.runtime.max_pool import use_tiled_max_pool
-        from xla_train.runtime.scan_rnn import use_scan_rnn
-
-        scalars = [
-            (m, name, b)
-            for m in self.model.modules()
-            for name, b in m.named_buffers(recurse=False)
-            if b.dim() == 0 and b.device.type == "cpu"
-        ]
-        use_scan_rnn(self.model)
-        self._swapped = use_xla_linear(self.model)  # {layer: its own class}, for teardown
-        if xla().platform() == "CPU":  # a TPU has select-and-scatter and a random-bit generator of its own
-            self._swapped.update(use_tiled_max_pool(self.model))
-            self._swapped.update(use_hashed_dropout(self.model))
-        super().model_to_device()
-        if scalars:
-            import torch_xla.core.xla_model as xm
-
-            on_device = xm.send_cpu_data_to_device([b for _, _, b in scalars], self.root_device)
-            for (module, name, _), tensor in zip(scalars, on_device):
-                setattr(module, name, tensor)
+        self.engine.place_model(self.model, super().model_to_device)
 
     @override
     def on_train_start(self) -> None:
-        """Adam's and SGD's state made as data before the first step (runtime/optimizer_state.py), after any resume
-        has restored its own: otherwise the first step compiles a program that no later step runs."""
         super().on_train_start()
-        import torch_xla.core.xla_model as xm
-
-        from xla_train.runtime.optimizer_state import prime_optimizer_state
-
-        for optimizer in self.optimizers:
-            prime_optimizer_state(optimizer, lambda ts: xm.send_cpu_data_to_device(ts, self.root_device))
+        self.engine.prime_optimizers(self.optimizers)
 
     @override
     def teardown(self) -> None:
         super().teardown()  # moves the model back to the CPU
-        from xla_train.runtime.scan_rnn import restore_rnn
-
-        restore_rnn(self.model)  # ...where the nn modules, not the scans, run them
-        compat.restore_classes(getattr(self, "_swapped", {}))
-        self._swapped = {}
-
-
-class XLASingleDeviceStrategy(StepsPerExecution, ModelOnXLA, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
-    strategy_name = "xla_single"
-
-    def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
-        import torch_xla
-
-        compat.init_single_device_xla_strategy(self, torch_xla.device(index), accelerator, precision_plugin)
-
-    def default_checkpoint_io(self) -> AtomicCheckpointIO:
-        return AtomicCheckpointIO()
+        self.engine.restore_model(self.model)
 
     @override
     def process_dataloader(self, dataloader):
@@ -98,7 +62,7 @@ class XLASingleDeviceStrategy(StepsPerExecution, ModelOnXLA, compat.OwnCheckpoin
 
     def rows_to_device(self, rows: torch.Tensor) -> torch.Tensor:
         """A batch-like host tensor, placed as a loaded batch is (data/batching.py, the epoch's order)."""
-        return rows.to(self.root_device)
+        return self.engine.placement.rows(rows)
 
 
 def device_loader(dataloader, device, **kwargs):

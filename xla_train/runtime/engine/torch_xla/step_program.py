@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from xla_train import compat
+from xla_train.runtime.engine.torch_xla import compat as xla_compat
 from xla_train.runtime.backend import xla
 
 MASK64 = (1 << 64) - 1
@@ -90,17 +90,17 @@ class StepProgram:
         state, batch, shared = list(state), list(batch), list(shared)
         traced = Layout(state=len(state), batch=len(batch), scalars=1, shared=len(shared))
         inputs = traced.join(state=state, batch=batch, scalars=[scalars], shared=shared)
-        if compat.xla_pending(inputs):
+        if xla_compat.xla_pending(inputs):
             raise RuntimeError("steps_per_execution: the step's inputs must be materialised before tracing")
         new_state = list(step(state, batch, scalars))
         if len(new_state) != len(state):
             raise RuntimeError(f"the step returned {len(new_state)} state tensors for {len(state)}")
-        if compat.xla_pending(inputs):
+        if xla_compat.xla_pending(inputs):
             raise RuntimeError("steps_per_execution: the traced step modified one of its inputs in place")
-        ids, values = compat.xla_graph_inputs(new_state, inputs)
-        body = xb.computation_from_module_proto("xla_train_step", compat.xla_hlo_module(new_state))
-        where = {compat.xla_tensor_id(t): i for i, t in enumerate(inputs)}
-        seed_id = compat.xla_seed_input_id()
+        ids, values = xla_compat.xla_graph_inputs(new_state, inputs)
+        body = xb.computation_from_module_proto("xla_train_step", xla_compat.xla_hlo_module(new_state))
+        where = {xla_compat.xla_tensor_id(t): i for i, t in enumerate(inputs)}
+        seed_id = xla_compat.xla_seed_input_id()
         sources, consts = [], []
         for tid, value in zip(ids, values):
             if tid == seed_id:
@@ -221,4 +221,4 @@ class StepProgram:
             shared=list(shared),
             consts=self._consts,
         )
-        return compat.xla_user_computation("xla::xla_train_steps", params, self.computation)
+        return xla_compat.xla_user_computation("xla::xla_train_steps", params, self.computation)

@@ -21,10 +21,12 @@ from torch import nn
 from typing_extensions import override
 
 from xla_train import compat
+from xla_train.runtime.engine.torch_xla import compat as xla_compat
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
-from xla_train.runtime.multihost import HostChannel, HostTopology
-from xla_train.runtime.single_device import XLASingleDeviceStrategy, device_loader
+from xla_train.runtime.engine.torch_xla.engine import OneDevice
+from xla_train.runtime.engine.torch_xla.multihost import HostChannel, HostTopology
+from xla_train.runtime.engine.torch_xla.strategy import XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
 
@@ -129,7 +131,7 @@ def require_replicated(state, where: str = "checkpoint") -> None:
 
     def visit(obj, key: str) -> None:
         if isinstance(obj, torch.Tensor):
-            if obj.device.type == "xla" and compat.xla_sharded_across_devices(obj):
+            if obj.device.type == "xla" and xla_compat.xla_sharded_across_devices(obj):
                 split.append(key)
         elif isinstance(obj, dict):
             for k, v in obj.items():
@@ -154,21 +156,25 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     single-device strategy (its checkpoint writer and MpDeviceLoader included) with
     a sharded input and the device list Lightning needs to count n devices. With
     several hosts it is also one rank of a world of hosts, and passes the few
-    host-side answers Lightning shares between ranks over runtime/multihost.py's channel.
+    host-side answers Lightning shares between ranks over runtime/engine/torch_xla/multihost.py's channel.
     """
 
     strategy_name = "spmd"
 
     def __init__(self, num_devices: int, accelerator=None, precision_plugin=None, topology: HostTopology | None = None):
+        import torch_xla
+
         enable_spmd()
-        super().__init__(0, accelerator=accelerator, precision_plugin=precision_plugin)
         # num_devices are this host's; the mesh spans every host's (the same on a single host)
-        self.topology = topology or HostTopology(0, 1, num_devices, num_devices)
+        topology = topology or HostTopology(0, 1, num_devices, num_devices)
+        mesh = data_mesh(topology.global_devices)
+        placement = DataMesh(torch_xla.device(0), mesh, topology)
+        super().__init__(0, accelerator=accelerator, precision_plugin=precision_plugin, placement=placement)
+        self.topology, self.mesh = topology, mesh
         self.parallel_devices = [torch.device("xla", i) for i in range(num_devices)]
         self.cluster_environment = LightningEnvironment()  # one process per host: never launches any
         self.global_rank = self.node_rank = self.topology.process_index
         self.world_size = self.topology.process_count
-        self.mesh = data_mesh(self.topology.global_devices)
         self._batch_norms: dict[nn.Module, type] = {}
         self._channel: HostChannel | None = None
 
@@ -279,24 +285,31 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
         return device_loader(dataloader, self.root_device, input_sharding=sharding)
 
-    def rows_to_device(self, rows: torch.Tensor) -> torch.Tensor:
+
+class DataMesh(OneDevice):
+    """Where a program's tensors go under SPMD: each step's batch split over the `data` mesh, the state replicated."""
+
+    def __init__(self, device: torch.device, mesh, topology: HostTopology) -> None:
+        super().__init__(device)
+        self.mesh, self.topology = mesh, topology
+        self._replicated: dict = {}  # OpSharding by rank, built once
+
+    def rows(self, rows: torch.Tensor) -> torch.Tensor:
         """This host's rows of a batch-like tensor (dimension 0), placed as a loaded batch is: split over the
         mesh, each host sending its own rows of the global tensor."""
         import torch_xla.core.xla_model as xm
 
         sharding = batch_sharding(self.mesh, minibatch=self.topology.multi_host)
-        return xm.send_cpu_data_to_device([rows], self.root_device, input_sharding=sharding)[0]
+        return xm.send_cpu_data_to_device([rows], self.device, input_sharding=sharding)[0]
 
-    @override
     def pad_like(self, t: torch.Tensor) -> torch.Tensor:
         """Zeros placed as a loaded batch is: each host sends its own rows (the global batch / hosts); a step
         number is replicated."""
         if t.dim() == 0:
             return super().pad_like(t)
         rows = t.shape[0] // self.topology.process_count
-        return self.rows_to_device(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype))
+        return self.rows(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype))
 
-    @override
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
         """K stacked batches: each step's batch split over the mesh as a single batch is (dimension 1); K step
         numbers stay replicated. An annotation on pending work, so nothing runs here."""
@@ -307,15 +320,13 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         xs.mark_sharding(stacked, self.mesh, (None, DATA_AXIS) + (None,) * (stacked.dim() - 2))
         return stacked
 
-    @override
     def place_state(self, t: torch.Tensor) -> torch.Tensor:
         """Each state tensor the K program returns, marked replicated: the body was traced with the parameters'
         shardings but the program's outputs carry none, so sharding propagation would choose them, and a TPU's
         partitioner may split a parameter or a moment that a checkpoint then refuses (require_replicated). An
         annotation on pending work: nothing runs here."""
         if t.dim():
-            replicated = self.__dict__.setdefault("_replicated", {})  # OpSharding by rank, built once
-            if t.dim() not in replicated:
-                replicated[t.dim()] = self.mesh.get_op_sharding((None,) * t.dim())
-            compat.xla_mark_sharding(t, replicated[t.dim()])
+            if t.dim() not in self._replicated:
+                self._replicated[t.dim()] = self.mesh.get_op_sharding((None,) * t.dim())
+            xla_compat.xla_mark_sharding(t, self._replicated[t.dim()])
         return t

@@ -1,8 +1,8 @@
 """nn.LSTM, nn.GRU and nn.RNN as XLA While loops, swapped in when a model runs on XLA.
 
 XLA traces a recurrent layer step by step, so its compile time grows with the sequence length. Here each layer and
-direction projects its whole input in one matmul, and a While loop (runtime/scan_loop.py) runs the cell's step
-(runtime/rnn_cells.py), `chunk` steps per iteration (the reverse direction loops over the time-flipped sequence).
+direction projects its whole input in one matmul, and a While loop (runtime/engine/torch_xla/scan_loop.py) runs the cell's step
+(runtime/layers/rnn_cells.py), `chunk` steps per iteration (the reverse direction loops over the time-flipped sequence).
 The backward is a second loop written out per cell, not torch_xla scan's own autograd, which caches graphs whatever
 requires_grad and needs torchax under SPMD; both loops are batch-parallel, and the weight gradients are one matmul
 over all steps after them, so no collective runs inside a loop. The recurrent weight (and GRU's b_hh, which r
@@ -23,9 +23,9 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from xla_train.errors import ConfigError
-from xla_train.runtime.rnn_cells import CELLS, backward_body, forward_body
-from xla_train.runtime.scan_loop import scan_loop
-from xla_train.runtime.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
+from xla_train.runtime.layers.rnn_cells import CELLS, backward_body, forward_body
+from xla_train.runtime.engine.torch_xla.scan_loop import scan_loop
+from xla_train.runtime.layers.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
 
 # Time steps per While iteration: 1, by measurement on XLA:CPU (docs/hardware.md). An iteration of XLA:CPU's While
 # costs little beside the work in each iteration of the IMDB recipe's layer, so more steps per iteration saved
@@ -221,7 +221,7 @@ class ScanRNN(nn.Module):
 
     def _direction(self, suffix: str, x: torch.Tensor, keep: torch.Tensor, state0, rows=None):
         """One layer in one direction over x (T, N, E): its outputs (T, N, H) and final state. With rows, (ids (T, N),
-        embedding) whose table x was gathered from, the table is projected instead (runtime/table_projection.py)."""
+        embedding) whose table x was gathered from, the table is projected instead (runtime/layers/table_projection.py)."""
         w_ih, w_hh = getattr(self, f"weight_ih{suffix}"), getattr(self, f"weight_hh{suffix}")
         # Under autocast the projection runs in bf16; the recurrence keeps the weights' dtype throughout.
         gx = F.linear(x, w_ih) if rows is None else projected_rows(*rows, w_ih)
@@ -302,7 +302,9 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None) -> li
                     stacklevel=2,
                 )
     if swapped:
-        tag_embeddings(module)  # an RNN reading an embedding's output projects its table (runtime/table_projection.py)
+        tag_embeddings(
+            module
+        )  # an RNN reading an embedding's output projects its table (runtime/layers/table_projection.py)
     if swapped and verbose:
         print(
             f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time "

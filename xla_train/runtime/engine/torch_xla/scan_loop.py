@@ -13,7 +13,7 @@ import itertools
 
 import torch
 
-from xla_train import compat
+from xla_train.runtime.engine.torch_xla import compat as xla_compat
 
 _BUILT: dict = {}  # (body, k, reverse, shapes and dtypes) -> (While computation, the ys' shapes and dtypes)
 
@@ -42,7 +42,7 @@ def scan_loop(body, k: int, init: tuple, xs: tuple, reverse: bool = False, into:
         for m, (shape, dtype) in enumerate(y_specs)
     ]
     counter = torch.tensor(0, dtype=torch.int64, device=device)
-    out = compat.xla_user_computation("xla::scan", [counter, *init, *xs, *ys], computation)
+    out = xla_compat.xla_user_computation("xla::scan", [counter, *init, *xs, *ys], computation)
     return tuple(out[1 : 1 + len(init)]), tuple(out[1 + len(init) + len(xs) :])
 
 
@@ -55,7 +55,7 @@ def _build(body, k: int, init: tuple, xs: tuple, reverse: bool):
     carry, outputs = body(tuple(fake_carry), [tuple(s) for s in fake_steps])
     outputs = [tuple(o) for o in outputs]
     fakes = [*fake_carry, *itertools.chain(*fake_steps)]
-    hlo, ids, n_params = compat.xla_lowered([*carry, *itertools.chain(*outputs)], fakes)
+    hlo, ids, n_params = xla_compat.xla_lowered([*carry, *itertools.chain(*outputs)], fakes)
     if n_params != len({i for i in ids if i != -1}):
         raise ValueError(
             "the scan body uses a tensor other than its arguments (a captured tensor, or a Python scalar other "

@@ -3,7 +3,7 @@
 Layer 0's input projection E[ids] @ W_ih^T equals (E @ W_ih^T)[ids]: the IMDB recipe projects 10,000 table rows
 where it projected 64,000 tokens a step, and its backward scatter-adds the gates' gradients into those rows and takes
 two (V x E x 4H) matmuls, where it took two (N*T x E x 4H) ones before the same scatter. The same products, so the
-same model: only the order of the sums differs. The scan swaps it in on XLA (runtime/scan_rnn.py) where the table
+same model: only the order of the sums differs. The scan swaps it in on XLA (runtime/layers/scan_rnn.py) where the table
 has fewer rows than the batch has tokens, and only when the RNN reads the embedding's output itself: a hook tags that
 output with the ids and the table, and the tag holds only while the tensor is unchanged (its version), so dropout or
 a scale in between (a new tensor) or an in-place change (a new version) leaves the plain projection to run.

@@ -1,0 +1,43 @@
+"""What every XLA runtime's engine does for a fit's training steps, as one interface: the Lightning strategies of both
+runtimes (runtime/engine/grouped_steps.py) keep Lightning's single steps and hand them to their engine, K at a time,
+so neither strategy knows how a runtime traces, places or runs a program. torch_xla's engine is
+runtime/engine/torch_xla/engine.py, JAX's runtime/engine/jax/engine.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+
+
+class Engine:
+    """A runtime's engine: a group of training steps traced once and run as one program, their per-step random keys,
+    and the state given back to the torch module. Each method says what the strategy relies on."""
+
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
+        """The functional form of the fit's optimizer, made once per fit at its first step (after a resume has
+        restored the optimizer's state): its per-step scalars go into each step's row."""
+        raise NotImplementedError
+
+    def start_group(self, batch: tuple, row: Sequence[float], k: int) -> int:
+        """A group of up to `k` steps begins with `batch`: make its program if these shapes have none. Returns how
+        many device values the step read on the host while traced (0: it is a program; else it cannot be one)."""
+        raise NotImplementedError
+
+    def step_key(self, step: int):
+        """What the training step numbered `step` draws its random numbers from, kept with its batch."""
+        raise NotImplementedError
+
+    def train(self, batches: Sequence, rows: Sequence, keys: Sequence, k: int) -> None:
+        """Run len(batches) <= k kept steps as one program of k; the state stays on the devices, dispatched."""
+        raise NotImplementedError
+
+    def after_step(self, optimizer, at_execution_end: bool) -> None:
+        """Lightning's optimizer step for a kept step, whose update runs inside the program."""
+        raise NotImplementedError
+
+    def to_torch(self) -> None:
+        """Make the torch module and optimizer hold every step run so far (a checkpoint, the end of a fit)."""
+        raise NotImplementedError
