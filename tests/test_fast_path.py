@@ -140,6 +140,39 @@ def test_compile_auto_compiles_only_a_run_long_enough_to_pay_back(monkeypatch, c
     assert not cb.channels_last and "not a conv net" in cb.fast_path.summary()
 
 
+def test_an_explicit_bf16_runs_nn_lstm_in_float32_on_a_cpu_without_native_bf16_and_gives_the_class_back(cpu_with):
+    """oneDNN has no bf16 LSTM primitive there: under bf16 autocast nn.LSTM raised ('could not create a primitive
+    descriptor for the LSTM forward propagation primitive'). The layer runs in float32; the rest still autocasts."""
+    from xla_train.models.lstm import MaskedLSTM, SentimentLSTM
+
+    class Module(torch.nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+    cpu_with(None)
+    module = Module(SentimentLSTM(vocab_size=50))
+    cb = fast_path.FastPathCallback(fast_path.choose("cpu", "bf16-mixed", compile=False))
+    cb.setup(None, module, "fit")
+    seen = []
+    module.net.lstm.register_forward_hook(
+        lambda m, args, out: seen.append(out[0].data.dtype)
+    )  # a tensor, or a packed one
+    tokens = torch.randint(1, 50, (4, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = module.net(tokens)  # the masked path (tokens hold no padding id here: the mask is all real)
+        packed = torch.nn.utils.rnn.pack_padded_sequence(torch.randn(4, 12, 128), [12, 9, 5, 1], batch_first=True)
+        module.net.lstm(packed)
+    assert seen == [torch.float32, torch.float32] and logits.dtype == torch.bfloat16  # the head still autocasts
+    assert "nn.LSTM in float32" in cb.fast_path.summary()
+    cb.teardown(None, module, "fit")
+    assert type(module.net.lstm) is MaskedLSTM
+    cpu_with("avx512_bf16")  # native bf16: oneDNN has the primitive, and the layer is left alone
+    cb = fast_path.FastPathCallback(fast_path.choose("cpu", "bf16-mixed", compile=False))
+    cb.setup(None, module, "fit")
+    assert type(module.net.lstm) is MaskedLSTM and "nn.LSTM" not in cb.fast_path.summary()
+
+
 def _check_checkpoint_serves_like_fp32(ckpt_path, images, net=None):
     """float32 weights, no compiled wrapper's keys, and load_for_inference predicts as a plain fp32 load does."""
     from xla_train.checkpoint import net_state_dict, read_inference_block

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import lightning.pytorch as pl
 import torch
+from torch.nn.utils.rnn import PackedSequence
 from typing_extensions import override
 
 from xla_train import compat
@@ -44,6 +45,7 @@ class FastPath:
     channels_last: CompileSetting
     compile: CompileSetting
     why: dict[str, str] = field(default_factory=dict)
+    float32_lstm: bool = False  # bf16 asked for on a CPU without native bf16: nn.LSTM runs in float32
 
     def summary(self) -> str:
         cl = {True: "channels_last", False: "contiguous (NCHW)", "auto": "channels_last for conv nets"}
@@ -74,11 +76,11 @@ def choose(
                 )
         return None
     why = {}
+    native, lacks = backend.native_bf16()
     if precision is not None:
         why["precision"] = "precision= as given"
         precision = str(precision)
     else:
-        native, lacks = backend.native_bf16()
         precision = "bf16-mixed" if native else "32-true"
         why["precision"] = f"default: {native}" if native else f"default: {lacks}, where bf16 would be emulated"
     why["channels_last"] = "default: conv nets only" if channels_last == "auto" else "channels_last= as given"
@@ -91,7 +93,8 @@ def choose(
         compile, reason = backend.compile_default()
         if reason:
             why["compile"] = f"default: {reason}"
-    return FastPath(precision, channels_last, compile, why)
+    float32_lstm = backend.runs_on_host and precision.startswith("bf16") and not native
+    return FastPath(precision, channels_last, compile, why, float32_lstm)
 
 
 def is_conv_net(net: torch.nn.Module) -> bool:
@@ -105,6 +108,19 @@ def _to_channels_last(module, args):
     return None
 
 
+def _lstm_in_float32(self, input, hx=None):  # noqa: A002 (nn.LSTM's argument name)
+    """nn.LSTM's forward with autocast off and its input and state in float32: oneDNN has no bf16 LSTM primitive on
+    a CPU without native bf16, so under bf16 autocast the layer would fail there. What follows it still autocasts."""
+    with torch.autocast("cpu", enabled=False):
+        if isinstance(input, PackedSequence):
+            input = PackedSequence(input.data.float(), input.batch_sizes, input.sorted_indices, input.unsorted_indices)
+        elif input.is_floating_point():
+            input = input.float()
+        if hx is not None:
+            hx = tuple(h.float() for h in hx)
+        return torch.nn.LSTM.forward(self, input, hx)
+
+
 class FastPathCallback(pl.Callback):
     """Applies a FastPath to the Classifier's net, and reports torch.compile's compile time per epoch as
     XLA's is (the epoch line's `compile ... s`) through `publish(trainer, metrics)`, which training/ supplies:
@@ -113,6 +129,7 @@ class FastPathCallback(pl.Callback):
     def __init__(self, fast_path: FastPath, publish=None) -> None:
         self.fast_path, self.publish = fast_path, publish
         self.channels_last = self.compiled = False
+        self._float32_lstms: dict = {}  # {layer: its own class}, given back at teardown
         self._clock = compat.inductor_compile_clock()
         self._epoch_start = (0, 0.0)
 
@@ -125,6 +142,10 @@ class FastPathCallback(pl.Callback):
             fp.why["channels_last"] = "default: a conv net" if conv else "default: not a conv net"
         if self.channels_last:
             compat.channels_last_inputs(net, _to_channels_last)
+        if fp.float32_lstm and not self._float32_lstms:
+            self._float32_lstms = compat.swap_forward(net, (torch.nn.LSTM,), _lstm_in_float32)
+            if self._float32_lstms:
+                fp.why["precision"] += "; nn.LSTM in float32, as oneDNN has no bf16 LSTM without native bf16"
         if fp.compile == "auto":
             samples = self._training_samples(trainer) if stage == "fit" else 0
             pays = samples >= COMPILE_PAYBACK_SAMPLES
@@ -137,6 +158,11 @@ class FastPathCallback(pl.Callback):
             net.compile()  # in place: the state dict keeps its keys, no _orig_mod.
             self.compiled = True
         fp.channels_last = self.channels_last
+
+    @override
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        compat.restore_classes(self._float32_lstms)  # the net goes back as the user's own classes
+        self._float32_lstms = {}
 
     @staticmethod
     def _training_samples(trainer) -> int:
