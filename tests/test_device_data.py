@@ -13,7 +13,7 @@ import torch
 from helpers import cli_env, run_cli
 from xla_train.data.batching import PAD_LABEL
 from xla_train.data.cifar10 import CIFAR10DataModule
-from xla_train.data.images import PAD
+from xla_train.data.image_base import PAD
 from xla_train.errors import ConfigError
 from xla_train.preprocess.images import crop_flip, images_to_tensor
 

@@ -13,7 +13,7 @@ import xla_train
 from xla_train import api
 from xla_train.checkpoint import safe_load
 from xla_train.config.saved_run import split_data
-from xla_train.data.images import channel_mean_std
+from xla_train.data.image_base import channel_mean_std
 from xla_train.preprocess.images import decode_image
 from xla_train.serve.predictor import load_for_inference
 

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "xla_train"
+PEERS = PACKAGE / "bench" / "peers"  # the peers' scripts: run in their own environments, never imported
 
 
 def modules() -> dict[str, Path]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
+        if PEERS in path.parents:
+            continue
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
@@ -437,6 +440,20 @@ def test_every_override_names_a_method_of_a_base_class():
 
 def code_lines(path: Path) -> int:
     return sum(1 for ln in path.read_text().splitlines() if ln.strip())
+
+
+def test_the_peers_scripts_live_with_the_benchmarks_and_nothing_imports_them():
+    """One home for benchmarks: bench/ holds the bench command and, in bench/peers/, the peer scripts (Keras 3 on
+    JAX, a bare LitServe server, XLA:CPU's page faults), which import what xla_train does not (keras, jax) and run in
+    their own environments: scripts, not a package, so nothing imports them and no wheel ships them."""
+    import tomllib
+
+    assert sorted(p.name for p in PEERS.glob("*.py")), "bench/peers/ holds no script"
+    assert not (PEERS / "__init__.py").exists()
+    assert not (PACKAGE.parent / "benchmarks").exists(), "a second home for benchmarks"
+    assert not [m for m in MODULES for n in imports(m) if n.startswith("xla_train.bench.peers")]
+    packages = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert not [p for p in packages if "peers" in p]
 
 
 def test_benchmarks_are_at_most_a_quarter_of_the_package():

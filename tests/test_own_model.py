@@ -345,7 +345,7 @@ def test_images_take_their_statistics_from_training_alone_and_their_labels_from_
 
     from xla_train.data.arrays import ArraysDataModule
     from xla_train.data.image_folder import ImageFolderDataModule
-    from xla_train.data.images import channel_mean_std
+    from xla_train.data.image_base import channel_mean_std
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 40, (60, 8, 8, 3)).astype(np.uint8)

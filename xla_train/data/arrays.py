@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from xla_train.data.base import keep, with_test_split
-from xla_train.data.images import ImageTransform, MeasuredImageDataModule
+from xla_train.data.image_base import ImageTransform, MeasuredImageDataModule
 from xla_train.errors import ConfigError, DataError
 
 SPLIT_NAMES = {"train": "training", "val": "validation", "test": "test"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from xla_train.data.download import staged_download
-from xla_train.data.images import ImageDataModule
+from xla_train.data.image_base import ImageDataModule
 from xla_train.errors import DataError
 from xla_train.preprocess.images import CIFAR10_MEAN, CIFAR10_STD
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from xla_train.data.images import ImageDataModule
+from xla_train.data.image_base import ImageDataModule
 from xla_train.errors import ConfigError
 from xla_train.preprocess.images import resize_images
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from xla_train.data.base import with_test_split
 from xla_train.data.folders import IMAGE_SUFFIXES, folder_splits
-from xla_train.data.images import MeasuredImageDataModule
+from xla_train.data.image_base import MeasuredImageDataModule
 from xla_train.errors import ConfigError, DataError, UserError
 from xla_train.preprocess.images import decode_image
 

@@ -5,9 +5,9 @@ This is a peer measurement, not part of the package or its tests: it needs Keras
 so it runs in its own virtual environment, never the project's:
 
     python3 -m venv /tmp/kvenv && /tmp/kvenv/bin/pip install 'keras>=3.10,<4' 'jax[cpu]' scikit-learn
-    /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --model all --steps 24 --warmup 8 --rounds 1
-    /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --rounds 2
-    /tmp/kvenv/bin/python benchmarks/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --seeds 10
+    /tmp/kvenv/bin/python xla_train/bench/peers/keras_jax_peer.py --model all --steps 24 --warmup 8 --rounds 1
+    /tmp/kvenv/bin/python xla_train/bench/peers/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --rounds 2
+    /tmp/kvenv/bin/python xla_train/bench/peers/keras_jax_peer.py --job quickstart --xla-train-python .venv/bin/python --seeds 10
 
 Steps: synthetic data of the recipes' shapes and dtypes (a step's cost does not depend on the values). Two LSTMs:
 `lstm_tutorial` is the tutorial's own model as written (no mask: padding steps run like words), `lstm` is matched to

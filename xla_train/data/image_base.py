@@ -1,4 +1,4 @@
-"""Image data modules: uint8 NHWC arrays in memory, sent as uint8 and normalised on the device.
+"""The base of every image data module: uint8 NHWC arrays in memory, sent as uint8 and normalised on the device.
 
 Streamed batches are augmented on the host; resident ones (data.on_device) on
 the device, from its own random numbers. Both use preprocess/images.py's crop_flip.

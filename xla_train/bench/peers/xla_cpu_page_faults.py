@@ -4,10 +4,10 @@ glibc's largest mmap threshold), so glibc maps fresh zeroed pages for it every e
 glibc's malloc settings are environment variables, read at process start; compare them side by side in one
 session, alternating (docs/results.md, "XLA:CPU's fresh pages per execution"):
 
-    python benchmarks/xla_cpu_page_faults.py
-    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python benchmarks/xla_cpu_page_faults.py    # docs/hardware.md's shell setting
-    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_ARENA_MAX=2 python benchmarks/xla_cpu_page_faults.py
-    python benchmarks/xla_cpu_page_faults.py 4          # K=4 only (default: K=1, then K=4, in one process)
+    python xla_train/bench/peers/xla_cpu_page_faults.py
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python xla_train/bench/peers/xla_cpu_page_faults.py    # docs/hardware.md's shell setting
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_ARENA_MAX=2 python xla_train/bench/peers/xla_cpu_page_faults.py
+    python xla_train/bench/peers/xla_cpu_page_faults.py 4          # K=4 only (default: K=1, then K=4, in one process)
 
 Each execution is waited for before the next is traced (not pipelined as in training), so a step time is its
 execution's own; `python -m xla_train bench` gives the pipelined figure. A peer measurement, not part of the

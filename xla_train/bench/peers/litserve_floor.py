@@ -1,7 +1,7 @@
 """LitServe's own ceiling on this machine: a model that does nothing, batched by LitServe's own loop with `xla_train
 serve`'s defaults, under the closed-loop load `bench serve` uses (wrk). What it serves is the most any model can be
 served at through LitServe here, so it bounds what `bench serve` can reach against offline predict (docs/results.md,
-"Serving over HTTP under load"). A peer measurement, not part of the package: `python benchmarks/litserve_floor.py
+"Serving over HTTP under load"). A peer measurement, not part of the package: `python xla_train/bench/peers/litserve_floor.py
 [seconds]`.
 """
 
