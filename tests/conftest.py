@@ -1,5 +1,5 @@
-"""Shared fixtures: a tiny CIFAR-10 in torchvision's real on-disk format, and one short CPU run. The helpers the
-tests share live in tests/helpers/."""
+"""Shared fixtures: a tiny CIFAR-10 in torchvision's real on-disk format, and one short CPU run; and the
+`fresh_xla` marker's hook. The helpers the tests share live in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, write_cifar10
+from helpers import in_fresh_process, run_cli, run_in_fresh_process, write_cifar10
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +36,13 @@ def cpu_run(cifar_root, tmp_path_factory) -> Path:
         cwd=work,
     )
     return work / "runs" / "cifar10" / "version_0"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """`@pytest.mark.fresh_xla(devices=N)`: the test function runs in a new process on N XLA:CPU devices, not here."""
+    mark = pyfuncitem.get_closest_marker("fresh_xla")
+    if mark is None or in_fresh_process(pyfuncitem):
+        return None  # run here, as any test
+    run_in_fresh_process(pyfuncitem, **mark.kwargs)
+    return True

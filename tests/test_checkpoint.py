@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from helpers import cli_env
+from helpers import SCRIPTS, cli_env
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.errors import CheckpointError
 
@@ -198,42 +198,16 @@ def test_a_damaged_file_is_not_called_unsafe_and_torch_advice_is_never_quoted(tm
     assert "weights_only" not in line and "likely succeed" not in line and "\n" not in line
 
 
-XLA_SAVE = """
-import io, json, sys, torch, torch_xla
-import torch_xla.debug.metrics as met
-from xla_train.models import CifarCNN
-from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-device = torch_xla.device()
-net = CifarCNN().to(device)
-opt = torch.optim.Adam(net.parameters(), foreach=True)
-for _ in range(2):
-    opt.zero_grad()
-    net(torch.randn(4, 3, 32, 32).to(device)).sum().backward()
-    opt.step()
-    torch_xla.sync()
-state = {"state_dict": net.state_dict(), "optimizer_states": [opt.state_dict()], "epoch": 3}
-expected = {k: v.cpu() for k, v in net.state_dict().items()}
-transfers = lambda: (met.metric_data("TransferFromDeviceTime") or [0])[0]
-before = transfers()
-AtomicCheckpointIO().save_checkpoint(state, sys.argv[1])
-after = transfers()
-saved = AtomicCheckpointIO().load_checkpoint(sys.argv[1])
-moments = [s["exp_avg"] for s in saved["optimizer_states"][0]["state"].values()]
-print(json.dumps({
-    "transfers": after - before,
-    "same": all(torch.equal(saved["state_dict"][k], v) for k, v in expected.items()),
-    "cpu": all(t.device.type == "cpu" for t in list(saved["state_dict"].values()) + moments),
-    "moments": len(moments), "epoch": saved["epoch"],
-}))
-"""
-
-
 def test_an_xla_checkpoint_comes_to_the_host_in_one_transfer(tmp_path):
     """runtime/checkpoint_io.py moves every XLA tensor of a checkpoint in one call: `.cpu()` on each was one
     transfer per tensor (54 for this net's weights and Adam state)."""
     path = tmp_path / "x.ckpt"
     proc = subprocess.run(
-        [sys.executable, "-c", XLA_SAVE, str(path)], env=cli_env(1), capture_output=True, text=True, timeout=300
+        [sys.executable, str(SCRIPTS / "checkpoint_xla_save.py"), str(path)],
+        env=cli_env(1),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -5,6 +5,8 @@ from torch import nn
 
 from xla_train import compat
 
+from helpers import SCRIPTS
+
 
 def test_channels_last_on_the_users_net_installs_once_and_undoes():
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
@@ -70,33 +72,15 @@ def test_the_inductor_compile_clock_installs_once_counts_each_compilation_and_un
     assert (len(callback_handler.start_callbacks), len(callback_handler.end_callbacks)) <= before
 
 
-GRU_AFTER_XLA = """
-import torch, torch_xla  # torch_xla's import puts its own scan GRU in torch.nn.GRU's place
-from torch import nn
-from xla_train import compat
-x = torch.randn(2, 5, 3)
-def runs_on_the_cpu():
-    try:
-        nn.GRU(3, 4, batch_first=True)(x)
-        return True
-    except RuntimeError:  # "Expected all tensors in the given list to be XLA tensors"
-        return False
-before = runs_on_the_cpu()
-compat.keep_torch_gru()
-compat.keep_torch_gru()
-kept = runs_on_the_cpu() and nn.GRU is torch.nn.modules.rnn.GRU
-compat.unkeep_torch_gru()
-print(before, kept, runs_on_the_cpu())
-"""
-
-
 def test_a_gru_built_after_torch_xla_is_imported_runs_on_the_cpu_and_the_patch_undoes():
     import subprocess
     import sys
 
     from helpers import cli_env
 
-    proc = subprocess.run([sys.executable, "-c", GRU_AFTER_XLA], env=cli_env(1), capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "gru_after_xla.py")], env=cli_env(1), capture_output=True, text=True
+    )
     assert proc.stdout.split() == ["False", "True", "False"], proc.stderr[-2000:]
 
 

@@ -17,7 +17,7 @@ from xla_train.serve import export as export_module
 from xla_train.serve.export import OPSET, export
 from xla_train.serve.predictor import load_for_inference
 
-from helpers import require, save_checkpoint
+from helpers import SCRIPTS, require, save_checkpoint
 
 
 def onnx_packages():
@@ -155,23 +155,13 @@ def test_a_text_export_writes_the_checkpoint_tokenizer_beside_the_model(exported
     np.testing.assert_allclose(probs, load_for_inference(ckpt).probabilities(reviews).numpy(), atol=ATOL, rtol=0)
 
 
-PT2_ALONE = """
-import sys
-for name in ("xla_train", "lightning", "pytorch_lightning", "torch_xla"):
-    sys.modules[name] = None  # an import of any of them now fails
-import numpy as np, torch
-for model, x, y in zip(*[iter(sys.argv[1:])] * 3):
-    np.save(y, torch.export.load(model).module()(torch.from_numpy(np.load(x))).detach().numpy())
-"""
-
-
 def test_the_pt2_files_run_without_xla_train_or_lightning(exported, tmp_path):
     args = []
     for arch, (_, files) in exported.items():
         np.save(tmp_path / f"{arch}.npy", inputs(arch, 5))
         args += [str(files["pt2"]), str(tmp_path / f"{arch}.npy"), str(tmp_path / f"{arch}_out.npy")]
     proc = subprocess.run(
-        [sys.executable, "-c", PT2_ALONE, *args],
+        [sys.executable, str(SCRIPTS / "export_pt2_alone.py"), *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from helpers import TESTS, cli_env, path_with_tests, require, run_cli, script_json
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, script_json
 from test_imdb import write_aclimdb
 from test_own_model import image_folder, text_csv  # noqa: F401 (fixtures)
 from test_resume import COMMON, assert_same_weights, final_weights, stopped_at
@@ -161,30 +161,10 @@ def test_data_held_on_the_device_trains_as_streamed_data_does(tmp_path, devices)
         assert torch.allclose(t.float(), weights["false"][name].float(), atol=1e-6), name
 
 
-API_FIT = """
-import json
-import numpy as np, torch
-import xla_train
-from user_nets import FlatNet
-rng = np.random.default_rng(0)
-x = rng.normal(size=(240, 2, 4, 4)).astype(np.float32)
-y = (x[:, 0].mean((1, 2)) > 0).astype(np.int64) + 2 * (x[:, 1].mean((1, 2)) > 0)
-torch.manual_seed(0)
-net = FlatNet()
-run = xla_train.fit(net=net, x=x[:200], y=y[:200], test_data=(x[200:], y[200:]), runtime="jax", accelerator="xla",
-                    epochs=2, batch_size=16, lr=0.01)
-with torch.no_grad():
-    direct = torch.softmax(net.eval()(torch.from_numpy(x[200:])), 1)
-predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[200:])
-print(json.dumps({"diff": float((direct - predicted).abs().max()), "test": run.test_metrics,
-                  "device": str(next(net.parameters()).device)}))
-"""
-
-
 def test_a_users_net_instance_trains_on_jax_through_the_python_api(tmp_path):
     """fit(net=instance, x=, y=, runtime="jax"): the instance holds the best checkpoint's weights afterwards, on the
     CPU, and predicts as the checkpoint loaded into a new net does."""
-    out = script_json(API_FIT, env=cli_env(1, PYTHONPATH=path_with_tests()), cwd=tmp_path)
+    out = script_json(SCRIPTS / "jax_api_fit.py", env=cli_env(1, PYTHONPATH=path_with_tests()), cwd=tmp_path)
     assert out["diff"] < 1e-5 and out["device"] == "cpu", out
     assert out["test"]["test_acc"] > 0.5, out
 

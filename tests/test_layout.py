@@ -456,6 +456,22 @@ def test_the_peers_scripts_live_with_the_benchmarks_and_nothing_imports_them():
     assert not [p for p in packages if "peers" in p]
 
 
+def test_scripts_that_tests_run_are_files_ruff_reads():
+    """What a test runs in a fresh process is a file of tests/scripts/, or the test itself under fresh_xla: a
+    module-level string of Python in a test file is code that ruff never reads."""
+    import re
+
+    found = []
+    for path in sorted((PACKAGE.parent / "tests").glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, ast.Assign) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value.count("\n") >= 5:
+                if re.search(r"^\s*(import|from) \w", value.value, re.M):
+                    found.append(f"{path.name}:{node.lineno}")
+    assert not found, f"Python in strings (move it to tests/scripts/): {found}"
+    assert sorted(p.name for p in (PACKAGE.parent / "tests" / "scripts").glob("*.py"))
+
+
 def test_benchmarks_are_at_most_a_quarter_of_the_package():
     total = sum(code_lines(p) for p in MODULES.values())
     bench = sum(code_lines(p) for m, p in MODULES.items() if m.startswith("xla_train.bench"))

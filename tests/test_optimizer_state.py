@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import script_json
+from helpers import SCRIPTS, script_json
 from xla_train.runtime.engine.torch_xla.optimizer_state import prime_optimizer_state
 
 OPTIMIZERS = {
@@ -81,46 +81,10 @@ def test_frozen_resumed_and_unknown_are_left_alone():
     assert not any(o.state for o in optimizers)
 
 
-XLA_SCRIPT = """
-import json
-import torch, torch_xla
-import torch_xla.core.xla_model as xm
-import torch_xla.debug.metrics as met
-from torch import nn
-from xla_train.runtime.engine.torch_xla.optimizer_state import prime_optimizer_state
-
-def train(prime, width, amsgrad):
-    device = torch_xla.device()
-    torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(6, width), nn.ReLU(), nn.Linear(width, 2)).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-2, foreach=True, amsgrad=amsgrad)
-    sent = prime_optimizer_state(opt, lambda ts: xm.send_cpu_data_to_device(ts, device)) if prime else 0
-    x = torch.randn(4, 6).to(device)
-    torch_xla.sync()
-    before = met.metric_data("CompileTime")[0] if met.metric_data("CompileTime") else 0
-    for _ in range(3):
-        opt.zero_grad()
-        net(x).square().mean().backward()
-        opt.step()
-        torch_xla.sync()
-    return met.metric_data("CompileTime")[0] - before, sent, [p.cpu() for p in net.parameters()]
-
-out = {}
-for amsgrad in (False, True):
-    width = 9 + 2 * amsgrad  # each case's graphs its own, not cached by another
-    plain_compiles, _, plain = train(False, width, amsgrad)
-    primed_compiles, sent, _ = train(True, width + 1, amsgrad)
-    _, _, primed = train(True, width, amsgrad)
-    same = all(torch.equal(a, b) for a, b in zip(plain, primed))
-    out[str(amsgrad)] = {"plain": plain_compiles, "primed": primed_compiles, "sent": sent, "same": same}
-print(json.dumps(out))
-"""
-
-
 def test_the_first_xla_step_runs_the_program_of_every_later_step():
     """On XLA, unprimed, torch's first Adam step made its moments inside the step's graph, constants rather than
     inputs: a program of its own, compiled for that step alone, and the
     second step compiled another. Primed, the steps compute the same parameters with one program."""
-    seen = script_json(XLA_SCRIPT)
+    seen = script_json(SCRIPTS / "optimizer_state_on_xla.py")
     assert seen["False"] == {"plain": 2, "primed": 1, "sent": 8, "same": True}, seen
     assert seen["True"] == {"plain": 2, "primed": 1, "sent": 12, "same": True}, seen

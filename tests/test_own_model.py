@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import xla_train
-from helpers import TESTS, cli_env, require, run_cli, path_with_tests
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -108,35 +108,16 @@ def block_of(ckpt: Path) -> dict:
 
 # --- training -----------------------------------------------------------------------------------------------------
 
-API_FIT = """
-import json, sys
-import numpy as np, torch
-import xla_train
-from user_nets import FlatNet
-rng = np.random.default_rng(0)
-x = rng.normal(size=(440, 2, 4, 4)).astype(np.float32)
-x[400] = -2.0  # the test split's row 0, which its padding rows repeat: class 0 beyond doubt
-y = (x[:, 0].mean((1, 2)) > 0).astype(np.int64) + 2 * (x[:, 1].mean((1, 2)) > 0)  # 4 classes the net can learn
-torch.manual_seed(0)  # the net's own initialisation, drawn before fit seeds anything
-net = FlatNet()
-run = xla_train.fit(net=net, x=x[:400], y=y[:400], test_data=(x[400:], y[400:]), accelerator="xla", epochs=3,
-                    batch_size=16, lr=0.01)
-# After fit, the instance holds the best checkpoint's weights (the final test loaded them), on the CPU.
-with torch.no_grad():
-    direct = torch.softmax(net.eval()(torch.from_numpy(x[400:])), 1)
-predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[400:])
-gru_on_cpu = torch.nn.GRU(2, 3)(torch.randn(4, 1, 2))[0].shape == (4, 1, 3)  # torch's own GRU after an XLA fit
-right = (direct.argmax(1).numpy() == y[400:])
-print(json.dumps({"checkpoint": run.checkpoint, "diff": float((direct - predicted).abs().max()), "gru": gru_on_cpu,
-                  "right": right.tolist(), "y0": int(y[400]),
-                  "history": run.history, "test": run.test_metrics, "param_device": str(next(net.parameters()).device)}))
-"""
-
 
 def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path):
     env = cli_env(1, PYTHONPATH=path_with_tests())
     proc = subprocess.run(
-        [sys.executable, "-c", API_FIT], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(SCRIPTS / "own_model_api_fit.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -376,25 +357,6 @@ def test_images_take_their_statistics_from_training_alone_and_their_labels_from_
 
 # --- never imported on a file's word ------------------------------------------------------------------------------
 
-REFUSALS = """
-import sys
-from xla_train.cli.main import main
-ckpt, inputs, config = sys.argv[1:4]
-codes = [
-    main(["predict", f"ckpt={ckpt}", f"inputs={inputs}"]),
-    main(["export", f"ckpt={ckpt}", "format=pt2", "out=x.pt2"]),
-    main(["serve", f"ckpt={ckpt}", "port=1"]),  # a port refused after the load: were the net loaded, it ends
-    main(["predict", f"ckpt={ckpt}", "split=test"]),
-    main(["test", f"ckpt={ckpt}", f"recipe={config}"]),
-]
-import xla_train
-try:
-    xla_train.load_for_inference(ckpt)
-except xla_train.errors.UserError as e:
-    print("python:", e, file=sys.stderr)
-print(codes, "user_nets" in sys.modules)
-"""
-
 
 def test_a_checkpoint_of_a_users_net_is_refused_without_net_and_its_module_never_imported(spmd_images, tmp_path):
     run, _, ckpt = spmd_images
@@ -403,7 +365,12 @@ def test_a_checkpoint_of_a_users_net_is_refused_without_net_and_its_module_never
     env["USER_NETS_IMPORTED"] = str(log)
     args = [str(ckpt), str(run.parent.parent.parent), str(run / "config.yaml")]  # inputs: any folder
     proc = subprocess.run(
-        [sys.executable, "-c", REFUSALS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, str(SCRIPTS / "own_model_refusals.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 2, 2, 2] False", proc.stdout

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from helpers import cli_env, run_pod
+from helpers import SCRIPTS, cli_env, run_pod
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 STEPS = 6
@@ -74,15 +74,6 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
         torch.testing.assert_close(b["state_dict"][k], a["state_dict"][k], atol=1e-5, rtol=0, msg=k)
 
 
-_LOAD_IMDB = """
-import sys
-import xla_train.data.imdb as imdb
-imdb.URL, imdb.MD5 = sys.argv[2], sys.argv[3]
-d = imdb.load_imdb(sys.argv[1], download=True, maxlen=32, vocab_size=50)
-print(len(d["train"][1]), len(d["test"][1]), d["tokenizer"][:40])
-"""
-
-
 def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
     """Two processes (two hosts on one shared file system) load IMDB with download=true into one empty
     folder, from an HTTP server on 127.0.0.1 that holds its first answer until the second process is either
@@ -121,7 +112,7 @@ def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/aclImdb_v1.tar.gz"
     shared = tmp_path / "shared"
-    cmd = [sys.executable, "-c", _LOAD_IMDB, str(shared), url, hashlib.md5(archive).hexdigest()]
+    cmd = [sys.executable, str(SCRIPTS / "pods_load_imdb.py"), str(shared), url, hashlib.md5(archive).hexdigest()]
     env = cli_env(1)
     try:
         first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -156,28 +147,12 @@ def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
     assert sorted(p.name for p in shared.iterdir() if not p.name.startswith(".xla_train")) == ["aclImdb"]
 
 
-_SHARDED = """
-import torch, torch_xla, torch_xla.distributed.spmd as xs
-from xla_train.runtime.engine.torch_xla.spmd import data_mesh, enable_spmd, require_replicated
-from xla_train.errors import HardwareError
-enable_spmd()
-mesh, device = data_mesh(4), torch_xla.device()
-whole, marked, split = (torch.arange(8.0).to(device) for _ in range(3))
-xs.mark_sharding(marked, mesh, (None,))
-xs.mark_sharding(split, mesh, (0,))
-require_replicated({"state_dict": {"w": whole, "r": marked}, "optimizer": [{"m": whole}]})
-try:
-    require_replicated({"state_dict": {"w": whole, "s": split}})
-except HardwareError as e:
-    print(e)
-print(torch.equal(marked.cpu(), torch.arange(8.0)))  # what each host's .cpu() reads of a replicated tensor
-"""
-
-
 def test_a_pod_checkpoint_refuses_state_split_over_devices():
     """Host 0 writes what `.cpu()` reads on it: whole for replicated tensors (as torch_xla's own distributed
     checkpoint reads them), not for split ones, which the save refuses by name (4 XLA:CPU devices, SPMD)."""
-    proc = subprocess.run([sys.executable, "-c", _SHARDED], env=cli_env(4), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "pods_sharded.py")], env=cli_env(4), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-2].startswith("the checkpoint holds tensors split over the XLA devices (state_dict.s)"), lines

@@ -1,12 +1,12 @@
 """precision=bf16 on XLA: autocast in the steps, float32 weights and checkpoints; compile_cache on XLA:CPU."""
 
 import json
-import subprocess
-import sys
+import logging
 
+import pytest
 import torch
 
-from helpers import cli_env, run_cli
+from helpers import run_cli
 
 
 def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on_cpu(tmp_path):
@@ -44,28 +44,23 @@ def test_bf16_true_on_xla_is_refused_with_the_alternative(tmp_path, monkeypatch,
     assert "use precision=bf16" in capsys.readouterr().err
 
 
-MATMUL = """
-import torch, torch_xla, torch_xla.backends as backends
-from xla_train.errors import ConfigError
-from xla_train.runtime.plan import plan_hardware
-plan_hardware("xla", 1, matmul_precision="high")
-print("set:", backends.get_mat_mul_precision())
-x = torch.ones(8, 8, device=torch_xla.device())
-(x @ x).sum().item()  # a graph has run
-plan_hardware("xla", 1, matmul_precision="high")  # the same again: fine
-try:
-    plan_hardware("xla", 1, matmul_precision="highest")
-except ConfigError as e:
-    print("refused:", e)
-print("still:", backends.get_mat_mul_precision())
-"""
-
-
-def test_matmul_precision_is_set_before_the_first_trace_and_a_change_after_it_is_refused():
+@pytest.mark.fresh_xla(devices=1)
+def test_matmul_precision_is_set_before_the_first_trace_and_a_change_after_it_is_refused(caplog):
     """torch_xla's float32 matmul precision is process wide and read as graphs are lowered (a TPU: one bf16 pass
     at default): set once, before any graph; a later change would mix precisions in one process."""
-    proc = subprocess.run([sys.executable, "-c", MATMUL], env=cli_env(1), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "set: high" in proc.stdout and "still: high" in proc.stdout, proc.stdout
-    assert "refused: matmul_precision=highest: this process has already run XLA graphs at high" in proc.stdout
-    assert "multiple times is not recommended" not in proc.stderr  # torch_xla's warning: not for the first setting
+    import torch_xla
+    import torch_xla.backends as backends
+
+    from xla_train.errors import ConfigError
+    from xla_train.runtime.plan import plan_hardware
+
+    with caplog.at_level(logging.WARNING):
+        plan_hardware("xla", 1, matmul_precision="high")
+    assert backends.get_mat_mul_precision() == "high"
+    assert "multiple times is not recommended" not in caplog.text  # torch_xla's warning: not for the first setting
+    x = torch.ones(8, 8, device=torch_xla.device())
+    (x @ x).sum().item()  # a graph has run
+    plan_hardware("xla", 1, matmul_precision="high")  # the same again: fine
+    with pytest.raises(ConfigError, match="matmul_precision=highest: this process has already run XLA graphs at high"):
+        plan_hardware("xla", 1, matmul_precision="highest")
+    assert backends.get_mat_mul_precision() == "high"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import cli_env, require, run_cli
+from helpers import SCRIPTS, cli_env, require, run_cli
 from xla_train.config import run_loggers
 from xla_train.config.run_loggers import RunCSVLogger  # imported before the fork: the children start at once
 
@@ -66,24 +66,11 @@ def test_a_refused_command_claims_no_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-BLOCK_TENSORBOARD = """
-import sys, runpy
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("tensorboard", "tensorboardX"):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-sys.meta_path.insert(0, Block())
-sys.argv = ["xla_train", *sys.argv[1:]]
-runpy.run_module("xla_train", run_name="__main__", alter_sys=True)
-"""
-
-
 def test_tensorboard_missing_is_one_line_that_says_how_to_install_it(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
-            "-c",
-            BLOCK_TENSORBOARD,
+            str(SCRIPTS / "block_tensorboard.py"),
             "fit",
             "recipe=quickstart",
             "epochs=1",

@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import cli_env, run_cli
+from helpers import SCRIPTS, cli_env, run_cli
 from xla_train.cli.main import main
 
 PREDICT_ROWS = 16  # a multiple of 8, so the live check can shard it like a batch
@@ -242,24 +242,6 @@ def test_eight_devices_train_exactly_like_one(runs):
         assert m8[key] == pytest.approx(m1[key], rel=1e-4), key  # every sample counted once, on 1 or 8 devices
 
 
-DROPOUT_MASK = """
-import sys, numpy as np, torch
-import torch_xla.core.xla_model as xm, torch_xla.runtime as xr
-devices = int(sys.argv[1])
-if devices > 1:
-    xr.use_spmd()
-from xla_train.runtime.engine.torch_xla.spmd import batch_sharding, data_mesh
-x = torch.ones(64, 512)
-xm.set_rng_state(123)
-if devices > 1:
-    x = xm.send_cpu_data_to_device([x], xm.xla_device(), batch_sharding(data_mesh(devices)))[0]
-else:
-    x = x.to(xm.xla_device())
-masks = [(torch.nn.functional.dropout(x, 0.5, training=True) != 0).cpu().numpy() for _ in range(2)]
-np.save(sys.argv[2], np.stack(masks))
-"""
-
-
 def test_dropout_masks_on_eight_devices_are_the_one_device_masks(tmp_path):
     """Under SPMD the 8 devices run one program over the global batch, and its dropout mask is the one a single
     device draws from the same XLA seed, row for row (not one mask per device, as with xla_mp's processes)."""
@@ -267,7 +249,7 @@ def test_dropout_masks_on_eight_devices_are_the_one_device_masks(tmp_path):
     for devices in (1, 8):
         out = tmp_path / f"mask{devices}.npy"
         proc = subprocess.run(
-            [sys.executable, "-c", DROPOUT_MASK, str(devices), str(out)],
+            [sys.executable, str(SCRIPTS / "spmd_dropout_mask.py"), str(devices), str(out)],
             env=cli_env(devices),
             capture_output=True,
             text=True,

@@ -10,27 +10,8 @@ import sys
 
 import pytest
 
-from helpers import cli_env
+from helpers import SCRIPTS, cli_env
 from xla_train.runtime.tpu_lock import EMULATE_ENV
-
-KERNEL = """
-import json, subprocess, sys
-import xla_train
-from xla_train.runtime.tpu_lock import runtime_started
-out = {"devices_before": str(xla_train.devices()), "held_after_devices": runtime_started()}
-run = xla_train.fit("quickstart", accelerator="xla", epochs=1, predict_samples=0, test_after_fit=False,
-                    **{"trainer.limit_train_batches": 2, "trainer.limit_val_batches": 1})
-out["held_after_fit"] = runtime_started()
-other = subprocess.run([sys.executable, "-m", "xla_train", "devices", "accelerator=xla"], capture_output=True,
-                       text=True)
-out["other_process"] = [other.returncode, other.stderr.strip()]
-sweep = xla_train.benchmark("sweep", recipe="quickstart", accelerators="xla", batch_sizes="32", steps=2, warmup=1)
-out["sweep"] = [json.loads(p.read_text()) for p in sorted(sweep.glob("cells/*.json"))]
-curves = xla_train.benchmark("curves", recipe="quickstart", accelerator="xla", batch_sizes="128", epochs=1)
-out["curves"] = (curves / "curves.csv").read_text().splitlines()
-out["devices_after"] = str(xla_train.devices("xla"))
-print(json.dumps(out))
-"""
 
 
 @pytest.mark.slow  # a fit, a benchmark cell and a curve fit: two minutes on this shared machine
@@ -40,7 +21,12 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
     env.pop("CPU_NUM_DEVICES")
     proc = subprocess.run(
-        [sys.executable, "-c", KERNEL], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(SCRIPTS / "tpu_lock_kernel.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -53,21 +39,16 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
     assert "accelerator=xla" in out["devices_after"]
 
 
-LIST_THEN_CLAIM = """
-import subprocess, sys
-import xla_train
-from xla_train.runtime.tpu_lock import runtime_started
-print(xla_train.devices())
-assert not runtime_started()
-claim = "from xla_train.runtime.devices import configure_pjrt; configure_pjrt('xla'); print('claimed')"
-print(subprocess.run([sys.executable, "-c", claim], capture_output=True, text=True).stdout.strip())
-"""
-
-
 def test_devices_lists_the_emulated_tpu_without_holding_it(tmp_path):
     """The benchmarks notebook's first cell: after devices(), another process can still take the device."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
-    proc = subprocess.run([sys.executable, "-c", LIST_THEN_CLAIM], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "tpu_lock_list_then_claim.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "accelerator=xla" in proc.stdout and proc.stdout.strip().endswith("claimed"), proc.stdout
 

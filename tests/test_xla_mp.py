@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from helpers import TESTS, cli_env, path_with_tests
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests
 
 SETTINGS = {
     "strategy": "xla_mp",
@@ -64,20 +64,11 @@ def test_xla_mp_returns_the_workers_metrics_run_folder_and_checkpoints_to_the_pa
     assert set(out["val"]) == {"val_acc", "val_loss"} and 0 <= out["val"]["val_acc"] <= 1, out
 
 
-PICKLE = """
-import pickle
-import mp_host  # noqa: F401
-from probes import built_cli
-cli = built_cli({"recipe": "quickstart", "strategy": "xla_mp", "model.net.class_path": "probes.TinyNet"})
-# what torch_xla's process pool pickles to each worker: the launcher's function with the Trainer and its arguments
-trainer = pickle.loads(pickle.dumps((cli.trainer, cli.model, cli.datamodule)))[0]
-print(sorted(type(c).__name__ for c in trainer.callbacks))
-"""
-
-
 def test_an_xla_mp_trainer_pickles_for_its_workers():
     """Fast: every callback, the config writer and the data module survive the pickling to a worker."""
     env = cli_env(1, PYTHONPATH=path_with_tests())
-    proc = subprocess.run([sys.executable, "-c", PICKLE], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "xla_mp_pickle.py")], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PicklableSaveConfig" in proc.stdout and "KerasProgress" in proc.stdout, proc.stdout

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
+SCRIPTS = TESTS / "scripts"  # what tests run in a fresh Python process, as files that ruff checks
 
 
 def cli_env(devices: int = 1, **extra) -> dict:
@@ -67,12 +68,35 @@ def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -
                 limit = stretched
 
 
-def script_json(code: str, env: dict | None = None, cwd=None, timeout: int = 300):
-    """Runs `python -c code` (on one XLA:CPU device unless `env` says otherwise) and returns its last line of
-    output read as JSON; a script that fails fails the test, with the end of its stderr."""
-    proc = run_paced([sys.executable, "-c", code], timeout, cwd=cwd, env=env or cli_env(1))
+def script_json(script: Path | str, env: dict | None = None, cwd=None, timeout: int = 300):
+    """Runs the script (a file of tests/scripts/, or a line of code) on one XLA:CPU device unless `env` says
+    otherwise, and returns its last line of output read as JSON; a script that fails fails the test, with the end
+    of its stderr."""
+    command = [sys.executable, str(script)] if isinstance(script, Path) else [sys.executable, "-c", script]
+    proc = run_paced(command, timeout, cwd=cwd, env=env or cli_env(1))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+FRESH_TEST = "XLA_TRAIN_FRESH_TEST"  # set in the child: the node id it runs in place of its parent
+
+
+def run_in_fresh_process(item: pytest.Item, devices: int = 1, timeout: float = 300) -> None:
+    """Run the test `item` in a new Python process on `devices` XLA:CPU devices (XLA's device count and SPMD mode
+    are fixed for a process's life, so a test of them cannot share the suite's): the child is pytest on this one
+    node id, whose own fixtures it sets up; its failure is this test's, with the child's report."""
+    env = cli_env(devices, **{FRESH_TEST: item.nodeid, "PYTHONPATH": path_with_tests()})
+    command = [sys.executable, "-m", "pytest", item.nodeid, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    proc = run_paced(command, timeout, cwd=item.config.rootpath, env=env)
+    if proc.returncode == 0 and " skipped" in proc.stdout and " passed" not in proc.stdout:
+        pytest.skip(f"in a fresh process: {proc.stdout.strip().splitlines()[-1]}")
+    if proc.returncode != 0 or " passed" not in proc.stdout:
+        pytest.fail(f"in a fresh process on {devices} XLA device(s):\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}")
+
+
+def in_fresh_process(item: pytest.Item) -> bool:
+    """Whether `item` is the test this process was started to run (run_in_fresh_process's child)."""
+    return os.environ.get(FRESH_TEST) == item.nodeid
 
 
 def path_with_tests() -> str:
