@@ -510,3 +510,31 @@ def test_the_presets_are_the_sweep_with_their_own_keys(monkeypatch):
     assert (replicas["accelerators"], replicas["devices"], replicas["steps"]) == (["xla"], [1, 2], 7)
     assert (replicas["batch_sizes"], replicas["data"]) == ([16], "synthetic")
     assert (pipeline["progress_every"], pipeline["rounds"], pipeline["timeout"]) == ([0, 1], 3, 900.0)
+
+
+def test_runtime_jax_makes_gpu_and_xla_cells_jax_cells_on_the_device_jax_picks(monkeypatch, tmp_path):
+    """accelerator=gpu with runtime=jax is XLA on the GPU in the bench as in fit, beside the eager GPU cell; and a JAX
+    cell's process is not pinned to XLA:CPU by the PJRT_DEVICE torch_xla's cells get, so JAX takes its own GPU."""
+    from xla_train.bench import sweep as bench
+    from xla_train.bench import timing
+
+    class Planned(Exception):
+        pass
+
+    cells = {}
+    monkeypatch.setattr(bench, "check_accelerators", lambda accelerators: accelerators)
+    monkeypatch.setattr(bench, "run_rounds", lambda c, *a, **k: cells.update(c) or (_ for _ in ()).throw(Planned()))
+    with pytest.raises(Planned):
+        bench.sweep("quickstart", ["gpu", "xla"], ["auto", "jax"], batch_sizes=[8], runs_dir=str(tmp_path))
+    assert sorted((c["accelerator"], c["runtime"]) for c in cells.values()) == [
+        ("gpu", "auto"),
+        ("gpu", "jax"),
+        ("xla", "auto"),
+        ("xla", "jax"),
+    ]
+    jax_cell = next(c for c in cells.values() if c["accelerator"] == "xla" and c["runtime"] == "jax")
+    envs = []
+    monkeypatch.setattr(timing, "run_logged", lambda args, log, timeout, env: envs.append(env) or 1)
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    assert "died" in timing.run_cell(jax_cell, tmp_path / "cell", 10)["error"]
+    assert "PJRT_DEVICE" not in envs[0]

@@ -89,10 +89,23 @@ def imdb_root(tmp_path_factory):
     return write_aclimdb(tmp_path_factory.mktemp("imdb_jax"), per_class=40)
 
 
-CASES = {  # every recipe, and a user's net from each form of data, as a short fit on JAX
-    "cifar10": lambda f: ("recipe=cifar10", f"data_dir={f['cifar']}", "download=false", "batch_size=32"),
+CASES = {  # every recipe, and a user's net from each form of data, as a short fit on JAX (two of them in bf16)
+    "cifar10_bf16": lambda f: (
+        "recipe=cifar10",
+        f"data_dir={f['cifar']}",
+        "download=false",
+        "batch_size=32",
+        "precision=bf16-mixed",
+    ),
     "cifar10_resnet": lambda f: ("recipe=cifar10_resnet", f"data_dir={f['cifar']}", "download=false", "batch_size=32"),
-    "imdb": lambda f: ("recipe=imdb", f"data_dir={f['imdb']}", "download=false", "maxlen=64", "batch_size=16"),
+    "imdb_bf16": lambda f: (
+        "recipe=imdb",
+        f"data_dir={f['imdb']}",
+        "download=false",
+        "maxlen=64",
+        "batch_size=16",
+        "precision=bf16-mixed",
+    ),
     "images_8_devices": lambda f: (
         "recipe=images",
         f"data.path={f['images']}",
@@ -133,6 +146,8 @@ def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root,
     assert "runtime: jax\n" in out and f"xla, {devices} device(s))" in out, out[-3000:]
     assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out[-3000:]
     assert "test accuracy" in out, out[-3000:]
+    if "precision=bf16-mixed" in args:
+        assert "precision: bf16-mixed" in out, out[-3000:]
 
 
 @pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 8])
@@ -265,3 +280,42 @@ def test_a_runtime_that_is_not_known_is_one_line(tmp_path):
     proc = run_cli("recipe=quickstart", "runtime=tpu", cwd=tmp_path, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "runtime" in proc.stderr, proc.stderr
+
+
+@pytest.mark.fresh_xla(devices=1)
+def test_bf16_on_jax_casts_what_torch_autocast_casts():
+    """precision=bf16-mixed on JAX: F.linear, convolutions and matmul run in bf16 as torch.autocast runs them (torchax
+    0.0.13 left linear and conv in float32, and a conv on a bf16 input with a float32 bias raised), and cat, stack and
+    index_copy promote to the widest input (it raised AttributeError, so the IMDB LSTM, whose table projection
+    concatenates, could not train in bf16)."""
+    import torch.nn.functional as F
+
+    from xla_train.runtime.engine.jax import compat
+
+    def ops(device):
+        x, w, b = (torch.ones(*s, device=device) for s in ((2, 3), (4, 3), (4,)))
+        img, k, kb = (torch.ones(*s, device=device) for s in ((1, 3, 8, 8), (5, 3, 3, 3), (5,)))
+        half = torch.ones(3, device=device, dtype=torch.bfloat16)
+        copied = torch.zeros(4, device=device, dtype=torch.bfloat16).index_copy(
+            0, torch.tensor([1], device=device), x[0, :1]
+        )
+        out = {
+            "linear": F.linear(x, w, b),
+            "conv2d": F.conv2d(img, k),
+            "conv2d_on_bf16": F.conv2d(img.bfloat16(), k, kb),  # a second conv: its input bf16, its bias not
+            "conv1d": F.conv1d(img[:, :, 0], k[:, :, 0], kb),
+            "matmul": x @ w.t(),
+            "cat": torch.cat([x[0], half]),
+            "stack": torch.stack([half, half]),
+            "index_copy": copied,
+        }
+        return {name: (t.dtype, t.shape, t.float().sum().item()) for name, t in out.items()}
+
+    with torch.autocast("cpu", torch.bfloat16):
+        expected = ops("cpu")
+    env = compat.environment()
+    with env, compat.with_autocast(env, torch.bfloat16):
+        got = ops("jax")
+    assert got == expected
+    assert expected["linear"][0] == expected["conv2d"][0] == torch.bfloat16 == expected["stack"][0]
+    assert expected["cat"][0] == expected["index_copy"][0] == torch.float32

@@ -25,7 +25,8 @@ from xla_train.bench.timing import run_cell
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.errors import ConfigError
-from xla_train.runtime.backend import Accelerator, backend_for
+from xla_train.runtime.backend import Accelerator
+from xla_train.runtime.plan import run_backend
 from xla_train.runtime.probe import own_accelerator, require_available
 
 DeviceCount = Union[PositiveInt, Literal["auto"]]
@@ -205,10 +206,8 @@ def sweep(
         channels_last,
         *grid.values(),
     ):
-        backend = backend_for(a)
-        if not backend.groups_steps and rt != runtimes[0]:
-            continue  # an eager accelerator runs no XLA runtime: one cell, not one per runtime
-        rt = rt if backend.groups_steps else "auto"
+        backend = run_backend(a, rt)  # accelerator=gpu runs eager, or XLA where runtime=jax
+        rt = rt if backend.groups_steps else "auto"  # eager: one cell, whatever runtimes= lists (a name repeats)
         d = 1 if backend.runs_on_host else d
         k = k if backend.groups_steps else 1  # K steps as one program; auto is decided in the cell, as fit does
         loop = "auto" if k == 1 else loop
@@ -315,7 +314,7 @@ def device_mb(r: dict) -> str:
         return report.fmt(r["device_peak_mb"], 0)
     if r.get("error") or not r.get("device"):
         return "-"
-    return backend_for(r["accelerator"]).no_peak_memory(r.get("devices") or 1, r["device"])
+    return run_backend(r["accelerator"], r.get("runtime") or "auto").no_peak_memory(r.get("devices") or 1, r["device"])
 
 
 def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, source: str, grid: list[str]) -> None:

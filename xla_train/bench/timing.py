@@ -379,13 +379,16 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
     stem.parent.mkdir(parents=True, exist_ok=True)
     result_path = stem.with_suffix(".json")
     result_path.unlink(missing_ok=True)
-    if backend_for(spec["accelerator"]).exclusive_runtime and runtime_started():
+    from xla_train.runtime.plan import run_backend
+
+    backend = run_backend(spec["accelerator"], spec.get("runtime") or "auto")
+    if backend.exclusive_runtime and runtime_started():
         # This process holds the XLA runtime (on a TPU its chips, which no cell process could then get), so the
         # cell runs here: after this process's own graphs and at its memory high-water mark (runtime/tpu_lock.py).
         main([json.dumps({**spec, "result_path": str(result_path)})])
         return json.loads(result_path.read_text())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env = backend_for(spec["accelerator"]).child_env(env)
+    env = backend.child_env(env)  # JAX's passes PJRT_DEVICE on as set: unset, JAX takes its own GPU or TPU
     code = run_logged(
         ["-m", "xla_train.bench.timing", json.dumps({**spec, "result_path": str(result_path)})],
         stem.with_suffix(".log"),

@@ -87,6 +87,16 @@ def resolve_runtime(setting: str, kind: str) -> str:
     return setting
 
 
+def run_backend(kind: str, runtime: str = "auto"):
+    """The backend a run of accelerator=`kind` on runtime= trains on, known before any runtime starts (a benchmark
+    cell's): the JAX runtime's wherever runtime= resolves to JAX, accelerator=gpu included, else the accelerator's."""
+    if resolve_runtime(runtime, kind) == "jax":
+        from xla_train.runtime.engine.jax.backend import JAX_BACKEND
+
+        return JAX_BACKEND
+    return backend_for(kind)
+
+
 def torch_xla_imports() -> bool:
     import importlib.util
 

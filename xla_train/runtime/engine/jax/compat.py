@@ -1,8 +1,10 @@
 """Every reach behind torchax's and JAX's public APIs, with the versions it was read in: torchax 0.0.13, jax 0.10.2,
 torch 2.9.0 (pyproject.toml's `jax` extra pins them). On an upgrade, this file is the audit.
 
-None of it is process-wide: the op overrides go into xla_train's own torchax Environment, not torchax's default one,
-so a user's own torchax code in the same process sees torchax as shipped.
+The op overrides go into xla_train's own torchax Environment, not torchax's default one, so a user's own torchax code
+in the same process sees those ops as shipped. The autocast fixes are process-wide, as torchax looks its policy up in its
+module (amp.py): they make torchax's autocast cast what torch.autocast casts, where as shipped it raised (stack, cat)
+or left float32 what torch runs in bf16 (F.linear, convolutions).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+
+
+CONVS = ("conv1d", "conv2d", "conv3d")  # torch.nn.functional's, by name (torch is imported on first use)
 
 
 @functools.cache
@@ -21,7 +26,69 @@ def environment():
 
     env = Environment()
     env.override_op_definition(torch.ops.aten.native_batch_norm.default, _native_batch_norm)
+    for conv in (getattr(torch.nn.functional, name) for name in CONVS):
+        env.override_op_definition(conv, _after_autocast(conv))
+    _autocast_as_torch_does()
     return env
+
+
+def _after_autocast(conv):
+    """F.convNd as torch runs it, but seen by torchax's autocast first (Environment.dispatch applies the policy to an
+    op it holds): torch's conv2d checks that the input and bias dtypes agree before it decomposes into
+    aten.convolution, so under bf16 the second conv of a net (its input bf16, its weights float32) raised "Input type
+    (c10::BFloat16) and bias type (float) should be the same", where torch.autocast casts them first."""
+
+    def run(*args, **kwargs):
+        import torch
+
+        with torch._C.DisableTorchFunction():
+            return conv(*args, **kwargs)
+
+    return run
+
+
+def _autocast_as_torch_does() -> None:
+    """Two gaps in torchax 0.0.13's autocast (amp.py), so that precision=bf16-mixed on JAX runs what torch.autocast
+    runs. Its policy is keyed by the ops torchax is handed, which are not those torch's Autocast key sees: F.linear is
+    one of torchax's own functions, and F.conv2d arrives decomposed as aten.convolution, so both ran in float32; they
+    join the policy as torch casts them, to bf16. And amp.execute_policy reads `.dtype` off every positional argument
+    for CastPolicy.PROMOTE, so torch.cat([a, b]) (its argument a list) and index_copy (an int dim) raised
+    AttributeError, and a net that concatenates could not train in bf16. torch's autocast casts the floating-point
+    tensors, nested ones too, to their widest type (aten/src/ATen/autocast_mode.h, promote_type); this does that for
+    PROMOTE and hands every other policy to torchax's own function. tensor.py calls it as amp.execute_policy, so
+    replacing the module's name is what takes effect; it is done once."""
+    import torch
+    from torch.utils import _pytree as pytree
+    from torchax import amp
+
+    shipped = amp.execute_policy
+    if getattr(shipped, "_xla_train", False):
+        return
+    lower = amp.CastPolicy.LOWER_PRECISION_FP
+    convs = (getattr(torch.nn.functional, name) for name in CONVS)
+    for op in (torch.nn.functional.linear, torch.ops.aten.convolution.default, *convs):
+        amp.autocast_policy.setdefault(op, lower)
+
+    def execute_policy(policy, args, kwargs, target_lower_fp):
+        if policy is not amp.CastPolicy.PROMOTE:
+            return shipped(policy, args, kwargs, target_lower_fp)
+        floats = [a for a in pytree.tree_leaves((args, kwargs)) if _is_float(a)]
+        if not floats:
+            return args, kwargs
+        dtypes = {a.dtype for a in floats}  # torch.promote_types is an op the mode would dispatch: by size here
+        widest = max(dtypes, key=lambda d: d.itemsize)
+        if sum(d.itemsize == widest.itemsize for d in dtypes) > 1:
+            widest = torch.float32  # float16 with bfloat16, as torch promotes them
+        return pytree.tree_map_only(torch.Tensor, lambda a: a.to(widest) if _is_float(a) else a, (args, kwargs))
+
+    execute_policy._xla_train = True
+    amp.execute_policy = execute_policy
+
+
+def _is_float(a) -> bool:
+    import torch
+
+    return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
 def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):

@@ -194,10 +194,8 @@ class JaxEngine(Engine):
             warnings.filterwarnings("ignore", message="Explicitly requested dtype int64")
             if key is not None:
                 stack.enter_context(compat.with_prng(self.env, key))
-            if self.autocast is not None:
-                import jax.numpy as jnp
-
-                stack.enter_context(compat.with_autocast(self.env, jnp.bfloat16))
+            if self.autocast is not None:  # a torch dtype: torchax casts with Tensor.to
+                stack.enter_context(compat.with_autocast(self.env, torch.bfloat16))
             if self.matmul_precision is not None:
                 stack.enter_context(jax.default_matmul_precision(self.matmul_precision))
             try:

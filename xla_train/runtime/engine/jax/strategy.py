@@ -38,6 +38,9 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
         self.cluster_environment = LightningEnvironment()
         self.engine = JaxEngine(devices, loop, precision, matmul_precision)
+        # What the engine computes in, in Lightning's words: the engine autocasts itself, so Lightning's own
+        # precision plugin stays at 32-true and trainer.precision would say that.
+        self.training_precision = "bf16-mixed" if self.engine.autocast else "32-true"
         self.execution_loop = loop
         self._group: list = []
 
