@@ -152,7 +152,39 @@ def keras_job() -> str:
     return "\n".join(out) + "\n\n" + source("keras-peer-job.csv")
 
 
-TABLES = {"runtimes": runtimes, "overhead": overhead, "keras-steps": keras_steps, "keras-job": keras_job}
+def gpu() -> str:
+    """JAX's XLA on a GPU beside plain PyTorch on the same GPU, one bench run per recipe: tools/gpu_bench.sh."""
+    out = [
+        "| recipe, batch 128 | precision | PyTorch eager ms | with torch.compile ms | JAX (XLA) ms | JAX samples/s "
+        "against eager's | JAX compile s | JAX steps per program |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    names = [
+        ("gpu-quickstart.csv", "quickstart CNN"),
+        ("gpu-cifar10.csv", "CIFAR-10 CNN"),
+        ("gpu-imdb.csv", "IMDB LSTM"),
+    ]
+    for name, what in names:
+        rows = read(name)[1]
+        for precision in ("32-true", "bf16-mixed"):
+            mine = [r for r in rows if r["precision"] == precision]
+            eager = next(r for r in mine if not r["runtime"] and r["compile"] == "False")
+            compiled = next((r for r in mine if not r["runtime"] and r["compile"] == "True"), None)
+            jax = next(r for r in mine if r["runtime"] == "jax")
+            if jax["error"]:
+                jax_cells = f"failed: {jax['error']} | | | "
+            else:
+                ratio = float(jax["samples_per_s"]) / float(eager["samples_per_s"])
+                program = f"{jax['steps_per_execution_used']}, {jax['execution_loop_used']} loop"
+                jax_cells = f"{ms(jax['step_ms'])} | **{ratio:.2f}x** | {float(jax['compile_s']):.1f} | {program}"
+            out.append(
+                f"| {what} | {precision} | {ms(eager['step_ms'])} | {ms(compiled['step_ms']) if compiled else ''} | "
+                f"{jax_cells} |"
+            )
+    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+
+
+TABLES = {"gpu": gpu, "runtimes": runtimes, "overhead": overhead, "keras-steps": keras_steps, "keras-job": keras_job}
 
 
 def render(page: str) -> str:
