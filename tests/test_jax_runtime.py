@@ -68,9 +68,23 @@ FIT = (
 )
 
 
+@pytest.fixture(scope="module")
+def jax_fit(tmp_path_factory):
+    """FIT on `devices` JAX devices, run once for the module: (its folder, its process). Several tests read one run."""
+    done = {}
+
+    def fit(devices: int):
+        if devices not in done:
+            work = tmp_path_factory.mktemp(f"jax_fit_{devices}")
+            done[devices] = work, run_cli(*FIT, f"devices={devices}", cwd=work, devices=devices)
+        return done[devices]
+
+    return fit
+
+
 @pytest.mark.parametrize("devices", [1, 8])
-def test_a_fit_on_jax_compiles_once_per_phase_and_its_checkpoint_predicts_on_the_cpu(tmp_path, devices):
-    proc = run_cli(*FIT, f"devices={devices}", cwd=tmp_path, devices=devices)
+def test_a_fit_on_jax_compiles_once_per_phase_and_its_checkpoint_predicts_on_the_cpu(jax_fit, devices):
+    tmp_path, proc = jax_fit(devices)
     out = proc.stdout
     assert f"({devices} device(s))" in out or f"{devices} device(s)" in out, out[-2000:]
     assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out
@@ -151,23 +165,22 @@ def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root,
 
 
 @pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 8])
-def test_data_held_on_the_device_trains_as_streamed_data_does(tmp_path, devices):
+def test_data_held_on_the_device_trains_as_streamed_data_does(jax_fit, tmp_path, devices):
     """The splits uploaded once and passed to every program, the epoch's order with them: two epochs (two orders)
     end at the weights the streamed run ends at, batch for batch. One device is depth (-m slow): every fit above holds
-    its data on the device by default."""
+    its data on the device by default, and the held run is that fit (on_device=auto)."""
     weights = {}
     for on in ("true", "false"):
-        work = tmp_path / on
-        work.mkdir()
-        out = run_cli(
-            *FIT,
-            f"on_device={on}",
-            f"devices={devices}",
-            "predict_samples=0",
-            "test_after_fit=false",
-            cwd=work,
-            devices=devices,
-        ).stdout
+        if on == "true":
+            work, proc = jax_fit(devices)
+        else:
+            work = tmp_path / on
+            work.mkdir()
+            proc = run_cli(
+                *FIT, "on_device=false", f"devices={devices}", "predict_samples=0", "test_after_fit=false",
+                cwd=work, devices=devices,
+            )  # fmt: skip
+        out = proc.stdout
         assert ("data: on the device (" in out) == (on == "true"), out
         last = torch.load(next(work.glob("runs/quickstart/version_0/checkpoints/last.ckpt")), weights_only=True)
         weights[on] = last["state_dict"]
@@ -184,9 +197,9 @@ def test_a_users_net_instance_trains_on_jax_through_the_python_api(tmp_path):
     assert out["test"]["test_acc"] > 0.5, out
 
 
-def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(tmp_path):
+def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(jax_fit):
     """Trained on JAX: its best checkpoint tests and predicts the held-out split on torch_xla and on JAX alike."""
-    run_cli(*FIT, cwd=tmp_path)
+    tmp_path, _ = jax_fit(1)
     ckpt = next(tmp_path.glob("runs/quickstart/version_0/checkpoints/best-*.ckpt"))
     lines = {}
     for runtime in ("torch_xla", "jax"):
