@@ -3,14 +3,13 @@ notebook makes still works. tests/test_notebooks.py runs the benchmarks notebook
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 
 import pytest
 
-from helpers import SCRIPTS, cli_env
+from helpers import SCRIPTS, cli_env, script_json
 from xla_train.runtime.tpu_lock import EMULATE_ENV
 
 
@@ -20,16 +19,7 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
     it (as on a TPU), and the benchmark cells and curve fits then run in this process instead."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
     env.pop("CPU_NUM_DEVICES")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "tpu_lock_kernel.py")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = script_json(SCRIPTS / "tpu_lock_kernel.py", env=env, cwd=tmp_path, timeout=600)
     assert "accelerator=xla" in out["devices_before"] and out["held_after_devices"] is False, out
     assert out["held_after_fit"] is True
     code, err = out["other_process"]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from xla_train.errors import UserError
 from xla_train.runtime.backend import backend_for, backend_of
+from xla_train.runtime.plan import run_backend
 from xla_train.runtime.tpu_lock import runtime_started
 
 
@@ -379,8 +380,6 @@ def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
     stem.parent.mkdir(parents=True, exist_ok=True)
     result_path = stem.with_suffix(".json")
     result_path.unlink(missing_ok=True)
-    from xla_train.runtime.plan import run_backend
-
     backend = run_backend(spec["accelerator"], spec.get("runtime") or "auto")
     if backend.exclusive_runtime and runtime_started():
         # This process holds the XLA runtime (on a TPU its chips, which no cell process could then get), so the

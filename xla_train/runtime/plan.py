@@ -52,11 +52,7 @@ class HardwarePlan:
     @property
     def backend(self):
         """What the run's hardware answers (runtime/backend.py): the JAX runtime's, or the accelerator's."""
-        if self.runtime == "jax":
-            from xla_train.runtime.engine.jax.backend import JAX_BACKEND
-
-            return JAX_BACKEND
-        return backend_for(self.kind)
+        return backend_of_runtime(self.kind, self.runtime)
 
     @property
     def resident_data(self) -> tuple[bool, int]:
@@ -90,7 +86,12 @@ def resolve_runtime(setting: str, kind: str) -> str:
 def run_backend(kind: str, runtime: str = "auto"):
     """The backend a run of accelerator=`kind` on runtime= trains on, known before any runtime starts (a benchmark
     cell's): the JAX runtime's wherever runtime= resolves to JAX, accelerator=gpu included, else the accelerator's."""
-    if resolve_runtime(runtime, kind) == "jax":
+    return backend_of_runtime(kind, resolve_runtime(runtime, kind))
+
+
+def backend_of_runtime(kind: str, resolved: str):
+    """The backend for accelerator=`kind` on a resolved runtime (torch_xla, jax or eager)."""
+    if resolved == "jax":
         from xla_train.runtime.engine.jax.backend import JAX_BACKEND
 
         return JAX_BACKEND

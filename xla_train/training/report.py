@@ -41,9 +41,7 @@ class RunReport(EpochCallback):
             )
             if self.runtime:
                 print(f"runtime: {self.runtime}", flush=True)
-                # XLA (off XLA the fast path's line says it): JAX's engine autocasts, Lightning's plugin does not
-                precision = getattr(trainer.strategy, "training_precision", None) or trainer.precision
-                print(f"precision: {precision}", flush=True)
+                print(f"precision: {trainer.precision}", flush=True)  # XLA; off XLA the fast path's line says it
             if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
                 print(f"fast path: {self.fast_path.summary()}", flush=True)
             if self.matmul_precision:  # XLA: what "float32" means on a TPU

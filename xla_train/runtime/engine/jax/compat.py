@@ -37,10 +37,9 @@ def _after_autocast(conv):
     op it holds): torch's conv2d checks that the input and bias dtypes agree before it decomposes into
     aten.convolution, so under bf16 the second conv of a net (its input bf16, its weights float32) raised "Input type
     (c10::BFloat16) and bias type (float) should be the same", where torch.autocast casts them first."""
+    import torch
 
     def run(*args, **kwargs):
-        import torch
-
         with torch._C.DisableTorchFunction():
             return conv(*args, **kwargs)
 
@@ -69,26 +68,23 @@ def _autocast_as_torch_does() -> None:
     for op in (torch.nn.functional.linear, torch.ops.aten.convolution.default, *convs):
         amp.autocast_policy.setdefault(op, lower)
 
+    def is_float(a) -> bool:
+        return isinstance(a, torch.Tensor) and a.is_floating_point()
+
     def execute_policy(policy, args, kwargs, target_lower_fp):
         if policy is not amp.CastPolicy.PROMOTE:
             return shipped(policy, args, kwargs, target_lower_fp)
-        floats = [a for a in pytree.tree_leaves((args, kwargs)) if _is_float(a)]
+        floats = [a for a in pytree.tree_leaves((args, kwargs)) if is_float(a)]
         if not floats:
             return args, kwargs
         dtypes = {a.dtype for a in floats}  # torch.promote_types is an op the mode would dispatch: by size here
         widest = max(dtypes, key=lambda d: d.itemsize)
         if sum(d.itemsize == widest.itemsize for d in dtypes) > 1:
             widest = torch.float32  # float16 with bfloat16, as torch promotes them
-        return pytree.tree_map_only(torch.Tensor, lambda a: a.to(widest) if _is_float(a) else a, (args, kwargs))
+        return pytree.tree_map_only(torch.Tensor, lambda a: a.to(widest) if is_float(a) else a, (args, kwargs))
 
     execute_policy._xla_train = True
     amp.execute_policy = execute_policy
-
-
-def _is_float(a) -> bool:
-    import torch
-
-    return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
 def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):

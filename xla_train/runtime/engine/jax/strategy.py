@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment
+from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
@@ -23,6 +24,14 @@ from xla_train.runtime.engine.jax.backend import JAX_BACKEND
 from xla_train.runtime.engine.jax.engine import JaxEngine
 
 
+class EngineAutocast(Precision):
+    """Lightning's plugin that adds nothing to a step, named for the precision the engine computes in: the engine
+    autocasts inside its own programs, so trainer.precision (the run report's line) says what ran."""
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+
+
 class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     strategy_name = "jax"
     trace_once = True  # every step is the engine's program
@@ -30,17 +39,16 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     grouping_what = "runtime=jax"
 
     def __init__(self, devices: list, loop: str = "unroll", precision: str = "32", matmul_precision: str = "default"):
+        engine = JaxEngine(devices, loop, precision, matmul_precision)
         SingleDeviceStrategy.__init__(
             self,
             device=torch.device("cpu"),
             checkpoint_io=AtomicCheckpointIO(),
+            precision_plugin=EngineAutocast("bf16-mixed" if engine.autocast else "32-true"),
         )
         self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
         self.cluster_environment = LightningEnvironment()
-        self.engine = JaxEngine(devices, loop, precision, matmul_precision)
-        # What the engine computes in, in Lightning's words: the engine autocasts itself, so Lightning's own
-        # precision plugin stays at 32-true and trainer.precision would say that.
-        self.training_precision = "bf16-mixed" if self.engine.autocast else "32-true"
+        self.engine = engine
         self.execution_loop = loop
         self._group: list = []
 
