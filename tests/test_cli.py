@@ -2,6 +2,7 @@
 
 import lightning.pytorch  # noqa: F401  its log handler keeps the sys.stderr of its import: not a capsys stream
 import os
+import sys
 
 import pytest
 
@@ -274,3 +275,25 @@ def test_help_lists_every_option_with_or_without_a_recipe(tmp_path, monkeypatch,
     ):
         assert option in out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_lightnings_ddp_starts_every_process_with_the_users_command(tmp_path, monkeypatch):
+    """accelerator=cpu devices=2 (and gpu devices=N) is Lightning's DDP: its launcher starts the other processes
+    with this process's sys.argv, which must still be the user's command while the run starts (once it was emptied,
+    and every other process stopped at "which recipe?")."""
+    from lightning.fabric.strategies.launchers.subprocess_script import _basic_subprocess_cmd
+    from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
+
+    class Launched(Exception):
+        pass
+
+    def children(self):
+        raise Launched(_basic_subprocess_cmd())
+
+    argv = ["fit", "recipe=quickstart", "accelerator=cpu", "devices=2", "epochs=1", "predict_samples=0"]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(_SubprocessScriptLauncher, "_call_children_scripts", children)
+    monkeypatch.setattr(sys, "argv", ["xla_train", *argv])
+    with pytest.raises(Launched) as launched:
+        main(argv)
+    assert launched.value.args[0][-len(argv) :] == argv

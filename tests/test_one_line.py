@@ -26,6 +26,11 @@ def missing(tmp_path, monkeypatch):
 
 
 CASES = {
+    "an XLA runtime named with the eager accelerator": (
+        ["recipe=quickstart", "runtime=jax", "accelerator=cpu"],
+        "runtime=jax runs XLA, and accelerator=cpu is eager PyTorch without it; use accelerator=xla (XLA on this "
+        "CPU) or auto, or leave runtime=auto",
+    ),
     "refused as the settings are read": (
         ["recipe=quickstart", "batch_size=0"],
         "batch_size=0 is not a positive multiple of 8; XLA tiles tensors in multiples of 8, so use e.g. 8",

@@ -92,3 +92,31 @@ def test_torch_xla_imported_after_xla_train_picks_no_device_of_its_own():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["None", "unroll"], out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "runtime, cuda, expected",
+    [("auto", False, "cpu"), ("jax", False, "xla"), ("torch_xla", False, "xla")]
+    + [("auto", True, "gpu"), ("jax", True, "gpu"), ("torch_xla", True, "xla")],
+)
+def test_accelerator_auto_with_a_runtime_named_trains_on_xla_never_eager(
+    new_user, monkeypatch, runtime, cuda, expected
+):
+    """runtime=jax on a machine with no TPU or GPU asks for XLA on the CPU: it must not be dropped for eager
+    PyTorch (devices=8 then became 8 DDP processes). torch_xla has no GPU build, so it takes XLA:CPU there."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert probe.resolve_accelerator("auto", runtime) == expected
+
+
+@pytest.mark.parametrize(
+    "accelerator, runtime, words",
+    [("cpu", "jax", "accelerator=cpu is eager PyTorch"), ("cpu", "torch_xla", "use accelerator=xla")]
+    + [("gpu", "torch_xla", "runtime=torch_xla has no GPU build")],
+)
+def test_a_runtime_that_cannot_run_the_accelerator_is_refused(accelerator, runtime, words):
+    from xla_train.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=words):
+        probe.resolve_accelerator(accelerator, runtime)

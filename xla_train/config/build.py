@@ -9,7 +9,6 @@ from runtime.plan with the steps they need.
 from __future__ import annotations
 
 import logging
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,15 +21,12 @@ from xla_train.errors import ConfigError, one_line
 
 
 @contextmanager
-def own_argv():
-    """The args are given explicitly; keep Lightning and jsonargparse from reading (or warning about) sys.argv."""
-    saved, sys.argv = sys.argv, sys.argv[:1]
+def argument_errors_in_one_line():
+    """jsonargparse's ArgumentError as the one-line ConfigError every bad setting is."""
     try:
         yield
     except ArgumentError as e:
         raise ConfigError(one_line(str(e))) from None
-    finally:
-        sys.argv = saved
 
 
 def run_lightning(
@@ -40,7 +36,10 @@ def run_lightning(
     Python hands over as objects (XlaTrainCLI); `started`: when the run's clock starts (perf_counter; now)."""
     pairs, given = with_builder(pairs, given)
     args = lightning_args(command, pairs, flags, net_given="net" in given or "builder" in given)
-    with own_argv(), held_startup_lines() as lines:  # Lightning's start-up lines print once the run starts
+    with (
+        argument_errors_in_one_line(),
+        held_startup_lines() as lines,
+    ):  # Lightning's start-up lines print once the run starts
         return XlaTrainCLI(args, given=given, started=started, startup=lines)
 
 
@@ -73,7 +72,7 @@ def build_run(recipe: str, overrides: dict[str, str], given: dict | None = None)
     pairs, given = with_builder({"recipe": recipe, **overrides}, given)
     args = lightning_args("fit", pairs, [], net_given="net" in given or "builder" in given)[1:]
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
-    with own_argv(), held_startup_lines():
+    with argument_errors_in_one_line(), held_startup_lines():
         cli = XlaTrainCLI(args, run=False, build_trainer=False, given=given)
     trainer = cli.config.get("trainer") or {}
     return cli.model, cli.datamodule, (trainer.get("max_epochs"), trainer.get("max_steps", -1))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
 import time
 
 from lightning.pytorch import Trainer
@@ -104,6 +105,16 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         compat.set_type(parser, "trainer.limit_", int | float | None)
         compat.set_type(parser, "seed_everything", bool | SeedInt)  # numpy's seed range, checked as it is parsed
         compat.set_type(parser, "trainer.accumulate_grad_batches", PositiveInt)  # Lightning divides by it
+
+    @override
+    def parse_arguments(self, parser, args) -> None:
+        """The args are given explicitly: sys.argv is hidden from Lightning's "args and a command line" warning while
+        they parse, and only then, so that Lightning's DDP launcher starts each process with the same command."""
+        saved, sys.argv = sys.argv, sys.argv[:1]
+        try:
+            super().parse_arguments(parser, args)
+        finally:
+            sys.argv = saved
 
     def setting(self, key: str):
         """A resolved run setting (runs_dir, xla_guard, ...) of the subcommand that runs."""

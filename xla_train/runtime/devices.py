@@ -179,7 +179,7 @@ def torch_xla_report(kind: str) -> DeviceReport:
 def describe_devices(accelerator: str = "auto", runtime: str = "auto") -> DeviceReport:
     """The devices accelerator= would train on, without starting an XLA runtime in this process. On XLA, runtime=auto
     reports the runtime a fit would choose (runtime/plan.py) and, below it, the other one where it is installed."""
-    kind = resolve_accelerator(str(accelerator))
+    kind = resolve_accelerator(str(accelerator), runtime)
     if kind in ("tpu", "xla") or (kind == "gpu" and runtime == "jax"):
         if runtime not in RUNTIMES:
             raise HardwareError(f"runtime={runtime!r} is not known; use one of {', '.join(RUNTIMES)}")

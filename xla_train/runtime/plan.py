@@ -153,7 +153,7 @@ def plan_hardware(
         raise ConfigError(f"steps_per_execution={steps_per_execution!r} must be a whole number of at least 1, or auto")
     compat.keep_torch_gru()  # a run after one on XLA in this process (a notebook): torch's own nn.GRU
     compat.no_tpu_for_lightning()  # no TPU on the bus: Lightning's banner must not ask the metadata server
-    kind = resolve_accelerator(str(accelerator))
+    kind = resolve_accelerator(str(accelerator), runtime)
     chosen = resolve_runtime(runtime, kind)
     if chosen != "eager":
         from xla_train.runtime.engine.jax.compat import import_jax_keeping_numpy_rng

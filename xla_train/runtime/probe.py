@@ -66,18 +66,37 @@ def own_accelerator() -> str:
     return "xla" if own == "cpu" else own
 
 
-def resolve_accelerator(accelerator: str) -> str:
-    """The accelerator itself, or for `auto` a TPU if the PCI bus has one, else a CUDA GPU, else the CPU."""
+def resolve_accelerator(accelerator: str, runtime: str = "auto") -> str:
+    """The accelerator itself, or for `auto` a TPU if the PCI bus has one, else a CUDA GPU, else the CPU. A runtime
+    named (torch_xla or jax) asks for XLA, so `auto` is then never eager: a TPU, a GPU where that runtime has one
+    (JAX's), else XLA on the CPU."""
     if accelerator not in ACCELERATORS:
         raise ConfigError(f"accelerator={accelerator!r} is not known; use one of {', '.join(ACCELERATORS)}")
     if accelerator != "auto":
+        check_runtime_runs_on(accelerator, runtime)
         return accelerator
     if tpu_chips():
         return "tpu"
     from xla_train.runtime.tpu_lock import emulating
 
-    if emulating():  # XLA:CPU plays the TPU
+    if emulating() or runtime == "torch_xla":  # XLA:CPU plays the TPU; torch_xla has no GPU build
         return "xla"
     import torch
 
-    return "gpu" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        return "gpu"
+    return "xla" if runtime == "jax" else "cpu"
+
+
+def check_runtime_runs_on(accelerator: str, runtime: str) -> None:
+    """One line where runtime= names an XLA runtime that cannot run accelerator=, rather than a run without it."""
+    if accelerator == "cpu" and runtime in ("torch_xla", "jax"):
+        raise ConfigError(
+            f"runtime={runtime} runs XLA, and accelerator=cpu is eager PyTorch without it; use accelerator=xla "
+            f"(XLA on this CPU) or auto, or leave runtime=auto"
+        )
+    if accelerator == "gpu" and runtime == "torch_xla":
+        raise ConfigError(
+            "runtime=torch_xla has no GPU build (torch-xla 2.9.0 on PyPI); use runtime=jax for XLA on the GPU, "
+            "or leave runtime=auto for eager CUDA"
+        )
