@@ -18,7 +18,8 @@ from helpers import TESTS, cli_env, run_paced
 def test_a_command_starts_once_and_leaves_every_earlier_atexit_handler_to_run(tmp_path, args, code, said):
     env = cli_env(1, EXIT_WRAPPER_OUT=str(tmp_path))
     env.pop("PYTHONUNBUFFERED")  # stdout buffered, as in a pipe: an end that skips the flush loses the output
-    proc = run_paced([sys.executable, str(TESTS / "exit_wrapper.py"), *args], 120, cwd=tmp_path, env=env)
+    command = [sys.executable, str(TESTS / "exit_wrapper.py"), *args]
+    proc = run_paced(command, 120, cwd=tmp_path, env=env, warm=False)  # how a real interpreter starts and ends
     assert proc.returncode == code, proc.stdout + proc.stderr[-3000:]
     assert said in proc.stdout + proc.stderr, proc.stdout + proc.stderr[-3000:]
     assert len((tmp_path / "starts").read_text().split()) == 1  # the wrapper ran once: nothing started it again

@@ -1,5 +1,6 @@
 """Subprocesses: XLA's device count and SPMD mode are fixed for a process's life, so CLI runs and XLA
-scripts run in their own, with limits that follow how busy the machine is."""
+scripts run in their own, with limits that follow how busy the machine is. `python ...` children are forked from a
+warm-start server (helpers/warm_start.py) unless warm=False."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from helpers import warm_start
 
 TESTS = Path(__file__).resolve().parents[1]
 SCRIPTS = TESTS / "scripts"  # what tests run in a fresh Python process, as files that ruff checks
@@ -49,8 +52,8 @@ def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -
     `timeout` seconds have passed, the known job is timed, and the limit becomes timeout times how much slower it
     ran than on a quiet machine (measured again at each new limit, at most PACE_MOST times `timeout`). On a
     machine shared with other test runs a slow child is waited for; on a quiet one a hung child fails as before."""
-    start = time.perf_counter()
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+    with warm_start.popen(command, **kwargs) as proc:
+        start = time.perf_counter()  # once the child runs: the warm-start server's own start is not its time
         limit = timeout
         while True:
             try:
@@ -68,12 +71,12 @@ def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -
                 limit = stretched
 
 
-def script_json(script: Path | str, env: dict | None = None, cwd=None, timeout: int = 300):
+def script_json(script: Path | str, env: dict | None = None, cwd=None, timeout: int = 300, warm: bool = True):
     """Runs the script (a file of tests/scripts/, or a line of code) on one XLA:CPU device unless `env` says
     otherwise, and returns its last line of output read as JSON; a script that fails fails the test, with the end
-    of its stderr."""
+    of its stderr. warm=False: in a fresh interpreter, not a warm-started one (helpers/warm_start.py)."""
     command = [sys.executable, str(script)] if isinstance(script, Path) else [sys.executable, "-c", script]
-    proc = run_paced(command, timeout, cwd=cwd, env=env or cli_env(1))
+    proc = run_paced(command, timeout, cwd=cwd, env=env or cli_env(1), warm=warm)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
