@@ -87,6 +87,8 @@ def _server_path() -> str:
     with _lock:
         path = f"/tmp/xla_train_tests_warm_{os.getpid()}.sock"
         if _server is None or _server.poll() is not None:
+            if os.path.exists(path):  # left by a killed run whose process had this pid
+                os.unlink(path)
             tests = str(Path(__file__).resolve().parents[1])
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)}
             _server = subprocess.Popen(
@@ -112,6 +114,8 @@ def serve(path: str) -> None:
         if entry in base_path:
             base_path.remove(entry)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(path + ".new"):  # left by a killed run whose process had this pid
+        os.unlink(path + ".new")
     listener.bind(path + ".new")
     os.rename(path + ".new", path)  # the caller waits for the name: it appears once the server listens
     listener.listen(16)
