@@ -184,7 +184,40 @@ def gpu() -> str:
     return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
 
 
-TABLES = {"gpu": gpu, "runtimes": runtimes, "overhead": overhead, "keras-steps": keras_steps, "keras-job": keras_job}
+def suite() -> str:
+    """The default suite's runs back to back on one machine, from pytest's JUnit files: tools/suite_times.py."""
+    rows = read("test-suite.csv")[1]
+    runs = [r["run"] for r in rows if r["file"] == "(all)"]
+    at = {(r["run"], r["file"]): r for r in rows}
+    ratio = len(runs) == 2
+
+    def line(label: str, key: str, file: str) -> str:
+        cells = [float(at[run, file][key]) for run in runs]
+        shown = " | ".join(f"{c:,.0f}" for c in cells)
+        return f"| {label} | {shown} |" + (f" **{cells[0] / cells[1]:.2f}x** |" if ratio else "")
+
+    out = [
+        "| | " + " | ".join(f"{run} s" for run in runs) + " |" + (f" {runs[0]} / {runs[1]} |" if ratio else ""),
+        "|---|" + "---:|" * (len(runs) + ratio),
+        line(
+            f"wall ({at[runs[0], '(all)']['tests']} tests, {at[runs[0], '(all)']['failures']} failed)",
+            "wall_s",
+            "(all)",
+        ),
+        line("worker-seconds, all tests", "worker_s", "(all)"),
+    ]
+    out += [line(f"`{r['file']}`", "worker_s", r["file"]) for r in rows if r["run"] == runs[0] and r["file"] != "(all)"]
+    return "\n".join(out) + "\n\n" + source("test-suite.csv")
+
+
+TABLES = {
+    "suite": suite,
+    "gpu": gpu,
+    "runtimes": runtimes,
+    "overhead": overhead,
+    "keras-steps": keras_steps,
+    "keras-job": keras_job,
+}
 
 
 def render(page: str) -> str:
