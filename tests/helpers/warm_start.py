@@ -210,7 +210,6 @@ def _run(request: dict, base_path: list[str]) -> int:
 
 def popen(command: list[str], **kwargs):
     """A WarmProcess for `python ...` where the server can run it, else subprocess.Popen (text, piped)."""
-    if ENABLED and kwargs.pop("warm", True) and command[0] == sys.executable and len(command) > 1:
+    if kwargs.pop("warm", True) and ENABLED and command[0] == sys.executable and len(command) > 1:
         return WarmProcess(command, cwd=kwargs.get("cwd"), env=kwargs.get("env"))
-    kwargs.pop("warm", None)
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)

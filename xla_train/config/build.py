@@ -36,10 +36,8 @@ def run_lightning(
     Python hands over as objects (XlaTrainCLI); `started`: when the run's clock starts (perf_counter; now)."""
     pairs, given = with_builder(pairs, given)
     args = lightning_args(command, pairs, flags, net_given="net" in given or "builder" in given)
-    with (
-        argument_errors_in_one_line(),
-        held_startup_lines() as lines,
-    ):  # Lightning's start-up lines print once the run starts
+    # Lightning's start-up lines print once the run starts
+    with argument_errors_in_one_line(), held_startup_lines() as lines:
         return XlaTrainCLI(args, given=given, started=started, startup=lines)
 
 
