@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import in_fresh_process, run_cli, run_in_fresh_process, write_cifar10
+from helpers import SUITE_XLA_FLAGS, in_fresh_process, run_cli, run_in_fresh_process, write_cifar10
+
+os.environ.setdefault("XLA_FLAGS", SUITE_XLA_FLAGS)  # for the tests that run XLA in this process, as cli_env's
 
 
 @pytest.fixture(scope="session")

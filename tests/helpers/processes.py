@@ -22,9 +22,17 @@ TESTS = Path(__file__).resolve().parents[1]
 SCRIPTS = TESTS / "scripts"  # what tests run in a fresh Python process, as files that ruff checks
 
 
+# The suite's XLA:CPU programs are compiled with LLVM at -O0: XLA's own passes (fusion, layout, the SPMD
+# partitioner, the While loop) run as they do for users; only the machine code is optimised less. The tests assert
+# behaviour, not speed, and a short test run's compile outweighs its steps. The tests of what a new user runs
+# (new_user_env) keep XLA's defaults.
+SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
 def cli_env(devices: int = 1, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), "PYTHONUNBUFFERED": "1"})
+    env["XLA_FLAGS"] = SUITE_XLA_FLAGS
     env.update(extra)
     return env
 

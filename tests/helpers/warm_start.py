@@ -23,7 +23,15 @@ import threading
 import time
 from pathlib import Path
 
-WARM_MODULES = ("numpy", "torch", "torchvision", "lightning.pytorch", "jsonargparse", "sklearn.model_selection")
+WARM_MODULES = (
+    "numpy",
+    "torch",
+    "torchvision",
+    "lightning.pytorch",
+    "jsonargparse",
+    "sklearn.model_selection",
+    "torch._inductor.fx_passes.post_grad",  # torch's, most of what importing torch_xla takes (its dynamo bridge)
+)
 ENABLED = os.environ.get("XLA_TRAIN_TESTS_WARM", "1") != "0"
 
 
