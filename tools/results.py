@@ -194,7 +194,11 @@ def suite() -> str:
     def line(label: str, key: str, file: str) -> str:
         cells = [float(at[run, file][key]) for run in runs]
         shown = " | ".join(f"{c:,.0f}" for c in cells)
-        return f"| {label} | {shown} |" + (f" **{cells[0] / cells[1]:.2f}x** |" if ratio else "")
+        if not ratio:
+            return f"| {label} | {shown} |"
+        return f"| {label} | {shown} | " + (
+            f"**{cells[0] / cells[1]:.2f}x** |" if cells[1] >= 1 else "not in that run |"
+        )
 
     out = [
         "| | " + " | ".join(f"{run} s" for run in runs) + " |" + (f" {runs[0]} / {runs[1]} |" if ratio else ""),

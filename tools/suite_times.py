@@ -59,7 +59,11 @@ def versions() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="the CSV to write (docs/results/test-suite.csv)")
-    parser.add_argument("runs", nargs="+", help="NAME=JUNIT.xml, one per run, in the order they ran")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        help="NAME=JUNIT.xml, one per run; the first is compared with the others and lists its slowest files",
+    )
     parser.add_argument("--command", required=True, help="the command that ran them")
     parser.add_argument("--files", type=int, default=8, help="the test files to list, by worker-seconds")
     args = parser.parse_args(argv)
