@@ -39,6 +39,11 @@ CASES = {
         ["recipe=images", "data.path={missing}", "accelerator=cpu"],
         "data.path={missing} is not a folder; give DIR holding DIR/train/CLASS/*.png|jpg",
     ),
+    "a train split smaller than one global batch": (
+        ["recipe=quickstart", "batch_size=65536", "accelerator=cpu"],
+        "the train split has 1293 samples, fewer than one global batch of 65536; lower batch_size or use fewer "
+        "devices",
+    ),
     "a net that cannot take the data": (
         ["recipe=quickstart", "net=user_nets.ThreeWay", "accelerator=cpu"],
         "the net (ThreeWay) gives 3 logit(s) per sample but the data has 10 classes",

@@ -83,6 +83,27 @@ def spmd_images(image_folder, tmp_path_factory):
     return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
 
 
+def test_a_folder_smaller_than_one_global_batch_on_8_devices_is_one_line_before_anything_compiles(
+    image_folder, tmp_path
+):
+    """The default batch of 32 on each of 8 devices is 256 samples a step; the 144 it trains on (160 less the
+    validation carve) are refused before a run folder exists and before XLA compiles anything (its partitioner's
+    warnings would be more lines)."""
+    proc = run_cli(
+        *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
+        *("model.net.classes=4", "model.net.width=6", "accelerator=xla", "devices=8"),
+        cwd=tmp_path,
+        devices=8,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        "xla_train: error: the train split has 144 samples, fewer than one global batch of 256; lower batch_size "
+        "or use fewer devices\n"
+    )
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.fixture(scope="module")
 def xla_texts(text_csv, tmp_path_factory):
     work = tmp_path_factory.mktemp("xla_texts")

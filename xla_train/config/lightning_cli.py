@@ -231,6 +231,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             )
         else:
             self.datamodule.check_net(self.model.net)
+        if self.subcommand == "fit" and self.trainer is not None:  # whole global batches only: at least one
+            self.datamodule.check_one_batch(self.trainer.num_devices * self.trainer.num_nodes)
         if getattr(self, "plan", None) is not None:  # on the device, or streamed; on_device=true over budget fails
             self.datamodule.place(*self.plan.resident_data)
         self._check_steps_per_execution()  # a group of steps longer than an epoch

@@ -109,6 +109,13 @@ def with_test_split(arrays: dict, test_fraction: float, split_seed: int, source:
     return {**arrays, "train": (x[keep], y[keep]), "test": (x[test], y[test])}
 
 
+def too_few_samples(split: str, n: int, global_batch: int) -> ConfigError:
+    return ConfigError(
+        f"the {split} split has {n} samples, fewer than one global batch of {global_batch}; lower batch_size "
+        f"or use fewer devices"
+    )
+
+
 def check_logits(out, n: int, labels: list[str], net_class: type) -> None:
     """Refuse in one line an output that is not one logit row per sample fitting the labels: (N, C) for C
     classes, or (N,) or (N, 1) for two (a binary classifier's one logit, as the IMDB LSTM has)."""
@@ -241,6 +248,13 @@ class BaseDataModule(pl.LightningDataModule):
             net.train(was_training)
         check_logits(out, len(x), self.labels, type(net))
 
+    def check_one_batch(self, devices: int) -> None:
+        """A training epoch keeps whole global batches only (fixed shapes); a train split with fewer samples than
+        one is refused here, before any run folder exists or anything compiles."""
+        n, global_batch = len(self.arrays("train")[1]), self.batch_size * devices
+        if n < global_batch:
+            raise too_few_samples("train", n, global_batch)
+
     # --- shared machinery -----------------------------------------------------
     @override
     def setup(self, stage: str | None = None) -> None:
@@ -327,10 +341,7 @@ class BaseDataModule(pl.LightningDataModule):
             step_numbers=self.resident and train,
         )
         if train and len(sampler) == 0:
-            raise ConfigError(
-                f"the {split} split has {len(inputs)} samples, fewer than one global batch of "
-                f"{sampler.global_batch}; lower batch_size or use fewer devices"
-            )
+            raise too_few_samples(split, len(inputs), sampler.global_batch)
         if train and self._resume is not None:
             sampler.resume_at(self._resume["epoch"], self._resume["batches_done"])
         if train:
