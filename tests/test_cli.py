@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, run_paced
 from xla_train.cli.main import main, split_argv
 from xla_train.errors import ConfigError
 from xla_train.config.recipes import ALIASES, available_recipes, lightning_args
@@ -139,18 +139,13 @@ def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
 def test_accelerator_tpu_is_refused_by_the_pci_probe_with_pjrt_device_unset_and_no_network(tmp_path):
     """The PCI-bus branch: no PJRT_DEVICE (or any TPU variable) tells the CLI what this machine is, and every
     network call fails loudly, so a metadata-server lookup would show as NETWORK ATTEMPT."""
-    import subprocess
-    import sys
     from pathlib import Path
 
     guard = str(Path(__file__).with_name("offline_cli.py"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "TPU_", "XRT_", "CPU_NUM_DEVICES"))}
-    selftest = subprocess.run(
-        [sys.executable, guard, "--selftest"], env=env, capture_output=True, text=True, timeout=300
-    )
+    selftest = run_paced([sys.executable, guard, "--selftest"], 300, env=env)
     assert "NETWORK ATTEMPT" in selftest.stderr and "metadata refused" in selftest.stdout, selftest
-    command = [sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"]
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_paced([sys.executable, guard, "fit", "recipe=quickstart", "accelerator=tpu"], 300, cwd=tmp_path, env=env)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("xla_train: error: ")]
     assert errors == [
@@ -166,8 +161,6 @@ def test_a_run_without_a_tpu_asks_no_metadata_server_even_where_jax_set_its_vari
     """Lightning's device banner asks torch_xla how many TPU cores there are, which asked the TPU metadata server
     on every run (a network call), and with TPU_SKIP_MDS_QUERY set, as importing JAX or Keras sets it, raised a
     TypeError: no Trainer could be built. On XLA the network is refused loudly; on the CPU the variable is set."""
-    import subprocess
-    import sys
     from pathlib import Path
 
     guard = str(Path(__file__).with_name("offline_cli.py"))
@@ -176,7 +169,7 @@ def test_a_run_without_a_tpu_asks_no_metadata_server_even_where_jax_set_its_vari
         env["TPU_SKIP_MDS_QUERY"] = "1"
     command = [sys.executable, guard, "fit", "recipe=quickstart", "net=probes.TinyNet", f"accelerator={accelerator}"]
     command += ["epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "predict_samples=0"]
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_paced(command, 300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "NETWORK ATTEMPT" not in proc.stderr and proc.stdout.strip().splitlines()[-1].startswith("time: ")
 

@@ -41,8 +41,7 @@ CASES = {
     ),
     "a train split smaller than one global batch": (
         ["recipe=quickstart", "batch_size=65536", "accelerator=cpu"],
-        "the train split has 1293 samples, fewer than one global batch of 65536; lower batch_size or use fewer "
-        "devices",
+        "the train split has 1293 samples, fewer than one global batch of 65536; lower batch_size or use fewer devices",
     ),
     "a net that cannot take the data": (
         ["recipe=quickstart", "net=user_nets.ThreeWay", "accelerator=cpu"],
