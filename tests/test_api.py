@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import xla_train
-from helpers import cli_env, run_cli
+from helpers import cli_env, run_cli, run_paced
 from xla_train.cli.main import main
 from xla_train.errors import UserError
 
@@ -121,16 +121,14 @@ def test_a_bad_keyword_raises_the_message_the_cli_prints(settings, tmp_path, mon
 
 def test_devices_lists_what_each_accelerator_trains_on():
     """XLA devices are counted by a short-lived runtime (this process holds none: on a TPU it would hold the chips)."""
-    import subprocess
-
     code = (
         "import sys, xla_train; from xla_train.cli.main import main; cpu = xla_train.devices('cpu'); "
         "assert 'torch_xla' not in sys.modules; xla = xla_train.devices('xla'); "
         "print(cpu.accelerator, cpu.count, xla.accelerator, xla.count, xla.names[-1], xla.hardware); main(['devices'])"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=cli_env(4), capture_output=True, text=True, check=True, timeout=120
-    ).stdout.splitlines()
+    proc = run_paced([sys.executable, "-c", code], 120, env=cli_env(4))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
     assert out[0].split() == ["cpu", "1", "xla", "4", "xla:3", "CPU"]
     assert out[1].startswith("4 CPU devices (accelerator=xla; PJRT_DEVICE=CPU") and out[5].split() == ["xla:3", "CPU"]
     # the other installed runtime below it, its devices made as CPU_NUM_DEVICES says

@@ -4,13 +4,12 @@ import errno
 import gc
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from helpers import SCRIPTS, cli_env
+from helpers import SCRIPTS, cli_env, run_paced
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.errors import CheckpointError
 
@@ -75,7 +74,7 @@ from xla_train import checkpoint
 os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
 checkpoint.atomic_save({{"state_dict": {{"w": torch.full((1_000_000,), 2.0)}}}}, {str(path)!r})
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    proc = run_paced([sys.executable, "-c", code], 300)
     assert proc.returncode == -9
     assert safe_load(path)["state_dict"]["w"].tolist() == [1.0] * 4
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.ckpt"]
@@ -202,13 +201,7 @@ def test_an_xla_checkpoint_comes_to_the_host_in_one_transfer(tmp_path):
     """runtime/checkpoint_io.py moves every XLA tensor of a checkpoint in one call: `.cpu()` on each was one
     transfer per tensor (54 for this net's weights and Adam state)."""
     path = tmp_path / "x.ckpt"
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "checkpoint_xla_save.py"), str(path)],
-        env=cli_env(1),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "checkpoint_xla_save.py"), str(path)], 300, env=cli_env(1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen == {"transfers": 1, "same": True, "cpu": True, "moments": 16, "epoch": 3}, seen

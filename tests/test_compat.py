@@ -5,7 +5,7 @@ from torch import nn
 
 from xla_train import compat
 
-from helpers import SCRIPTS
+from helpers import SCRIPTS, run_paced
 
 
 def test_channels_last_on_the_users_net_installs_once_and_undoes():
@@ -73,14 +73,11 @@ def test_the_inductor_compile_clock_installs_once_counts_each_compilation_and_un
 
 
 def test_a_gru_built_after_torch_xla_is_imported_runs_on_the_cpu_and_the_patch_undoes():
-    import subprocess
     import sys
 
     from helpers import cli_env
 
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "gru_after_xla.py")], env=cli_env(1), capture_output=True, text=True
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "gru_after_xla.py")], 300, env=cli_env(1))
     assert proc.stdout.split() == ["False", "True", "False"], proc.stderr[-2000:]
 
 

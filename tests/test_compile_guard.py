@@ -1,22 +1,17 @@
 """After warm-up, a new XLA compilation is seen: a warning by default, an error in strict mode."""
 
-import subprocess
 import sys
 from pathlib import Path
 
 
-from helpers import cli_env, run_cli, write_cifar10
+from helpers import cli_env, run_cli, run_paced, write_cifar10
 
 PROBE = Path(__file__).with_name("guard_probe.py")
 
 
 def probe(mode, change, progress_every=0):
-    return subprocess.run(
-        [sys.executable, str(PROBE), mode, "change" if change else "steady", str(progress_every)],
-        env=cli_env(1),
-        capture_output=True,
-        text=True,
-        timeout=600,
+    return run_paced(
+        [sys.executable, str(PROBE), mode, "change" if change else "steady", str(progress_every)], 600, env=cli_env(1)
     )
 
 

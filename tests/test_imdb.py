@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import SCRIPTS, cli_env, metrics_rows, run_cli, save_checkpoint
+from helpers import SCRIPTS, cli_env, metrics_rows, run_cli, run_paced, save_checkpoint
 from xla_train.cli.main import main
 from xla_train.data import imdb
 from xla_train.preprocess import text
@@ -409,13 +409,7 @@ def test_padding_does_not_change_the_prediction():
 
 
 def test_scan_lstm_matches_nn_lstm_on_xla():
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "imdb_scan_check.py")],
-        env=cli_env(1),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "imdb_scan_check.py")], 300, env=cli_env(1))
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
 
 

@@ -4,7 +4,6 @@ computes, served, exported, and never imported because a checkpoint names it."""
 
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import torch
 from PIL import Image
 
 import xla_train
-from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, run_paced
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -132,14 +131,7 @@ def block_of(ckpt: Path) -> dict:
 
 def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path):
     env = cli_env(1, PYTHONPATH=path_with_tests())
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "own_model_api_fit.py")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "own_model_api_fit.py")], 600, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["diff"] < 1e-5 and out["param_device"] == "cpu" and out["gru"], out
@@ -385,14 +377,7 @@ def test_a_checkpoint_of_a_users_net_is_refused_without_net_and_its_module_never
     env = cli_env(1, PYTHONPATH=path_with_tests())
     env["USER_NETS_IMPORTED"] = str(log)
     args = [str(ckpt), str(run.parent.parent.parent), str(run / "config.yaml")]  # inputs: any folder
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "own_model_refusals.py"), *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "own_model_refusals.py"), *args], 300, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "[2, 2, 2, 2, 2] False", proc.stdout
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith(("xla_train: error:", "python:"))]

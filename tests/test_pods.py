@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from helpers import SCRIPTS, cli_env, run_pod
+from helpers import SCRIPTS, cli_env, run_paced, run_pod
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 STEPS = 6
@@ -150,9 +150,7 @@ def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):
 def test_a_pod_checkpoint_refuses_state_split_over_devices():
     """Host 0 writes what `.cpu()` reads on it: whole for replicated tensors (as torch_xla's own distributed
     checkpoint reads them), not for split ones, which the save refuses by name (4 XLA:CPU devices, SPMD)."""
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "pods_sharded.py")], env=cli_env(4), capture_output=True, text=True, timeout=120
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "pods_sharded.py")], 120, env=cli_env(4))
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-2].startswith("the checkpoint holds tensors split over the XLA devices (state_dict.s)"), lines

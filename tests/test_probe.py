@@ -5,11 +5,11 @@ for the device the runtime will really start on, not for an unset variable that 
 """
 
 import os
-import subprocess
 import sys
 
 import pytest
 
+from helpers import run_paced
 from xla_train import compat
 from xla_train.runtime import probe
 from xla_train.runtime.backend import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K, xla
@@ -89,7 +89,7 @@ def test_torch_xla_imported_after_xla_train_picks_no_device_of_its_own():
         "import os, xla_train.runtime.plan as plan, torch_xla; "
         "print(os.environ.get('PJRT_DEVICE'), plan.resolve_execution_loop('auto', 'xla'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    out = run_paced([sys.executable, "-c", code], 120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["None", "unroll"], out.stdout + out.stderr[-2000:]
 

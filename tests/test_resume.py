@@ -2,14 +2,13 @@
 
 import json
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import cli_env, run_cli
+from helpers import cli_env, run_cli, run_paced
 from xla_train.data.batching import BatchSampler
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
@@ -117,7 +116,7 @@ def test_the_xla_device_loader_reads_its_sampler_only_at_the_first_batch():
         time.sleep(1.0)  # the work Lightning does between iter() and set_epoch()
         loader.sampler.set_epoch(2)
         print([int(i) for i in next(batches)[1].cpu()])"""
-    proc = subprocess.run([sys.executable, "-c", code], env=cli_env(1), capture_output=True, text=True, timeout=120)
+    proc = run_paced([sys.executable, "-c", code], 120, env=cli_env(1))
     assert proc.returncode == 0, proc.stderr[-2000:]
     epoch_2 = BatchSampler(64, 8, train=True, seed=3)
     epoch_2.set_epoch(2)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import cli_env, free_port, path_with_tests, run_pod, script_json
+from helpers import cli_env, free_port, path_with_tests, run_paced, run_pod, script_json
 
 BATCH = 8  # per device
 GLOBAL_DEVICES = 8
@@ -328,7 +327,7 @@ def test_torchrun_runs_the_module_as_two_nodes(tmp_path):
             "--trainer.limit_val_batches=2",
             "--trainer.limit_test_batches=2",
         ]
-        return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300), work
+        return run_paced(cmd, 300, cwd=work, env=env), work
 
     with ThreadPoolExecutor(2) as pool:
         (p0, w0), (p1, w1) = pool.map(node, (0, 1))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import SCRIPTS, cli_env, run_cli
+from helpers import SCRIPTS, cli_env, run_cli, run_paced
 from xla_train.cli.main import main
 
 PREDICT_ROWS = 16  # a multiple of 8, so the live check can shard it like a batch
@@ -248,12 +247,8 @@ def test_dropout_masks_on_eight_devices_are_the_one_device_masks(tmp_path):
     masks = {}
     for devices in (1, 8):
         out = tmp_path / f"mask{devices}.npy"
-        proc = subprocess.run(
-            [sys.executable, str(SCRIPTS / "spmd_dropout_mask.py"), str(devices), str(out)],
-            env=cli_env(devices),
-            capture_output=True,
-            text=True,
-            timeout=300,
+        proc = run_paced(
+            [sys.executable, str(SCRIPTS / "spmd_dropout_mask.py"), str(devices), str(out)], 300, env=cli_env(devices)
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
         masks[devices] = np.load(out)
@@ -418,9 +413,7 @@ for arg in {list(cases)!r}:
     out[arg] = [code, err.getvalue()]
 print(json.dumps(out))
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=cli_env(8), capture_output=True, text=True, timeout=300
-    )
+    proc = run_paced([sys.executable, "-c", code], 300, cwd=tmp_path, env=cli_env(8))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for arg, message in cases.items():

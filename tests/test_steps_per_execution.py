@@ -15,7 +15,7 @@ import csv
 import pytest
 import torch
 
-from helpers import SCRIPTS, run_cli, write_cifar10
+from helpers import SCRIPTS, run_cli, run_paced, write_cifar10
 from test_imdb import write_aclimdb
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
@@ -425,18 +425,11 @@ def test_the_while_loop_runs_the_same_steps_as_the_unrolled_program(tmp_path):
     padding steps (or short of the real ones) would not. Neither a remainder nor a new order compiles: a count of 1
     sent with `.to()` would be a constant of the graph (torch_xla's special scalars), and so would an order left
     out of the program's inputs."""
-    import subprocess
     import sys
 
     from helpers import cli_env
 
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "while_against_unrolled.py")],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "while_against_unrolled.py")], 300, env=cli_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "unroll steps counted 8" in proc.stdout and "while steps counted 8" in proc.stdout
     for loop in ("unroll", "while"):

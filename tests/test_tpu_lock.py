@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from helpers import SCRIPTS, cli_env, script_json
+from helpers import SCRIPTS, cli_env, run_paced, script_json
 from xla_train.runtime.tpu_lock import EMULATE_ENV
 
 
@@ -32,13 +32,7 @@ def test_a_process_holding_the_device_lists_benchmarks_and_fits_in_any_order(tmp
 def test_devices_lists_the_emulated_tpu_without_holding_it(tmp_path):
     """The benchmarks notebook's first cell: after devices(), another process can still take the device."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "tpu_lock_list_then_claim.py")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_paced([sys.executable, str(SCRIPTS / "tpu_lock_list_then_claim.py")], 120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "accelerator=xla" in proc.stdout and proc.stdout.strip().endswith("claimed"), proc.stdout
 
