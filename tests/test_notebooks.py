@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import require  # noqa: E402
+from helpers.warm_start import kernel_spec  # noqa: E402
 
 nbformat = require("nbformat")
 nbclient = require("nbclient")
@@ -36,6 +37,13 @@ _cifar.check_integrity = _utils.check_integrity = lambda fpath, md5=None: os.pat
 {data}"""
 
 
+@pytest.fixture
+def kernel(tmp_path, monkeypatch) -> str:
+    """A kernel forked from the suite's warm-start server, with torch and Lightning imported (tests/warm_kernel.py)."""
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return kernel_spec(tmp_path / "jupyter")
+
+
 def test_each_tutorial_has_a_notebook_without_outputs():
     assert {p.stem for p in NOTEBOOKS} == set(DATA)
     for path in NOTEBOOKS:
@@ -48,7 +56,7 @@ def test_each_tutorial_has_a_notebook_without_outputs():
 
 @pytest.mark.notebook  # benchmarks.ipynb runs once, below, where one process holds the device (CI time)
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.stem != "benchmarks"], ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
+def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root, kernel):
     data = DATA[path.stem]
     root = cifar_root if data == "cifar" else write_aclimdb(tmp_path / "imdb") if data == "imdb" else None
     nb = nbformat.read(path, as_version=4)
@@ -56,9 +64,7 @@ def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
     nb.cells.insert(0, nbformat.v4.new_code_cell(PRELUDE.format(data=setting)))
     work = tmp_path / "work"
     work.mkdir()
-    client = nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}
-    )
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name=kernel, resources={"metadata": {"path": str(work)}})
     client.execute()  # raises CellExecutionError, with the cell and its traceback, if any cell fails
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
@@ -74,7 +80,7 @@ def test_notebook_runs_top_to_bottom_on_the_cpu(path, tmp_path, cifar_root):
 
 
 @pytest.mark.notebook
-def test_benchmarks_notebook_runs_where_one_process_holds_the_device(tmp_path):
+def test_benchmarks_notebook_runs_where_one_process_holds_the_device(tmp_path, kernel):
     """As on a TPU, where libtpu lets one process hold the chips: XLA:CPU under the test mode that locks it
     (runtime/tpu_lock.py). The notebook asks for its devices in the kernel and then benchmarks XLA in cell
     processes; each of those must get the device, so the kernel must not be holding it. It runs top to bottom
@@ -88,9 +94,7 @@ def test_benchmarks_notebook_runs_where_one_process_holds_the_device(tmp_path):
     nb.cells.append(nbformat.v4.new_code_cell("xla_train.devices('xla'), xla_train.devices()"))  # again, after
     work = tmp_path / "work"
     work.mkdir()
-    nbclient.NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}
-    ).execute()
+    nbclient.NotebookClient(nb, timeout=600, kernel_name=kernel, resources={"metadata": {"path": str(work)}}).execute()
 
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs) + "".join(

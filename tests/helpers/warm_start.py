@@ -35,6 +35,17 @@ WARM_MODULES = (
 ENABLED = os.environ.get("XLA_TRAIN_TESTS_WARM", "1") != "0"
 
 
+def request_child(path: str, command: list[str], cwd, env, out_fd: int, err_fd: int):
+    """Asks the server at `path` to run `command` (python ...) with these descriptors as its stdout and stderr:
+    (the connection, its reply stream, which gives the exit status once the child ends, and the child's pid)."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    request = {"argv": command[1:], "cwd": str(cwd or os.getcwd()), "env": dict(os.environ if env is None else env)}
+    socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [out_fd, err_fd])
+    reply = conn.makefile("r")
+    return conn, reply, json.loads(reply.readline())["pid"]
+
+
 class WarmProcess:
     """The part of subprocess.Popen that run_paced uses, for a child of the warm server."""
 
@@ -42,13 +53,8 @@ class WarmProcess:
         self.args, self.returncode = command, None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._conn.connect(_server_path())
-        request = {"argv": command[1:], "cwd": str(cwd or os.getcwd()), "env": dict(os.environ if env is None else env)}
-        socket.send_fds(self._conn, [json.dumps(request).encode() + b"\n"], [out_w, err_w])
+        self._conn, self._reply, self.pid = request_child(_server_path(), command, cwd, env, out_w, err_w)
         os.close(out_w), os.close(err_w)
-        self._reply = self._conn.makefile("r")
-        self.pid = json.loads(self._reply.readline())["pid"]
         self._out, self._err = [], []
         self._readers = [
             threading.Thread(target=_drain, args=p, daemon=True) for p in ((out_r, self._out), (err_r, self._err))
@@ -87,6 +93,31 @@ def _drain(fd: int, into: list[bytes]) -> None:
 
 _server: subprocess.Popen | None = None
 _lock = threading.Lock()
+
+
+def kernel_spec(folder: Path) -> str:
+    """A Jupyter kernelspec under `folder` (for JUPYTER_PATH) whose kernels the server forks (tests/warm_kernel.py),
+    or, with the server off, the ordinary python3 kernel; the kernel name to give the notebook client."""
+    if not ENABLED:
+        return "python3"
+    spec = folder / "kernels" / "xla_train_warm"
+    spec.mkdir(parents=True, exist_ok=True)
+    launcher = str(Path(__file__).resolve().parents[1] / "warm_kernel.py")
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, launcher, "-f", "{connection_file}"],
+                "display_name": "Python 3 (forked warm)",
+                "language": "python",
+                "interrupt_mode": "signal",
+                "env": {SOCKET_ENV: _server_path()},
+            }
+        )
+    )
+    return "xla_train_warm"
+
+
+SOCKET_ENV = "XLA_TRAIN_TESTS_WARM_SOCKET"  # where tests/warm_kernel.py finds the server
 
 
 def _server_path() -> str:
