@@ -198,6 +198,8 @@ def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
             cwd=work,
         )
         assert key in proc.stdout
+        # Lightning's restore says only what it restores: no warning about the run folder's checkpoint state
+        assert "Warning" not in proc.stderr and "dirpath" not in proc.stderr, proc.stderr
         # the results go beside the checkpoint's run, in a new eval_K; no version_N that looks like a training run
         new = sorted(set(cpu_run.glob("eval_*")) - set(evals))
         assert len(new) == 1 and key in (new[0] / "metrics.csv").read_text(), new

@@ -75,6 +75,12 @@ class BestCheckpoint(ModelCheckpoint):
 
     @override
     def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict.get("dirpath", self.dirpath) != self.dirpath:
+            # Another folder's state: validate and test write eval_K, a resumed fit a new version_N. Its best and
+            # top-k belong to that folder; Lightning keeps only the best's path then, as here, and warned about it
+            # with two folder paths on every validate and test of a checkpoint.
+            self.best_model_path = state_dict["best_model_path"]
+            return
         super().load_state_dict(state_dict)
         if self.best_k_models:  # Lightning took the run's best back (same folder): compare with it, as it does
             self.best_scores, self.best_epoch = state_dict.get("best_scores"), state_dict.get("best_epoch")
