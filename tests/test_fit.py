@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import epoch_value, metrics_rows, run_cli
+from helpers import cli_env, epoch_value, metrics_rows, path_with_tests, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +206,25 @@ def test_validate_and_test_commands_report_metrics(cpu_run, cifar_root):
         assert (new[0] / "config.yaml").is_file() and not (new[0] / "checkpoints").exists()
         evals.append(new[0])
     assert sorted(p.name for p in cpu_run.parent.iterdir()) == runs
+
+
+def test_two_cpu_processes_validate_every_sample_once(tmp_path):
+    """accelerator=cpu devices=2 is Lightning's DDP over two processes: each takes its share of the quickstart's 144
+    validation samples in batches of 32, the last batch padded, and the metrics are synced. Every sample counts once,
+    so the accuracy is the one-process accuracy exactly, and the loss agrees to float rounding."""
+    env = cli_env(1, PYTHONPATH=path_with_tests())  # the second process, which Lightning starts, imports probes too
+    common = ("recipe=quickstart", "net=probes.TinyNet", "accelerator=cpu", "batch_size=32")
+    run_cli("fit", *common, "epochs=1", "trainer.limit_train_batches=3", "test_after_fit=false", cwd=tmp_path, env=env)
+    run = tmp_path / "runs" / "quickstart" / "version_0"
+    found = {}
+    for devices in (1, 2):
+        before = set(run.glob("eval_*"))
+        ckpt = run / "checkpoints" / "last.ckpt"
+        run_cli("validate", *common, f"devices={devices}", f"ckpt={ckpt}", cwd=tmp_path, env=env)
+        (new,) = set(run.glob("eval_*")) - before
+        (row,) = metrics_rows(new)
+        found[devices] = float(row["val_acc"]), float(row["val_loss"])
+    assert found[2][0] == found[1][0] and found[2][1] == pytest.approx(found[1][1], rel=1e-6), found
 
 
 def test_the_xla_accelerator_gives_lightning_its_nvml_check_back_at_teardown(monkeypatch):
