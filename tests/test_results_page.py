@@ -24,3 +24,34 @@ def test_every_generated_block_names_a_table_and_every_table_is_on_the_page():
     on_page = [m.group(2) for m in results.BLOCK.finditer(results.PAGE.read_text())]
     assert sorted(on_page) == sorted(results.TABLES), on_page
     assert all(results.TABLES[name]().strip() for name in on_page)
+
+
+def test_command1_reads_the_readmes_command_and_the_lines_a_run_prints():
+    """tools/command1.py runs what the README says (not a copy of it) and reads the figures from the run's own lines."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import command1
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    assert command1.readme_command().startswith("python3 -m venv .venv && ")
+    assert command1.readme_command().endswith("-m xla_train recipe=quickstart")
+    out = (
+        "run folder: runs/quickstart/version_0  (accelerator xla, 1 device(s))\n"
+        "compiled graphs by phase: train 1 (5.5 s), validate 1 (0.9 s)\n"
+        "held-out test accuracy: 0.9750 (best checkpoint runs/quickstart/version_0/checkpoints/best-epoch=3.ckpt)\n"
+        "  true 7  predicted 7  p=1.000\n  true 6  predicted 5  p=0.600\n"
+        "time: start-up 9.7 s, compile 6.3 s, train 12.7 s, validate 0.5 s, test 0.4 s (wall 29.6 s)\n"
+    )
+    assert command1.figures(out) == {
+        "wall_s": "29.6",
+        "startup_s": "9.7",
+        "compile_s": "6.3",
+        "train_s": "12.7",
+        "validate_s": "0.5",
+        "test_s": "0.4",
+        "held_out_acc": "0.9750",
+        "predictions_right": "1",
+        "predictions": "2",
+        "plan": "accelerator xla, 1 device(s)",
+        "compiled": "train 1 (5.5 s), validate 1 (0.9 s)",
+    }

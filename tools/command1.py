@@ -66,7 +66,7 @@ def figures(out: str) -> dict[str, str]:
         "held_out_acc": re.search(r"held-out test accuracy: ([\d.]+)", out).group(1),
         "predictions_right": str(sum(t == p for t, p in predictions)),
         "predictions": str(len(predictions)),
-        "plan": re.search(r"^run folder: .*\((.*)\)$", out, re.M).group(1),
+        "plan": re.search(r"^run folder: \S+\s+\((.*)\)$", out, re.M).group(1),
         "compiled": re.search(r"^compiled graphs by phase: (.*)$", out, re.M).group(1),
     }
 

@@ -214,7 +214,25 @@ def suite() -> str:
     return "\n".join(out) + "\n\n" + source("test-suite.csv")
 
 
+def command1() -> str:
+    """README command 1 as a new user runs it: tools/command1.py."""
+    (r,) = read("command1.csv")[1]
+    parts = ", ".join(f"{k} {r[f'{k}_s']} s" for k in ("startup", "compile", "train", "validate", "test"))
+    rows = [
+        ("the run, by its time line", f"**{r['wall_s']} s** ({parts})"),
+        ("the whole job, pip's install included", f"{float(r['job_s']):.0f} s"),
+        ("held-out accuracy of the best checkpoint", f"{float(r['held_out_acc']):.2%}"),
+        ("CPU predictions right", f"{r['predictions_right']} of {r['predictions']}"),
+        ("peak memory (the training process)", f"{mb(r['peak_mib'])} MiB"),
+        ("what the defaults chose", r["plan"]),
+        ("compiled graphs by phase", r["compiled"]),
+        ("commit", r["commit"]),
+    ]
+    return "| | |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows) + "\n" + source("command1.csv")
+
+
 TABLES = {
+    "command1": command1,
     "suite": suite,
     "gpu": gpu,
     "runtimes": runtimes,
