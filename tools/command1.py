@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     partial = Path(f"{args.out}.partial")
     with open(partial, "w", newline="") as f:
         f.write(f"# hardware: {cpu_name()}, {os.cpu_count()} core(s)\n# versions: {found}\n")
-        f.write(f"# date: {started:%Y-%m-%d %H:%M} UTC\n# command: env -i HOME PATH LANG bash -c '{command}'\n")
+        f.write(f'# date: {started:%Y-%m-%d %H:%M} UTC\n# command: env -i HOME PATH LANG bash -c "{command}"\n')
         writer = csv.DictWriter(f, FIELDS)
         writer.writeheader()
         writer.writerow(row)

@@ -220,7 +220,7 @@ def command1() -> str:
     parts = ", ".join(f"{k} {r[f'{k}_s']} s" for k in ("startup", "compile", "train", "validate", "test"))
     rows = [
         ("the run, by its time line", f"**{r['wall_s']} s** ({parts})"),
-        ("the whole job, pip's install included", f"{float(r['job_s']):.0f} s"),
+        ("the whole job, pip's install (from this machine's cache) included", f"{float(r['job_s']):.0f} s"),
         ("held-out accuracy of the best checkpoint", f"{float(r['held_out_acc']):.2%}"),
         ("CPU predictions right", f"{r['predictions_right']} of {r['predictions']}"),
         ("peak memory (the training process)", f"{mb(r['peak_mib'])} MiB"),
