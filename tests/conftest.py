@@ -40,37 +40,6 @@ def cpu_run(cifar_root, tmp_path_factory) -> Path:
     return work / "runs" / "cifar10" / "version_0"
 
 
-# The default suite's longest modules, longest first (worker-seconds: docs/results/test-suite.csv). Under
-# `--dist loadscope` a module is one unit of work, handed to the next free worker in queue order, so a long module
-# handed out last would keep one worker busy after the other had finished. pytest-xdist orders that queue by each
-# module's number of tests unless told not to (--no-loadscope-reorder, set below); then it is this collection order.
-LONGEST_FIRST = (
-    "test_jax_runtime.py",
-    "test_notebooks.py",
-    "test_bench.py",
-    "test_steps_per_execution.py",
-    "test_resume.py",
-    "test_builders.py",
-    "test_scan_rnn.py",
-    "test_own_model.py",
-    "test_fit.py",
-    "test_export.py",
-    "test_api.py",
-    "test_quickstart.py",
-    "test_cli.py",
-)
-
-
-def pytest_configure(config):
-    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist is installed
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """`@pytest.mark.fresh_xla(devices=N)`: the test function runs in a new process on N XLA:CPU devices, not here."""
