@@ -1,13 +1,12 @@
 """Run folders: claimed exclusively, so concurrent fits never share one; logger=tensorboard really writes."""
 
 import multiprocessing as mp
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import SCRIPTS, cli_env, require, run_cli
+from helpers import SCRIPTS, cli_env, require, run_cli, run_paced
 from xla_train.config import run_loggers
 from xla_train.config.run_loggers import RunCSVLogger  # imported before the fork: the children start at once
 
@@ -67,22 +66,8 @@ def test_a_refused_command_claims_no_folder(tmp_path):
 
 
 def test_tensorboard_missing_is_one_line_that_says_how_to_install_it(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPTS / "block_tensorboard.py"),
-            "fit",
-            "recipe=quickstart",
-            "epochs=1",
-            "accelerator=cpu",
-            "logger=tensorboard",
-        ],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [sys.executable, str(SCRIPTS / "block_tensorboard.py"), "fit", "recipe=quickstart", "epochs=1"]
+    proc = run_paced([*command, "accelerator=cpu", "logger=tensorboard"], 300, cwd=tmp_path, env=cli_env())
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "xla_train: error: logger=tensorboard needs the tensorboard package: pip install 'xla_train[tensorboard]' "
