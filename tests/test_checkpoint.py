@@ -2,14 +2,13 @@
 
 import errno
 import gc
-import json
 import os
 import sys
 
 import pytest
 import torch
 
-from helpers import SCRIPTS, cli_env, run_paced
+from helpers import SCRIPTS, run_paced, script_json
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.errors import CheckpointError
 
@@ -201,7 +200,5 @@ def test_an_xla_checkpoint_comes_to_the_host_in_one_transfer(tmp_path):
     """runtime/checkpoint_io.py moves every XLA tensor of a checkpoint in one call: `.cpu()` on each was one
     transfer per tensor (54 for this net's weights and Adam state)."""
     path = tmp_path / "x.ckpt"
-    proc = run_paced([sys.executable, str(SCRIPTS / "checkpoint_xla_save.py"), str(path)], 300, env=cli_env(1))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    seen = script_json(SCRIPTS / "checkpoint_xla_save.py", args=[path])
     assert seen == {"transfers": 1, "same": True, "cpu": True, "moments": 16, "epoch": 3}, seen

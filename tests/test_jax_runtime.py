@@ -2,13 +2,10 @@
 fit on it keeps the torch_xla path's guarantees (one compile per phase, BatchNorm statistics that move, dropout that
 changes every step and repeats from the seed, exact resume, checkpoints any runtime loads)."""
 
-import json
-import sys
-
 import pytest
 import torch
 
-from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, run_paced, script_json
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, script_json
 from test_imdb import write_aclimdb
 from test_own_model import image_folder, text_csv  # noqa: F401 (fixtures)
 from test_resume import COMMON, assert_same_weights, final_weights, stopped_at
@@ -20,10 +17,7 @@ ENGINE = TESTS / "jax_engine_check.py"
 
 def engine_check(devices: int, *args: str) -> dict:
     """tests/jax_engine_check.py in a process of its own (JAX fixes its CPU device count as it starts)."""
-    env = cli_env(devices, PYTHONPATH=path_with_tests())
-    proc = run_paced([sys.executable, str(ENGINE), str(devices), *args], 300, env=env)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return script_json(ENGINE, env=cli_env(devices, PYTHONPATH=path_with_tests()), args=[devices, *args])
 
 
 @pytest.mark.parametrize("devices, loop", [(1, "unroll"), (8, "unroll"), (1, "while")])

@@ -79,11 +79,12 @@ def run_paced(command: list[str], timeout: float, pace=machine_pace, **kwargs) -
                 limit = stretched
 
 
-def script_json(script: Path | str, env: dict | None = None, cwd=None, timeout: int = 300, warm: bool = True):
-    """Runs the script (a file of tests/scripts/, or a line of code) on one XLA:CPU device unless `env` says
-    otherwise, and returns its last line of output read as JSON; a script that fails fails the test, with the end
-    of its stderr. warm=False: in a fresh interpreter, not a warm-started one (helpers/warm_start.py)."""
+def script_json(script: Path | str, env: dict | None = None, cwd=None, timeout: int = 300, warm: bool = True, args=()):
+    """Runs the script (a file of tests/scripts/, or a line of code) with `args` on one XLA:CPU device unless `env`
+    says otherwise, and returns its last line of output read as JSON; a script that fails fails the test, with the
+    end of its stderr. warm=False: in a fresh interpreter, not a warm-started one (helpers/warm_start.py)."""
     command = [sys.executable, str(script)] if isinstance(script, Path) else [sys.executable, "-c", script]
+    command += [str(a) for a in args]
     proc = run_paced(command, timeout, cwd=cwd, env=env or cli_env(1), warm=warm)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
