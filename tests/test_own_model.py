@@ -4,6 +4,7 @@ computes, served, exported, and never imported because a checkpoint names it."""
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -153,6 +154,8 @@ def test_a_users_net_trains_from_an_image_folder_under_spmd_on_eight_devices(spm
     run, proc, ckpt = spmd_images
     assert "(accelerator xla, 8 device(s))" in proc.stdout
     assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"], proc.stdout
+    # the evaluation program, first compiled where the module's epoch end reads its value, is validation's
+    assert re.search(r"^compiled graphs by phase: train 1 \([\d.]+ s\), validate 1 \(", proc.stdout, re.M), proc.stdout
     assert "held-out test accuracy" in proc.stdout
     block = block_of(ckpt)
     assert block["format"] == 2 and block["class_path"] == "user_nets.PixelNet"

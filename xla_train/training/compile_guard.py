@@ -207,7 +207,10 @@ class CompileAccounting(EpochCallback):
 
 
 def _evaluation_hooks(phase: str, stage: str) -> dict:
-    """An evaluation phase's three hooks (the sanity check warms validation up too)."""
+    """An evaluation phase's three hooks (the sanity check warms validation up too). The phase ends at
+    `on_{stage}_end`, not at the epoch's end: Lightning calls the module's epoch-end hook after the callbacks' and
+    computes the epoch's metrics after both, and on XLA the evaluation program may first be compiled there, where its
+    value is first read (a one-batch validation, as in the sanity check)."""
 
     def start(self, trainer, pl_module) -> None:
         self._start(phase)
@@ -218,7 +221,7 @@ def _evaluation_hooks(phase: str, stage: str) -> dict:
     def end(self, trainer, pl_module) -> None:
         self._end(phase)
 
-    return {f"on_{stage}_epoch_start": start, f"on_{stage}_batch_end": batch_end, f"on_{stage}_epoch_end": end}
+    return {f"on_{stage}_epoch_start": start, f"on_{stage}_batch_end": batch_end, f"on_{stage}_end": end}
 
 
 for _phase, _stage in (("validate", "validation"), ("test", "test"), ("predict", "predict")):
