@@ -7,7 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import SUITE_XLA_FLAGS, in_fresh_process, run_cli, run_in_fresh_process, write_cifar10
+
+# Under pytest-xdist each worker's processes get their share of the cores as OpenMP threads, so the workers' torch
+# threads do not spin against each other (a quarter of a 2-worker run's time on 2 cores). Set before torch is
+# imported, in the worker and so in its subprocesses, unless already set; new_user_env drops it.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+from helpers import SUITE_XLA_FLAGS, in_fresh_process, run_cli, run_in_fresh_process, write_cifar10  # noqa: E402
 
 os.environ.setdefault("XLA_FLAGS", SUITE_XLA_FLAGS)  # for the tests that run XLA in this process, as cli_env's
 

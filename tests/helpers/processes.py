@@ -118,9 +118,11 @@ def path_with_tests() -> str:
 
 
 def new_user_env(**extra) -> dict:
-    """The environment a new user has: none of the suite's XLA or pip settings (README command 1 as written)."""
+    """The environment a new user has: none of the suite's XLA, thread or pip settings (README command 1 as
+    written)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_", "PIP_"))}
     env.pop("PYTHONPATH", None)
+    env.pop("OMP_NUM_THREADS", None)  # conftest.py's share of the cores for each test worker
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
