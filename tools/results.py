@@ -184,6 +184,48 @@ def gpu() -> str:
     return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
 
 
+def accelerator() -> str:
+    """Eager PyTorch against XLA:CPU, each cell its own process: bench accelerators=cpu,xla."""
+    out = [
+        "| accelerator | batch | ran with | first step s | compile s | graphs | step ms | samples/s | host MB |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in read("accelerator-quickstart.csv")[1]:
+        if r["accelerator"] == "cpu":
+            ran = f"eager, {r['precision']}" + (", channels_last" if r["channels_last"] == "True" else "")
+            compile_s = graphs = "-"
+        else:
+            data = "data on the device" if r["on_device"] == "True" else "data streamed"
+            ran = f"{r['device']}, {r['steps_per_execution_used']} step(s) a program, {data}"
+            compile_s, graphs = f"{float(r['compile_s']):.1f}", r["compiles"]
+        out.append(
+            f"| {r['accelerator']} | {r['batch']} | {ran} | {float(r['first_step_s']):.2f} | {compile_s} | {graphs} | "
+            f"{ms(r['step_ms'])} | {float(r['samples_per_s']):,.0f} | {mb(r['host_peak_mb'])} |"
+        )
+    return "\n".join(out) + "\n\n" + source("accelerator-quickstart.csv")
+
+
+def serving_forms() -> str:
+    """The forms `predict` and `serve` can run a checkpoint in, side by side: bench predict."""
+    out = [
+        "| form | fp32 | batch 1 median ms | batch 1 p95 ms | x eager (batch 1) | batch 256 samples/s "
+        "| max abs diff vs eager end to end | test acc | acc change |",
+        "|---|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for r in read("serving-forms-quickstart.csv")[1]:
+        exact = r["what"] == "eager end to end"  # the reference the others are compared with
+        out.append(
+            f"| {r['what']} | {'yes' if r['fp32'] == 'True' else 'no'} | {float(r['latency_ms_median']):.3f} | "
+            f"{float(r['latency_ms_p95']):.3f} | {float(r['speedup_batch1']):.2f} | {float(r['samples_per_s']):,.0f} | "
+            + (
+                "| | |"
+                if exact
+                else f"{float(r['max_abs_diff']):.1e} | {float(r['test_acc']):.3f} | {float(r['acc_change']):+.4f} |"
+            )
+        )
+    return "\n".join(out) + "\n\n" + source("serving-forms-quickstart.csv")
+
+
 def suite() -> str:
     """The default suite's runs back to back on one machine, from pytest's JUnit files: tools/suite_times.py."""
     rows = read("test-suite.csv")[1]
@@ -239,6 +281,8 @@ TABLES = {
     "overhead": overhead,
     "keras-steps": keras_steps,
     "keras-job": keras_job,
+    "accelerator": accelerator,
+    "serving-forms": serving_forms,
 }
 
 
