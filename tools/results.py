@@ -205,6 +205,25 @@ def accelerator() -> str:
     return "\n".join(out) + "\n\n" + source("accelerator-quickstart.csv")
 
 
+def fastpath_nobf16() -> str:
+    """The CPU fast path's memory-format default on a CPU without native bf16, against contiguous: bench rounds."""
+    out = [
+        "| net, batch (float32, eager) | NCHW step ms, median (mean) | channels_last step ms, median (mean) "
+        "| channels_last samples/s against NCHW's |",
+        "|---|---:|---:|---:|",
+    ]
+    names = [("fastpath-nobf16-quickstart.csv", "quickstart CNN"), ("fastpath-nobf16-cifar10.csv", "CIFAR-10 CNN")]
+    for name, net in names:
+        by = {r["channels_last"]: r for r in read(name)[1]}
+        nchw, cl = by["False"], by["True"]
+        out.append(
+            f"| {net}, {nchw['batch']} | {ms(nchw['step_ms'])} ({ms(nchw['step_ms_mean'])}) | "
+            f"{ms(cl['step_ms'])} ({ms(cl['step_ms_mean'])}) | "
+            f"**{float(cl['samples_per_s']) / float(nchw['samples_per_s']):.2f}x** |"
+        )
+    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+
+
 def serving_forms() -> str:
     """The forms `predict` and `serve` can run a checkpoint in, side by side: bench predict."""
     out = [
@@ -283,6 +302,7 @@ TABLES = {
     "keras-job": keras_job,
     "accelerator": accelerator,
     "serving-forms": serving_forms,
+    "fastpath-nobf16": fastpath_nobf16,
 }
 
 
