@@ -224,6 +224,14 @@ def fastpath_nobf16() -> str:
     return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
 
 
+def tokenise() -> str:
+    """The IMDB recipe's text preparation with HF tokenizers, the first time and from its cache: bench text."""
+    rows = read("text-tokenise.csv")[1]
+    out = ["| step | wall s (median) | CPU s, all threads |", "|---|---:|---:|"]
+    out += [f"| {r['what']} | {float(r['wall_s']):.2f} | {float(r['cpu_s']):.2f} |" for r in rows]
+    return "\n".join(out) + "\n\n" + source("text-tokenise.csv")
+
+
 def serving_forms() -> str:
     """The forms `predict` and `serve` can run a checkpoint in, side by side: bench predict."""
     out = [
@@ -303,6 +311,7 @@ TABLES = {
     "accelerator": accelerator,
     "serving-forms": serving_forms,
     "fastpath-nobf16": fastpath_nobf16,
+    "tokenise": tokenise,
 }
 
 
