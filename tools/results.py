@@ -232,6 +232,27 @@ def tokenise() -> str:
     return "\n".join(out) + "\n\n" + source("text-tokenise.csv")
 
 
+def k_steps() -> str:
+    """The host's and the device's share of a step at K=1 and K=8 unrolled, one bench run a recipe."""
+    out = [
+        "| recipe, batch | K | compile s | graphs | first execution s | step ms | host ms/step | device ms/step "
+        "| host K=8 / K=1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [("k-quickstart.csv", "quickstart CNN"), ("k-cifar10.csv", "CIFAR-10 CNN"), ("k-imdb.csv", "IMDB LSTM")]
+    for name, what in names:
+        by = {r["steps_per_execution_used"]: r for r in read(name)[1]}
+        for k in ("1", "8"):
+            r = by[k]
+            share = float(r["host_ms_per_step"]) / float(by["1"]["host_ms_per_step"])
+            out.append(
+                f"| {what}, {r['batch']} | {k} | {float(r['compile_s']):.1f} | {r['compiles']} | "
+                f"{float(r['first_step_s']):.1f} | {ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | "
+                f"{float(r['device_ms_per_step']):.1f} | {f'**{share:.2f}**' if k == '8' else ''} |"
+            )
+    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+
+
 def serving_forms() -> str:
     """The forms `predict` and `serve` can run a checkpoint in, side by side: bench predict."""
     out = [
@@ -312,6 +333,7 @@ TABLES = {
     "serving-forms": serving_forms,
     "fastpath-nobf16": fastpath_nobf16,
     "tokenise": tokenise,
+    "k-steps": k_steps,
 }
 
 
