@@ -253,6 +253,27 @@ def k_steps() -> str:
     return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
 
 
+def lstm_maxlen() -> str:
+    """The LSTM's compile on the training path against maxlen, the recipe's net and a user's: bench lstm."""
+    out = [
+        "| net | maxlen | first step s | compile s | step ms | samples/s | compile against the shortest |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [
+        ("lstm-maxlen-recipe.csv", "the recipe's LSTM (1 layer, 32)"),
+        ("lstm-maxlen-textrnn.csv", "`TextRNN`, `nn.LSTM(64, 64, num_layers=2)`"),
+    ]
+    for name, net in names:
+        rows = sorted(read(name)[1], key=lambda r: int(r["maxlen"]))
+        first = float(rows[0]["compile_s"])
+        for r in rows:
+            out.append(
+                f"| {net} | {r['maxlen']} | {float(r['first_step_s']):.2f} | {float(r['compile_s']):.1f} | "
+                f"{ms(r['step_ms'])} | {float(r['samples_per_s']):,.0f} | {float(r['compile_s']) / first:.2f}x |"
+            )
+    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+
+
 def serving_forms() -> str:
     """The forms `predict` and `serve` can run a checkpoint in, side by side: bench predict."""
     out = [
@@ -334,6 +355,7 @@ TABLES = {
     "fastpath-nobf16": fastpath_nobf16,
     "tokenise": tokenise,
     "k-steps": k_steps,
+    "lstm-maxlen": lstm_maxlen,
 }
 
 
