@@ -274,6 +274,22 @@ def lstm_maxlen() -> str:
     return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
 
 
+def own_net() -> str:
+    """A user's copy of the built-in CNN against the built-in, alternating bench runs on XLA:CPU."""
+    out = ["| net | compile s | step ms | samples/s |", "|---|---:|---:|---:|"]
+    means = {}
+    for side, what in (("builtin", "built-in `CifarCNN`"), ("copy", "the user's copy (`user_nets.KerasCNN`)")):
+        rows = [read(f"own-net-{side}-{n}.csv")[1][0] for n in (1, 2)]
+        means[side] = sum(float(r["samples_per_s"]) for r in rows) / len(rows)
+        compiles = ", ".join(f"{float(r['compile_s']):.1f}" for r in rows)
+        speeds = ", ".join(f"{float(r['samples_per_s']):,.1f}" for r in rows)
+        out.append(f"| {what} | {compiles} | {', '.join(ms(r['step_ms']) for r in rows)} | {speeds} |")
+    ratio = means["copy"] / means["builtin"]
+    out.append(f"\nThe copy's samples/s against the built-in's (means of the two runs): **{ratio:.2f}x**.")
+    names = [f"own-net-{side}-{n}.csv" for n in (1, 2) for side in ("builtin", "copy")]
+    return "\n".join(out) + "\n\n" + source(*names)
+
+
 def serving_forms() -> str:
     """The forms `predict` and `serve` can run a checkpoint in, side by side: bench predict."""
     out = [
@@ -356,6 +372,7 @@ TABLES = {
     "tokenise": tokenise,
     "k-steps": k_steps,
     "lstm-maxlen": lstm_maxlen,
+    "own-net": own_net,
 }
 
 
