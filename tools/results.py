@@ -47,6 +47,11 @@ def source(*names: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def block(lines: list[str], *names: str) -> str:
+    """A generated block: its table's lines, then the provenance of the CSVs they came from."""
+    return "\n".join(lines) + "\n\n" + source(*names)
+
+
 def ms(value: str) -> str:
     return f"{float(value):.1f}"
 
@@ -135,7 +140,7 @@ def keras_steps() -> str:
             f"| {rnd} | {ms(x['step_ms'])} | {ms(tut['step_ms'])} | {ms(mat['step_ms'])} | {ratio(x, tut)} | "
             f"{ratio(x, mat)} | {ms(xc['step_ms'])} | {ms(kc['step_ms'])} | {ratio(xc, kc)} |"
         )
-    return "\n".join(out) + "\n\n" + source("keras-peer-steps.csv")
+    return block(out, "keras-peer-steps.csv")
 
 
 def keras_job() -> str:
@@ -149,7 +154,7 @@ def keras_job() -> str:
             f"| {side} | {' / '.join(r['wall_s'] for r in mine)} | {' / '.join(mb(r['peak_mib']) for r in mine)} | "
             f"{' / '.join(accs)} |"
         )
-    return "\n".join(out) + "\n\n" + source("keras-peer-job.csv")
+    return block(out, "keras-peer-job.csv")
 
 
 def gpu() -> str:
@@ -181,7 +186,7 @@ def gpu() -> str:
                 f"| {what} | {precision} | {ms(eager['step_ms'])} | {ms(compiled['step_ms']) if compiled else ''} | "
                 f"{jax_cells} |"
             )
-    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+    return block(out, *(name for name, _ in names))
 
 
 def accelerator() -> str:
@@ -202,7 +207,7 @@ def accelerator() -> str:
             f"| {r['accelerator']} | {r['batch']} | {ran} | {float(r['first_step_s']):.2f} | {compile_s} | {graphs} | "
             f"{ms(r['step_ms'])} | {float(r['samples_per_s']):,.0f} | {mb(r['host_peak_mb'])} |"
         )
-    return "\n".join(out) + "\n\n" + source("accelerator-quickstart.csv")
+    return block(out, "accelerator-quickstart.csv")
 
 
 def fastpath_nobf16() -> str:
@@ -221,7 +226,7 @@ def fastpath_nobf16() -> str:
             f"{ms(cl['step_ms'])} ({ms(cl['step_ms_mean'])}) | "
             f"**{float(cl['samples_per_s']) / float(nchw['samples_per_s']):.2f}x** |"
         )
-    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+    return block(out, *(name for name, _ in names))
 
 
 def tokenise() -> str:
@@ -229,7 +234,7 @@ def tokenise() -> str:
     rows = read("text-tokenise.csv")[1]
     out = ["| step | wall s (median) | CPU s, all threads |", "|---|---:|---:|"]
     out += [f"| {r['what']} | {float(r['wall_s']):.2f} | {float(r['cpu_s']):.2f} |" for r in rows]
-    return "\n".join(out) + "\n\n" + source("text-tokenise.csv")
+    return block(out, "text-tokenise.csv")
 
 
 def k_steps() -> str:
@@ -250,7 +255,7 @@ def k_steps() -> str:
                 f"{float(r['first_step_s']):.1f} | {ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | "
                 f"{float(r['device_ms_per_step']):.1f} | {f'**{share:.2f}**' if k == '8' else ''} |"
             )
-    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+    return block(out, *(name for name, _ in names))
 
 
 def lstm_maxlen() -> str:
@@ -271,7 +276,7 @@ def lstm_maxlen() -> str:
                 f"| {net} | {r['maxlen']} | {float(r['first_step_s']):.2f} | {float(r['compile_s']):.1f} | "
                 f"{ms(r['step_ms'])} | {float(r['samples_per_s']):,.0f} | {float(r['compile_s']) / first:.2f}x |"
             )
-    return "\n".join(out) + "\n\n" + source(*(name for name, _ in names))
+    return block(out, *(name for name, _ in names))
 
 
 def own_net() -> str:
@@ -287,7 +292,7 @@ def own_net() -> str:
     ratio = means["copy"] / means["builtin"]
     out.append(f"\nThe copy's samples/s against the built-in's (means of the two runs): **{ratio:.2f}x**.")
     names = [f"own-net-{side}-{n}.csv" for n in (1, 2) for side in ("builtin", "copy")]
-    return "\n".join(out) + "\n\n" + source(*names)
+    return block(out, *names)
 
 
 def serving_forms() -> str:
@@ -308,7 +313,7 @@ def serving_forms() -> str:
                 else f"{float(r['max_abs_diff']):.1e} | {float(r['test_acc']):.3f} | {float(r['acc_change']):+.4f} |"
             )
         )
-    return "\n".join(out) + "\n\n" + source("serving-forms-quickstart.csv")
+    return block(out, "serving-forms-quickstart.csv")
 
 
 def suite() -> str:
@@ -338,7 +343,7 @@ def suite() -> str:
         line("worker-seconds, all tests", "worker_s", "(all)"),
     ]
     out += [line(f"`{r['file']}`", "worker_s", r["file"]) for r in rows if r["run"] == runs[0] and r["file"] != "(all)"]
-    return "\n".join(out) + "\n\n" + source("test-suite.csv")
+    return block(out, "test-suite.csv")
 
 
 def command1() -> str:
