@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 # Under pytest-xdist each worker's processes get their share of the cores as OpenMP threads, so the workers' torch
-# threads do not spin against each other (a quarter of a 2-worker run's time on 2 cores). Set before torch is
-# imported, in the worker and so in its subprocesses, unless already set; new_user_env drops it.
+# threads do not spin against each other on the same cores. Set before torch is imported, in the worker and so in
+# its subprocesses, unless already set; new_user_env drops it.
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
