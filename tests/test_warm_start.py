@@ -39,3 +39,14 @@ def test_a_warm_child_is_forked_from_the_server_with_torch_already_imported(tmp_
     with WarmProcess([sys.executable, "-c", code], cwd=tmp_path, env={}) as proc:
         out, _ = proc.communicate(60)
     assert proc.returncode == 0 and out.split() == [str(warm_start._server.pid), "True"], out
+
+
+def test_a_warm_childs_own_python_children_start_warm_and_report_as_subprocess_run_does(tmp_path, monkeypatch):
+    """What the product starts with subprocess.run (a benchmark cell, a device count) is forked from the server too,
+    with the same output, exit code, time limit and check as a fresh process's."""
+    log = tmp_path / "child.log"
+    cold, warm = both([sys.executable, str(SCRIPTS / "python_children.py"), str(log)], tmp_path, monkeypatch)
+    assert cold.returncode == warm.returncode == 0, cold.stderr + warm.stderr
+    assert cold.stdout == '[3, "False\\n", "err\\n", null, "timed out", 2]\n', cold.stdout
+    assert warm.stdout == cold.stdout.replace("False", "True")  # its grandchild had torch imported: it came warm
+    assert sorted(log.read_text().splitlines()) == ["err", "out"]  # both streams into the file (the warm run's)

@@ -5,8 +5,10 @@ importing them again.
 The server (`serve`, one per pytest process, started on first use) imports WARM_MODULES and
 nothing of xla_train, then forks a child per request. The child takes the request's argv, environment, working
 folder and sys.path, writes to the caller's pipes, runs the script as `python` would (`-c`, `-m` or a file) and
-ends as the interpreter does: non-daemon threads joined, atexit handlers run, streams flushed. A test of what a
-fresh process imports, or of how a process starts or ends, runs a real one instead (`run_paced(..., warm=False)`).
+ends as the interpreter does: non-daemon threads joined, atexit handlers run, streams flushed. The `python ...`
+processes that the child itself starts with subprocess.run (a benchmark's cells, a device count: about 10 s of
+imports each, cold) are forked from the server as well. A test of what a fresh process imports, or of how a process
+starts or ends, runs a real one instead (`run_paced(..., warm=False)`), and so do its own children.
 XLA_TRAIN_TESTS_WARM=0 turns the server off for the whole suite.
 """
 
@@ -41,6 +43,7 @@ def request_child(path: str, command: list[str], cwd, env, out_fd: int, err_fd: 
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     request = {"argv": command[1:], "cwd": str(cwd or os.getcwd()), "env": dict(os.environ if env is None else env)}
+    request["env"][SOCKET_ENV] = path  # the child's own `python ...` children come from this server too (_run)
     socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [out_fd, err_fd])
     reply = conn.makefile("r")
     return conn, reply, json.loads(reply.readline())["pid"]
@@ -220,6 +223,8 @@ def _run(request: dict, base_path: list[str]) -> int:
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     first = "" if argv[0] in ("-c", "-m") else str(Path(argv[0]).resolve().parent)
     sys.path[:] = [first, *extra, *base_path]
+    if os.environ.get(SOCKET_ENV):
+        subprocess.run = _warm_run  # the product's own children (a benchmark cell, a device count) start warm too
     code = 0
     try:
         if argv[0] == "-c":
@@ -245,6 +250,69 @@ def _run(request: dict, base_path: list[str]) -> int:
         except (OSError, ValueError):
             pass
     return code
+
+
+_cold_run = subprocess.run
+_WARM_RUN_KEYS = {"stdout", "stderr", "capture_output", "text", "env", "timeout", "check", "cwd"}
+
+
+def _warm_run(args, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run in a warm child: `python ...` (a benchmark cell, a device count) is forked from the server as
+    well, with the same output, exit status, time limit and check; anything else runs as subprocess.run does. A
+    test of what such a process imports runs its parent cold (warm=False), so this is never installed."""
+    stdout, stderr = kwargs.get("stdout"), kwargs.get("stderr")
+    if kwargs.get("capture_output"):
+        stdout = stderr = subprocess.PIPE
+    if (
+        not isinstance(args, list)
+        or len(args) < 2
+        or args[0] != sys.executable
+        or not set(kwargs) <= _WARM_RUN_KEYS
+        or any(isinstance(s, int) and s not in (subprocess.PIPE, subprocess.STDOUT) for s in (stdout, stderr))
+    ):
+        return _cold_run(args, **kwargs)
+    pipes, fds, closing = {}, [], []
+    for name, target in (("stdout", stdout), ("stderr", stderr)):
+        if target is subprocess.PIPE:
+            r, w = os.pipe()
+            pipes[name] = r
+            fds.append(w), closing.append(w)
+        elif target == subprocess.STDOUT:
+            fds.append(fds[0])
+        else:
+            fds.append(target.fileno() if target is not None else (1 if name == "stdout" else 2))
+    conn, reply, pid = request_child(os.environ[SOCKET_ENV], args, kwargs.get("cwd"), kwargs.get("env"), *fds)
+    for fd in closing:
+        os.close(fd)
+    chunks = {name: [] for name in pipes}
+    readers = [threading.Thread(target=_drain, args=(fd, chunks[name]), daemon=True) for name, fd in pipes.items()]
+    for t in readers:
+        t.start()
+    expired = []
+
+    def expire() -> None:
+        expired.append(True)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended as the limit came
+            expired.clear()
+
+    timer = threading.Timer(kwargs["timeout"], expire) if kwargs.get("timeout") is not None else None
+    if timer is not None:
+        timer.start()
+    with conn, reply:
+        code = json.loads(reply.readline())["returncode"]
+    if timer is not None:
+        timer.cancel()
+    for t in readers:
+        t.join()
+    if expired:
+        raise subprocess.TimeoutExpired(args, kwargs["timeout"])
+    out = {name: b"".join(c).decode() if kwargs.get("text") else b"".join(c) for name, c in chunks.items()}
+    done = subprocess.CompletedProcess(args, code, out.get("stdout"), out.get("stderr"))
+    if kwargs.get("check"):
+        done.check_returncode()
+    return done
 
 
 def popen(command: list[str], **kwargs):
