@@ -50,13 +50,7 @@ def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        other = subprocess.run(
-            [sys.executable, "-m", "xla_train", "devices", "accelerator=xla"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        other = run_paced([sys.executable, "-m", "xla_train", "devices", "accelerator=xla"], 120, env=env)
     finally:
         holder.communicate("", timeout=60)
     assert other.returncode == 2, other.stderr
