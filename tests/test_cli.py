@@ -270,6 +270,25 @@ def test_help_lists_every_option_with_or_without_a_recipe(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", ["fit", "test"])
+def test_a_command_builds_the_parser_of_its_own_subcommand_alone(command, tmp_path, monkeypatch, capsys):
+    """Lightning builds each subcommand's parser from the Trainer's and every class's signatures: the other three
+    would be most of a short run's time after its imports."""
+    from lightning.pytorch.cli import LightningCLI
+
+    built, prepare = [], LightningCLI._prepare_subcommand_parser
+
+    def spy(self, klass, subcommand, **kwargs):
+        built.append(subcommand)
+        return prepare(self, klass, subcommand, **kwargs)
+
+    monkeypatch.setattr(LightningCLI, "_prepare_subcommand_parser", spy)
+    monkeypatch.chdir(tmp_path)
+    assert main([command, "recipe=quickstart", "--print_config"]) == 0
+    assert "class_path: xla_train.models.CifarCNN" in capsys.readouterr().out
+    assert built == [command]
+
+
 def test_lightnings_ddp_starts_every_process_with_the_users_command(tmp_path, monkeypatch):
     """accelerator=cpu devices=2 (and gpu devices=N) is Lightning's DDP: its launcher starts the other processes
     with this process's sys.argv, which must still be the user's command while the run starts (once it was emptied,
