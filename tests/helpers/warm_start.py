@@ -33,6 +33,7 @@ WARM_MODULES = (
     "jsonargparse",
     "sklearn.model_selection",
     "torch._inductor.fx_passes.post_grad",  # torch's, most of what importing torch_xla takes (its dynamo bridge)
+    "jax",  # where installed: every XLA run imports it (runtime/engine/jax/compat.py, import_jax_keeping_numpy_rng)
 )
 ENABLED = os.environ.get("XLA_TRAIN_TESTS_WARM", "1") != "0"
 
@@ -147,10 +148,11 @@ def _server_path() -> str:
 
 def serve(path: str) -> None:
     """Accepts requests until the caller's end of stdin closes; reports each child's pid, then its exit status."""
-    import importlib
+    import importlib.util
 
     for name in WARM_MODULES:
-        importlib.import_module(name)
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
     base_path = list(sys.path[1:])  # without this server's own first entry and its PYTHONPATH
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry in base_path:
