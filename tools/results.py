@@ -363,6 +363,76 @@ def command1() -> str:
     return "| | |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows) + "\n" + source("command1.csv")
 
 
+def auto_k() -> str:
+    """steps_per_execution=auto's two choices on XLA:CPU, auto and K=8 alternating in one bench run: one step a program
+    traced once (auto, for a run of under 1,000 training steps) against 8 unrolled (auto's from 1,000)."""
+    out = [
+        "| recipe, batch | K | compile s | first step s | step ms | host ms/step | host MB | K=8 repays its first step "
+        "after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [("auto-quickstart.csv", "quickstart CNN")]
+    for name, what in names:
+        rows = read(name)[1]
+        one = next(r for r in rows if r["steps_per_execution"] == "auto")
+        eight = next(r for r in rows if r["steps_per_execution"] == "8")
+        if (one["steps_per_execution_used"], one["traced_once"]) != ("1", "True"):
+            raise SystemExit(f"{name}: auto chose K={one['steps_per_execution_used']}, not the one-step program")
+        extra = float(eight["first_step_s"]) - float(one["first_step_s"])
+        saved = (float(one["step_ms"]) - float(eight["step_ms"])) / 1000
+        repaid = f"{extra / saved:,.0f} steps" if saved > 0 else "never: its step is no shorter"
+        for r, k in ((one, "1 (auto: traced once)"), (eight, "8, unrolled")):
+            out.append(
+                f"| {what}, {r['batch']} | {k} | {float(r['compile_s']):.1f} | {float(r['first_step_s']):.2f} | "
+                f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | {mb(r['host_peak_mb'])} | "
+                f"{repaid if r is eight else ''} |"
+            )
+    return block(out, *(name for name, _ in names))
+
+
+def k_up_to_32() -> str:
+    """The host's share of a step as K grows to 32 unrolled, the data on the device: one bench run a recipe."""
+    out = [
+        "| recipe, batch | K | compile s | step ms | host ms/step (wall) | host CPU ms/step | host MB | host CPU "
+        "against K=1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [("k32-quickstart.csv", "quickstart CNN"), ("k32-imdb.csv", "IMDB LSTM")]
+    for name, what in names:
+        rows = sorted(read(name)[1], key=lambda r: int(r["steps_per_execution_used"]))
+        first = float(rows[0]["host_cpu_ms_per_step"])
+        for r in rows:
+            cpu = float(r["host_cpu_ms_per_step"])
+            out.append(
+                f"| {what}, {r['batch']} | {r['steps_per_execution_used']} | {float(r['compile_s']):.1f} | "
+                f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.2f} | {cpu:.2f} | {mb(r['host_peak_mb'])} | "
+                f"{f'1/{first / cpu:.0f}' if cpu < first else '1'} |"
+            )
+    return block(out, *(name for name, _ in names))
+
+
+def while_loop() -> str:
+    """The same K steps as one While loop and unrolled, on XLA:CPU: one bench run, the two loops alternating."""
+    out = [
+        "| recipe, batch | K | loop | compile s | step ms | host ms/step | host MB | step against unrolled |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    name = "while-quickstart.csv"
+    rows = read(name)[1]
+    unrolled = {
+        r["steps_per_execution_used"]: float(r["step_ms"]) for r in rows if r["execution_loop_used"] == "unroll"
+    }
+    for r in sorted(rows, key=lambda r: (r["execution_loop_used"], int(r["steps_per_execution_used"]))):
+        k = r["steps_per_execution_used"]
+        ratio = float(r["step_ms"]) / unrolled[k] if k in unrolled else None
+        out.append(
+            f"| {r['recipe']} CNN, {r['batch']} | {k} | {r['execution_loop_used']} | {float(r['compile_s']):.1f} | "
+            f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.2f} | {mb(r['host_peak_mb'])} | "
+            f"{f'**{ratio:.1f}x**' if ratio and r['execution_loop_used'] == 'while' else ''} |"
+        )
+    return block(out, name)
+
+
 TABLES = {
     "command1": command1,
     "suite": suite,
@@ -378,6 +448,9 @@ TABLES = {
     "k-steps": k_steps,
     "lstm-maxlen": lstm_maxlen,
     "own-net": own_net,
+    "k-up-to-32": k_up_to_32,
+    "while-loop": while_loop,
+    "auto-k": auto_k,
 }
 
 
