@@ -56,3 +56,38 @@ def pytest_pyfunc_call(pyfuncitem):
         return None  # run here, as any test
     run_in_fresh_process(pyfuncitem, **mark.kwargs)
     return True
+
+
+# The modules that take longest, longest first (their default-suite seconds on a 2-core VM, 2026-11-29). Under
+# `-n 2 --dist loadscope` each worker takes whole modules from the front of a queue; xdist orders that queue by the
+# number of tests, which left one-test modules of 40-50 s (the quickstart, the package install) for the end while
+# the other worker sat idle. In this order the short modules fill the end instead. A module missing from the list
+# keeps its place after them; a stale list costs balance, never a test.
+LONGEST_FIRST = (
+    "test_jax_runtime",
+    "test_steps_per_execution",
+    "test_notebooks",
+    "test_export",
+    "test_quickstart",
+    "test_packaging",
+    "test_scan_rnn",
+    "test_resume",
+    "test_fit",
+    "test_bench",
+    "test_own_model",
+    "test_imdb",
+    "test_builders",
+    "test_fast_path",
+    "test_cli",
+    "test_serve",
+)
+
+
+def pytest_configure(config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below, not by test count
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module's own order kept
