@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import xla_train
-from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, run_paced
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, run_paced, script_json
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -194,6 +194,25 @@ def test_a_users_gru_net_trains_on_a_text_csv_on_xla(xla_texts, text_csv):
     assert truth[0] == 0 and predicted[0] == 0
     right = (predicted == truth).sum()
     assert xla_train.Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(rows), abs=1e-6)
+
+
+def test_a_users_gru_net_predicts_on_the_cpu_after_torch_xla_is_imported(xla_texts, text_csv):
+    """torch_xla's import puts its own GRU, which runs on XLA tensors only, in torch.nn.GRU's place; a user's net
+    built after it (a notebook that trained on XLA, then predicts) must still predict on the CPU, as it does where
+    torch_xla was never imported."""
+    from xla_train.serve.predictor import load_for_inference
+
+    from user_nets import WordsNet
+
+    _, _, ckpt = xla_texts
+    texts = [r["text"] for r in csv.DictReader(open(text_csv[1]))][:6]
+    after_xla = script_json(
+        SCRIPTS / "gru_predict_after_xla.py",
+        env=cli_env(1, PYTHONPATH=path_with_tests()),
+        args=[ckpt, json.dumps(texts)],
+    )
+    expected = load_for_inference(ckpt, net=WordsNet).probabilities(texts)
+    assert np.allclose(np.array(after_xla), expected.numpy(), atol=1e-6), (after_xla, expected)
 
 
 def test_a_copy_of_the_builtin_cnn_trains_exactly_as_the_builtin(tmp_path):

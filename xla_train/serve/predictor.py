@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from xla_train import compat
 from xla_train.checkpoint import load_net_weights, net_state_dict, read_inference_block, safe_load
 from xla_train.errors import CheckpointError, UserError
 from xla_train.models.reference import NetRef, build
@@ -112,6 +113,7 @@ def load_for_inference(path, net=None, args: dict | None = None) -> Predictor:
     ckpt = safe_load(path)
     block = read_inference_block(ckpt, path)
     ref = NetRef.from_block(block, path)
+    compat.keep_torch_gru()  # torch_xla imported in this process (a notebook that trained): torch's nn.GRU to build
     model = build(ref, path, given=net, args=args)
     what = f"{path}: its weights do not fit the {ref.name} net it names"
     if ref.init_args is None and not isinstance(net, nn.Module) and not args:
