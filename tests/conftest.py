@@ -58,10 +58,10 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
-# The modules that take longest, longest first (their default-suite seconds on a 2-core VM, 2026-11-29). Under
-# `-n 2 --dist loadscope` each worker takes whole modules from the front of a queue; xdist orders that queue by the
-# number of tests, which left one-test modules of 40-50 s (the quickstart, the package install) for the end while
-# the other worker sat idle. In this order the short modules fill the end instead. A module missing from the list
+# The modules that take longest, longest first (by their default-suite time). Under `-n 2 --dist loadscope` each
+# worker takes whole modules from the front of a queue; xdist orders that queue by the number of tests, which left
+# long one-test modules (the quickstart, the package install) for the end while the other worker sat idle. In this
+# order the short modules fill the end instead. A module missing from the list
 # keeps its place after them; a stale list costs balance, never a test.
 LONGEST_FIRST = (
     "test_jax_runtime",

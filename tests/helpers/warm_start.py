@@ -6,8 +6,8 @@ The server (`serve`, one per pytest process, started on first use) imports WARM_
 nothing of xla_train, then forks a child per request. The child takes the request's argv, environment, working
 folder and sys.path, writes to the caller's pipes, runs the script as `python` would (`-c`, `-m` or a file) and
 ends as the interpreter does: non-daemon threads joined, atexit handlers run, streams flushed. The `python ...`
-processes that the child itself starts with subprocess.run (a benchmark's cells, a device count: about 10 s of
-imports each, cold) are forked from the server as well. A test of what a fresh process imports, or of how a process
+processes that the child itself starts with subprocess.run (a benchmark's cells, a device count, each of which
+would import torch, Lightning and torch_xla afresh) are forked from the server as well. A test of what a fresh process imports, or of how a process
 starts or ends, runs a real one instead (`run_paced(..., warm=False)`), and so do its own children.
 XLA_TRAIN_TESTS_WARM=0 turns the server off for the whole suite.
 """
