@@ -1,7 +1,9 @@
 """Run by tests/test_host_memory.py in a fresh process (XLA's device count and mode are fixed for a process's life)."""
 
-# In a fresh process: 200 MB of 4 MB blocks in the heap (a freed 16 MB mmapped block first raises glibc's mmap
-# threshold, as a run's first freed buffers do), a block above them that stays in use, then the 200 MB freed.
+# 200 MB of 100 KB blocks: under glibc's smallest mmap threshold (128 KB), so they come from the heap whatever the
+# process did before (importing jax leaves 4 MB blocks mmapped, so freeing them unmapped them at once). The block with
+# the highest address stays in use, above the others, so freeing them cannot shrink the heap's top: the 200 MB stay
+# resident, in free chunks, until the trim.
 
 import ctypes
 import json
@@ -16,15 +18,14 @@ def rss_mb():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
-MB = 1 << 20
-libc.free(libc.malloc(16 * MB))
-blocks = [libc.malloc(4 * MB) for _ in range(50)]
+SIZE = 100 << 10
+blocks = [libc.malloc(SIZE) for _ in range(2048)]
 for b in blocks:
-    ctypes.memset(b, 1, 4 * MB)
-above = libc.malloc(MB)
-ctypes.memset(above, 1, MB)
+    ctypes.memset(b, 1, SIZE)
+above = max(blocks)
 for b in blocks:
-    libc.free(b)
+    if b != above:
+        libc.free(b)
 before = rss_mb()
 trimmed = trim_host_heap()
 print(json.dumps({"before": before, "after": rss_mb(), "trimmed": trimmed}))
