@@ -291,6 +291,7 @@ def publish(rows, predictor, ckpt, ceiling, batch_timeout, seconds, warmup, roun
         for (mbs, clients), c in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0]))
     ]
     prov = report.provenance(command, [f"CPU, PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)"])
+    prov["offline ceiling"] = f"{ceiling:.1f} samples/s, predict at batch 32 in this process, preprocessing included"
     run_dir = report.new_run_dir(runs_dir)
     report.publish(run_dir, "serve", "xla_train serve under load (wrk)", prov, rows, COLUMNS, headers, table, notes)
     return (1 if any(r["socket_errors"] or r["non_2xx"] for r in rows) else 0), run_dir
