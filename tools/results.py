@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -316,6 +317,82 @@ def serving_forms() -> str:
     return block(out, "serving-forms-quickstart.csv")
 
 
+def serving_load() -> str:
+    """The HTTP server under wrk's closed-loop load, batched on the fly against one at a time: bench serve."""
+    name = "serve-quickstart.csv"
+    about, rows = read(name)
+    cells: dict[tuple[int, int], list[dict]] = {}
+    for r in rows:
+        cells.setdefault((int(r["max_batch_size"]), int(r["concurrency"])), []).append(r)
+
+    def median(runs: list[dict], key: str) -> float:
+        return statistics.median(float(r[key]) for r in runs)
+
+    out = [
+        "| max_batch_size | connections | requests/s | p50 ms | p99 ms | server CPU % | wrk CPU % | mean batch "
+        "| largest batch | errors |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (mbs, clients), runs in sorted(cells.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        formed = [tuple(map(int, pair.split(":"))) for r in runs for pair in r["batches_formed"].split()]
+        mean = sum(size * n for size, n in formed) / max(1, sum(n for _, n in formed))
+        errors = sum(int(r["socket_errors"]) + int(r["non_2xx"]) for r in runs)
+        out.append(
+            f"| {mbs} | {clients} | {median(runs, 'requests_per_s'):,.0f} | {median(runs, 'p50_ms'):.1f} | "
+            f"{median(runs, 'p99_ms'):.1f} | {median(runs, 'server_cpu_pct'):.0f} | {median(runs, 'wrk_cpu_pct'):.0f} | "
+            f"{mean:.1f} | {max(size for size, n in formed if n)} | {errors} |"
+        )
+    one, most = min(c for _, c in cells), max(c for _, c in cells)
+    batched = max(m for m, _ in cells)
+    wait = median(cells[batched, one], "p50_ms") / median(cells[1, one], "p50_ms")
+    rate = median(cells[batched, most], "requests_per_s") / median(cells[1, most], "requests_per_s")
+    ceiling = float(about["offline ceiling"].split()[0])
+    idle = max(float(r["idle_cpu_pct"]) for r in rows)
+    out += [
+        "",
+        f"- A lone client does not wait for a batch: at {one} connection the p50 of `max_batch_size={batched}` is "
+        f"**{wait:.2f}x** that of `max_batch_size=1` (the goal: at most 1.3x).",
+        f"- At {most} connections batching serves **{rate:.2f}x** the requests/s of `max_batch_size=1` (the goal: at "
+        f"least 1.5x), with {sum(int(r['socket_errors']) + int(r['non_2xx']) for r in rows)} socket errors or "
+        "non-2xx answers in the whole run.",
+        f"- Offline predict at batch 32, preprocessing included, ran at {ceiling:,.0f} samples/s in the same run: "
+        f"at {most} connections the server delivers "
+        f"{median(cells[batched, most], 'requests_per_s') / ceiling:.0%} of the model's own ceiling. Idle, the "
+        f"server's processes used {idle:.1f}% of a core.",
+    ]
+    return block(out, name)
+
+
+def batch_curves() -> str:
+    """Validation accuracy by epoch at three batch sizes, real digits, the recipe's learning rate: bench curves."""
+    name = "curves-quickstart.csv"
+    rows = read(name)[1]
+    batches = sorted({int(r["batch"]) for r in rows})
+    acc = {(int(r["batch"]), int(r["epoch"])): float(r["val_acc"]) for r in rows}
+    out = ["| epoch | " + " | ".join(f"batch {b}" for b in batches) + " |", "|---:|" + "---:|" * len(batches)]
+    for e in sorted({int(r["epoch"]) for r in rows}):
+        out.append(f"| {e + 1} | " + " | ".join(f"{acc[b, e]:.3f}" for b in batches) + " |")
+    train_s = {b: sum(float(r["train_seconds"]) for r in rows if int(r["batch"]) == b) for b in batches}
+    out.append("| training s, all epochs | " + " | ".join(f"{train_s[b]:.1f}" for b in batches) + " |")
+    return block(out, name)
+
+
+def replicas() -> str:
+    """One XLA device against eight under SPMD at one per-device batch: bench replicas."""
+    name = "replicas-quickstart.csv"
+    rows = sorted(read(name)[1], key=lambda r: int(r["devices"]))
+    out = [
+        "| devices | batch a device | global batch | compile s | graphs | step ms | host ms/step | samples/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    out += [
+        f"| {r['devices']} | {r['batch']} | {r['global_batch']} | {float(r['compile_s']):.1f} | {r['compiles']} | "
+        f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | {float(r['samples_per_s']):.1f} |"
+        for r in rows
+    ]
+    return block(out, name)
+
+
 def suite() -> str:
     """The default suite's runs back to back on one machine, from pytest's JUnit files: tools/suite_times.py."""
     rows = read("test-suite.csv")[1]
@@ -443,6 +520,9 @@ TABLES = {
     "keras-job": keras_job,
     "accelerator": accelerator,
     "serving-forms": serving_forms,
+    "serving-load": serving_load,
+    "batch-curves": batch_curves,
+    "replicas": replicas,
     "fastpath-nobf16": fastpath_nobf16,
     "tokenise": tokenise,
     "k-steps": k_steps,
