@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from helpers import cli_env, run_cli, path_with_tests
+from helpers.processes import SUITE_XLA_FLAGS
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference
 
@@ -81,6 +82,9 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
     assert re.search(r"torch 2\.\d+\.\d+, torch_xla 2\.\d+\.\d+, lightning 2\.\d+\.\d+", prov["versions"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", prov["date"])
     assert "core(s)" in prov["hardware"] and "XLA:CPU" in prov["hardware"]
+    # the shell's settings that change the figures come first in the command that reproduces them
+    assert prov["command"].startswith(f"XLA_FLAGS={SUITE_XLA_FLAGS} PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 "), prov
+    assert prov["command"].endswith(f" python -m xla_train bench recipe={tiny_recipe} {' '.join(settings)}"), prov
     assert [(r["accelerator"], int(r["batch"])) for r in rows] == [("xla", 8), ("xla", 16)]
     for r in rows:
         assert not r["error"], r["error"]

@@ -14,6 +14,7 @@ import datetime
 import os
 import platform
 import re
+import shlex
 from pathlib import Path
 
 
@@ -48,6 +49,18 @@ def versions() -> str:
         except PackageNotFoundError:
             pass
     return ", ".join(out) + f", Python {platform.python_version()}"
+
+
+# The environment that changes what a run compiles, on how many threads and devices, or how its heap behaves: set
+# in the shell, it is part of the command that reproduces the figures. Read as the command starts (cli/bench.py),
+# before importing torch_xla adds its own XLA_FLAGS.
+SETTINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "PJRT_DEVICE", "CPU_NUM_DEVICES", "OMP_NUM_THREADS", "GLIBC_TUNABLES")
+
+
+def settings_prefix() -> str:
+    """`NAME=value ` for each of SETTINGS (and glibc's MALLOC_ variables) that this process's environment sets."""
+    names = [n for n in SETTINGS if n in os.environ] + sorted(n for n in os.environ if n.startswith("MALLOC_"))
+    return "".join(f"{n}={shlex.quote(os.environ[n])} " for n in names)
 
 
 def provenance(command: str, accelerators: list[str] | None = None) -> dict[str, str]:

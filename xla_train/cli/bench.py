@@ -18,6 +18,7 @@ import inspect
 import shlex
 from pathlib import Path
 
+from xla_train.bench.report import settings_prefix
 from xla_train.cli.keys import read_keys
 from xla_train.config.recipes import load_recipe, recipe_path, resolve_key, valid_keys
 from xla_train.errors import ConfigError
@@ -70,7 +71,7 @@ def parse(argv: list[str]) -> tuple:
     )
     if "overrides" in inspect.signature(fn).parameters:
         kwargs["overrides"] = overrides
-    kwargs["command"] = "python -m xla_train " + shlex.join(["bench", *argv_in])
+    kwargs["command"] = settings_prefix() + "python -m xla_train " + shlex.join(["bench", *argv_in])
     return fn, kwargs
 
 
