@@ -8,6 +8,7 @@ session, alternating (docs/results.md, "XLA:CPU's fresh pages per execution"):
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python xla_train/bench/peers/xla_cpu_page_faults.py    # docs/hardware.md's shell setting
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647 MALLOC_ARENA_MAX=2 python xla_train/bench/peers/xla_cpu_page_faults.py
     python xla_train/bench/peers/xla_cpu_page_faults.py 4          # K=4 only (default: K=1, then K=4, in one process)
+    python xla_train/bench/peers/xla_cpu_page_faults.py --csv FILE # also FILE: the figures under their provenance
 
 Each execution is waited for before the next is traced (not pipelined as in training), so a step time is its
 execution's own; `python -m xla_train bench` gives the pipelined figure. A peer measurement, not part of the
@@ -19,7 +20,11 @@ import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 
+from xla_train.bench import report
+
+COMMAND = report.settings_prefix() + "python xla_train/bench/peers/xla_cpu_page_faults.py"  # before torch_xla's flags
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
@@ -60,7 +65,15 @@ def measure(k: int, executions: int = 8, batch: int = 32) -> dict:
 
 
 if __name__ == "__main__":
+    args = sys.argv[1:]
+    out = Path(args.pop(args.index("--csv") + 1)) if "--csv" in args else None
+    args = [a for a in args if a != "--csv"]
     settings = {v: os.environ[v] for v in sorted(os.environ) if v.startswith("MALLOC_") or v == "GLIBC_TUNABLES"}
     print(f"C heap settings: {settings or 'none (glibc defaults)'}", flush=True)
-    for k in [int(a) for a in sys.argv[1:]] or [1, 4]:
-        print(measure(k), flush=True)
+    rows = []
+    for k in [int(a) for a in args] or [1, 4]:
+        rows.append({"heap": " ".join(f"{n}={v}" for n, v in settings.items()) or "glibc defaults", **measure(k)})
+        print(rows[-1], flush=True)
+    if out is not None:
+        prov = report.provenance(COMMAND + (f" {' '.join(args)}" if args else ""), ["XLA:CPU"])
+        report.write_csv(out, rows, list(rows[0]), prov)
