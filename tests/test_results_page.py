@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,3 +57,19 @@ def test_command1_reads_the_readmes_command_and_the_lines_a_run_prints():
         "plan": "accelerator xla, 1 device(s)",
         "compiled": "train 1 (5.5 s), validate 1 (0.9 s)",
     }
+
+
+def test_flops_counts_a_training_steps_matmuls_and_convolutions():
+    """tools/flops.py, the count behind results.md's TPU estimate: linear in the batch for the CNN (cifar10 at 128,
+    the quickstart at 32: the same net), and for the LSTM the recurrent matmuls of every time step, forward and
+    backward (3 x 2 x maxlen x batch x 4H x (E + H)), not just the head's."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import flops
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    counted = {name: flops.count(name) for name in ("quickstart", "cifar10", "imdb")}
+    assert counted["cifar10"]["gflop_per_step"] == pytest.approx(4 * counted["quickstart"]["gflop_per_step"], rel=0.01)
+    imdb = counted["imdb"]
+    assert (imdb["batch"], imdb["input"]) == (128, "maxlen 500")
+    assert imdb["gflop_per_step"] == pytest.approx(3 * 2 * 500 * 128 * (4 * 32) * (128 + 32) / 1e9, rel=0.05)

@@ -393,6 +393,160 @@ def replicas() -> str:
     return block(out, name)
 
 
+def xla_flags() -> str:
+    """XLA:CPU's compiler flags against its defaults: one bench run each, in its own process, the flag in its command."""
+    out = [
+        "| `XLA_FLAGS` | quickstart compile s | quickstart step ms | IMDB compile s | IMDB step ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    names, found, notes = [], {}, [""]
+    for case in ("none", "o1", "o0", "noexp"):
+        cells = []
+        for recipe in ("quickstart", "imdb"):
+            name = f"xla-flags-{recipe}-{case}.csv"
+            if not (CSVS / name).exists():
+                cells += ["", ""]
+                continue
+            names.append(name)
+            about, (r,) = read(name)
+            flags = re.match(r"XLA_FLAGS=(\S+) ", about["command"])
+            found[case, recipe] = float(r["compile_s"]), float(r["step_ms"])
+            cells += [f"{float(r['compile_s']):.1f}", f"{float(r['step_ms']):,.1f}"]
+        label = f"`{flags.group(1)}`" if flags else "none (the default)"
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+        if case != "none":
+            (compile_s, step), (base_compile, base_step) = found[case, "quickstart"], found["none", "quickstart"]
+            line = f"- {label}: the quickstart compiles in {compile_s / base_compile:.2f}x the default's time, at "
+            line += f"{step / base_step:.2f}x its step"
+            if (case, "imdb") in found:
+                line += f"; the IMDB LSTM's step takes {found[case, 'imdb'][1] / found['none', 'imdb'][1]:.1f}x as long"
+            notes.append(line + ".")
+    return block(out + notes, *names)
+
+
+def page_faults() -> str:
+    """Page faults per XLA:CPU execution under each C heap setting, alternating runs: xla_cpu_page_faults.py."""
+    out = [
+        "| C heap | K=1: faults per execution | K=1: step ms | K=4: faults per execution | K=4: step ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    names = []
+    for case in ("defaults", "hugetlb", "nommap"):
+        runs = sorted(p.name for p in CSVS.glob(f"page-faults-{case}-*.csv"))
+        names += runs
+        by_k = {}
+        for name in runs:
+            for r in read(name)[1]:
+                by_k.setdefault(r["k"], []).append(r)
+        heap = read(runs[0])[1][0]["heap"]
+        label = heap if heap == "glibc defaults" else f"`{heap}`"
+        cells = []
+        for k in ("1", "4"):
+            cells.append(" / ".join(f"{int(r['faults_per_execution']):,}" for r in by_k[k]))
+            cells.append(" / ".join(f"{float(r['step_ms']):.1f}" for r in by_k[k]))
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return block(out, *names)
+
+
+def huge_pages() -> str:
+    """Training steps with glibc advising transparent huge pages against its defaults, alternating bench runs."""
+    out = [
+        "| cell | round | step ms, defaults | step ms, huge pages | device ms, defaults / huge pages "
+        "| compile s, defaults / huge pages | host peak MB, defaults / huge pages |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names, ratios = [], {}
+    for recipe, what in (("imdb", "IMDB LSTM"), ("quickstart", "quickstart CNN")):
+        for rnd in (1, 2):
+            off, on = (read(f"hugepages-{recipe}-{side}-{rnd}.csv")[1][0] for side in ("off", "on"))
+            names += [f"hugepages-{recipe}-{side}-{rnd}.csv" for side in ("off", "on")]
+            ratios.setdefault(what, []).append(float(on["step_ms"]) / float(off["step_ms"]))
+            out.append(
+                f"| {what}, batch {off['batch']}, K={off['steps_per_execution_used']} | {rnd} | {ms(off['step_ms'])} | "
+                f"{ms(on['step_ms'])} | {ms(off['device_ms_per_step'])} / {ms(on['device_ms_per_step'])} | "
+                f"{float(off['compile_s']):.1f} / {float(on['compile_s']):.1f} | "
+                f"{mb(off['host_peak_mb'])} / {mb(on['host_peak_mb'])} |"
+            )
+    out.append("")
+    out += [
+        f"- {what}: the step with huge pages is {' and '.join(f'{r:.2f}x' for r in rs)} the defaults' in the two rounds."
+        for what, rs in ratios.items()
+    ]
+    return block(out, *names)
+
+
+# The assumptions of the TPU estimate, stated on the page: a TPU v5e chip's bf16 peak, the share of it a step's
+# matmuls and convolutions reach, and what one of the LSTM's sequential recurrent steps costs there.
+V5E_TFLOPS = 197
+UTILISATION = (0.5, 0.1)
+RECURRENT_US = (5, 10)
+
+
+def tpu_estimate() -> str:
+    """Host and device time per step at K=1 measured on XLA:CPU, and an estimate of a TPU chip's device time from the
+    step's counted FLOPs: bench (k-*.csv, k1-resnet.csv) and tools/flops.py (flops.csv)."""
+    flops = {r["recipe"]: r for r in read("flops.csv")[1]}
+    cases = [
+        ("k-quickstart.csv", "quickstart", "CNN"),
+        ("k-cifar10.csv", "cifar10", "CNN"),
+        ("k1-resnet.csv", "cifar10_resnet", "ResNet-20"),
+        ("k-imdb.csv", "imdb", "LSTM"),
+    ]
+    out = [
+        "| model (recipe, batch) | GFLOP a step (counted) | host ms/step (measured) | device ms/step on XLA:CPU "
+        "(measured) | device ms/step on a TPU v5e chip (**estimate**) | K for device-bound (**estimate**) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, recipe, what in cases:
+        r = next(r for r in read(name)[1] if r["steps_per_execution_used"] == "1")
+        gflop = float(flops[recipe]["gflop_per_step"])
+        if recipe == "imdb":  # latency-bound: its maxlen recurrent steps, forward and backward, one after another
+            steps = 2 * int(re.search(r"maxlen (\d+)", flops[recipe]["input"]).group(1))
+            low, high = (steps * us / 1e3 for us in RECURRENT_US)
+        else:
+            low, high = (gflop / (V5E_TFLOPS * u) for u in UTILISATION)  # GFLOP / (TFLOP/s) = ms
+        host = float(r["host_ms_per_step"])
+        k_low, k_high = max(1, round(host / high)), max(1, round(host / low))
+        out.append(
+            f"| {what} (`{recipe}`, {r['batch']}) | {gflop:.1f} | {host:.1f} | {ms(r['device_ms_per_step'])} | "
+            f"{low:.2g}-{high:.2g} | {k_low}-{k_high} |"
+        )
+    return block(out, *(name for name, _, _ in cases), "flops.csv")
+
+
+def lstm_off_xla() -> str:
+    """The recipe's LSTM on the eager CPU, masked as xla_train trains it against a packed sequence: a peer script."""
+    name = "lstm-off-xla.csv"
+    rows = read(name)[1]
+    out = ["| form | step ms (median) | repeats |", "|---|---:|---:|"]
+    out += [f"| {r['form']} | {ms(r['step_ms'])} | {r['repeats']} |" for r in rows]
+    masked, packed = (float(r["step_ms"]) for r in rows)
+    r = rows[0]
+    out += [
+        "",
+        f"Batch {r['batch']}, maxlen {r['maxlen']}, a median review of {r['median_tokens']} tokens "
+        f"({float(r['padding']):.0%} of the batch padding), {r['threads']} threads: the masked step is "
+        f"**{packed / masked:.2f}x** as fast as the packed one.",
+    ]
+    return block(out, name)
+
+
+def sharding_call() -> str:
+    """Marking a traced tensor replicated: torch_xla's public call against xla_train's, a peer script."""
+    name = "sharding-call.csv"
+    rows = read(name)[1]
+    out = ["| call | ms a tensor (median of rounds) |", "|---|---:|"]
+    out += [f"| {r['call']} | {float(r['ms_per_tensor']):.4f} |" for r in rows]
+    public, ours = (float(r["ms_per_tensor"]) for r in rows)
+    r = rows[0]
+    out += [
+        "",
+        f"{r['tensors']} fresh traced tensors a round, {r['rounds']} rounds after one of warm-up, {r['devices']} "
+        f"XLA:CPU devices: the public call takes **{public / ours:.0f}x** as long.",
+    ]
+    return block(out, name)
+
+
 def suite() -> str:
     """The default suite's runs back to back on one machine, from pytest's JUnit files: tools/suite_times.py."""
     rows = read("test-suite.csv")[1]
@@ -523,6 +677,12 @@ TABLES = {
     "serving-load": serving_load,
     "batch-curves": batch_curves,
     "replicas": replicas,
+    "xla-flags": xla_flags,
+    "page-faults": page_faults,
+    "huge-pages": huge_pages,
+    "tpu-estimate": tpu_estimate,
+    "lstm-off-xla": lstm_off_xla,
+    "sharding-call": sharding_call,
     "fastpath-nobf16": fastpath_nobf16,
     "tokenise": tokenise,
     "k-steps": k_steps,
