@@ -547,6 +547,22 @@ def sharding_call() -> str:
     return block(out, name)
 
 
+def lstm_unrolled() -> str:
+    """torch's own nn.LSTM traced step by step on torch_xla, its first training step against maxlen: a peer script."""
+    name = "lstm-unrolled.csv"
+    rows = read(name)[1]
+    out = [
+        "| maxlen | first step s | of which compile s | third step s | of which compile s |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    out += [
+        f"| {r['maxlen']} | {float(r['first_step_s']):.1f} | {float(r['compile_s']):.1f} | "
+        f"{float(r['third_step_s']):.2f} | {float(r['third_compile_s']):.1f} |"
+        for r in rows
+    ]
+    return block(out, name)
+
+
 def suite() -> str:
     """The default suite's runs back to back on one machine, from pytest's JUnit files: tools/suite_times.py."""
     rows = read("test-suite.csv")[1]
@@ -683,6 +699,7 @@ TABLES = {
     "tpu-estimate": tpu_estimate,
     "lstm-off-xla": lstm_off_xla,
     "sharding-call": sharding_call,
+    "lstm-unrolled": lstm_unrolled,
     "fastpath-nobf16": fastpath_nobf16,
     "tokenise": tokenise,
     "k-steps": k_steps,
