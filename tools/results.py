@@ -339,7 +339,8 @@ def serving_load() -> str:
         errors = sum(int(r["socket_errors"]) + int(r["non_2xx"]) for r in runs)
         out.append(
             f"| {mbs} | {clients} | {median(runs, 'requests_per_s'):,.0f} | {median(runs, 'p50_ms'):.1f} | "
-            f"{median(runs, 'p99_ms'):.1f} | {median(runs, 'server_cpu_pct'):.0f} | {median(runs, 'wrk_cpu_pct'):.0f} | "
+            f"{median(runs, 'p99_ms'):.1f} | {median(runs, 'server_cpu_pct'):.0f} | "
+            f"{median(runs, 'wrk_cpu_pct'):.0f} | "
             f"{mean:.1f} | {max(size for size, n in formed if n)} | {errors} |"
         )
     one, most = min(c for _, c in cells), max(c for _, c in cells)

@@ -6,7 +6,8 @@ compile stays flat (`bench lstm`). docs/results.md, "Compile time against maxlen
     python xla_train/bench/peers/lstm_unrolled_compile.py --csv FILE [maxlens, default 25,50]
 
 One process, each maxlen's step (forward, backward, SGD with momentum) traced, compiled and run, three times: the
-third runs the second's program again, so it shows the step itself; PJRT_DEVICE=CPU unless set. A peer measurement, not an xla_train command.
+third runs the second's program again, so it shows the step itself; PJRT_DEVICE=CPU unless set. A peer
+measurement, not an xla_train command.
 """
 
 from __future__ import annotations
