@@ -11,20 +11,11 @@ IMDB row is the masked LSTM's matmuls at the recipe's maxlen: the scan XLA runs 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import warnings
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ("quickstart", "cifar10", "cifar10_resnet", "imdb")
-
-
-def net_of(recipe: dict):
-    """The recipe's net, built from its class path and init_args."""
-    spec = recipe["model"]["net"]
-    module, _, name = spec["class_path"].rpartition(".")
-    return getattr(importlib.import_module(module), name)(**spec.get("init_args", {}))
 
 
 def batch_of(recipe_name: str, recipe: dict):
@@ -44,10 +35,12 @@ def count(recipe_name: str) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from xla_train.config.recipes import load_recipe, recipe_path
+    from xla_train.models.reference import build_with
 
     recipe = load_recipe(recipe_path(recipe_name))
     torch.manual_seed(0)
-    net = net_of(recipe).train()
+    spec = recipe["model"]["net"]
+    net = build_with(spec["class_path"], spec.get("init_args", {})).train()
     x, y = batch_of(recipe_name, recipe)
     # oneDNN's fused CPU LSTM is one op that flop_counter cannot see into; torch's own LSTM runs its matmuls as ops
     with warnings.catch_warnings():

@@ -63,6 +63,19 @@ def settings_prefix() -> str:
     return "".join(f"{n}={shlex.quote(os.environ[n])} " for n in names)
 
 
+def peer_invocation(script: str, argv: list[str]) -> str:
+    """A peer script's command as run (bench/peers/), its shell settings first; read before torch_xla is imported."""
+    return settings_prefix() + shlex.join(["python", f"xla_train/bench/peers/{Path(script).name}", *argv])
+
+
+def peer_args(argv: list[str]) -> tuple[Path | None, list[str]]:
+    """A peer script's `--csv FILE` (None without it), and its other arguments."""
+    if "--csv" not in argv:
+        return None, list(argv)
+    at = argv.index("--csv")
+    return Path(argv[at + 1]), argv[:at] + argv[at + 2 :]
+
+
 def provenance(command: str, accelerators: list[str] | None = None) -> dict[str, str]:
     """hardware / versions / date / command, as they are printed, tabled and charted."""
     hardware = f"host CPU: {cpu_summary()}"

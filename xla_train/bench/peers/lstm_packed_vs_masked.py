@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +26,7 @@ from xla_train.bench.data import review_lengths
 from xla_train.bench.timing import time_calls
 from xla_train.models.lstm import PAD_ID, SentimentLSTM
 
-COMMAND = report.settings_prefix() + "python xla_train/bench/peers/lstm_packed_vs_masked.py"
+COMMAND = report.peer_invocation(__file__, sys.argv[1:])
 BATCH, MAXLEN, VOCAB = 128, 500, 10_000
 
 
@@ -71,7 +70,7 @@ def step_fn(net: nn.Module, inputs: tuple, labels: torch.Tensor):
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else None
+    out, _ = report.peer_args(argv)
     torch.manual_seed(0)
     front, back, lengths = reviews()
     labels = torch.randint(0, 2, (BATCH,)).float()
@@ -99,7 +98,7 @@ def main(argv: list[str]) -> int:
     for r in rows:
         print(r)
     if out is not None:
-        report.write_csv(out, rows, list(rows[0]), report.provenance(COMMAND + f" --csv {out}", ["CPU, eager"]))
+        report.write_csv(out, rows, list(rows[0]), report.provenance(COMMAND, ["CPU, eager"]))
     return 0
 
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
 from xla_train.bench import report
 
-COMMAND = report.settings_prefix() + "python xla_train/bench/peers/lstm_unrolled_compile.py"  # before torch_xla's
+COMMAND = report.peer_invocation(__file__, sys.argv[1:])  # before torch_xla adds its flags
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
@@ -76,16 +75,14 @@ def step_seconds(maxlen: int) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv.pop(argv.index("--csv") + 1)) if "--csv" in argv else None
-    argv = [a for a in argv if a != "--csv"]
+    out, argv = report.peer_args(argv)
     maxlens = [int(m) for m in argv[0].split(",")] if argv else [25, 50]
     rows = []
     for maxlen in maxlens:
         rows.append(step_seconds(maxlen))
         print(rows[-1], flush=True)
     if out is not None:
-        command = COMMAND + f" --csv {out}" + (f" {argv[0]}" if argv else "")
-        report.write_csv(out, rows, list(rows[0]), report.provenance(command, ["XLA:CPU, torch_xla"]))
+        report.write_csv(out, rows, list(rows[0]), report.provenance(COMMAND, ["XLA:CPU, torch_xla"]))
     return 0
 
 

@@ -17,11 +17,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from xla_train.bench import report
 
-COMMAND = report.settings_prefix() + "python xla_train/bench/peers/sharding_call.py"  # before torch_xla's flags
+COMMAND = report.peer_invocation(__file__, sys.argv[1:])  # before torch_xla adds its flags
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 os.environ.setdefault("CPU_NUM_DEVICES", "8")
 
@@ -37,7 +36,7 @@ TENSORS, ROUNDS = 200, 5
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[argv.index("--csv") + 1]) if "--csv" in argv else None
+    out, _ = report.peer_args(argv)
     xr.use_spmd()
     devices = xr.global_runtime_device_count()
     mesh = xs.Mesh(np.arange(devices), (devices,))
@@ -70,7 +69,7 @@ def main(argv: list[str]) -> int:
     for r in rows:
         print(r)
     if out is not None:
-        prov = report.provenance(COMMAND + f" --csv {out}", [f"XLA:CPU x{devices}, SPMD"])
+        prov = report.provenance(COMMAND, [f"XLA:CPU x{devices}, SPMD"])
         report.write_csv(out, rows, list(rows[0]), prov)
     return 0
 

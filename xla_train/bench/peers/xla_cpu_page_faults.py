@@ -20,11 +20,10 @@ import resource
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from xla_train.bench import report
 
-COMMAND = report.settings_prefix() + "python xla_train/bench/peers/xla_cpu_page_faults.py"  # before torch_xla's flags
+COMMAND = report.peer_invocation(__file__, sys.argv[1:])  # before torch_xla adds its flags
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 
 import torch  # noqa: E402
@@ -65,9 +64,7 @@ def measure(k: int, executions: int = 8, batch: int = 32) -> dict:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    out = Path(args.pop(args.index("--csv") + 1)) if "--csv" in args else None
-    args = [a for a in args if a != "--csv"]
+    out, args = report.peer_args(sys.argv[1:])
     settings = {v: os.environ[v] for v in sorted(os.environ) if v.startswith("MALLOC_") or v == "GLIBC_TUNABLES"}
     print(f"C heap settings: {settings or 'none (glibc defaults)'}", flush=True)
     rows = []
@@ -75,5 +72,4 @@ if __name__ == "__main__":
         rows.append({"heap": " ".join(f"{n}={v}" for n, v in settings.items()) or "glibc defaults", **measure(k)})
         print(rows[-1], flush=True)
     if out is not None:
-        prov = report.provenance(COMMAND + (f" {' '.join(args)}" if args else ""), ["XLA:CPU"])
-        report.write_csv(out, rows, list(rows[0]), prov)
+        report.write_csv(out, rows, list(rows[0]), report.provenance(COMMAND, ["XLA:CPU"]))
