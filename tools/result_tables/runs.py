@@ -1,0 +1,66 @@
+"""Tables of whole runs: README command 1, the test suite, and learning curves by batch size."""
+
+from __future__ import annotations
+
+from result_tables.csvs import block, mb, read, source
+
+
+def command1() -> str:
+    """README command 1 as a new user runs it: tools/command1.py."""
+    (r,) = read("command1.csv")[1]
+    parts = ", ".join(f"{k} {r[f'{k}_s']} s" for k in ("startup", "compile", "train", "validate", "test"))
+    rows = [
+        ("the run, by its time line", f"**{r['wall_s']} s** ({parts})"),
+        ("the whole job, pip's install (from this machine's cache) included", f"{float(r['job_s']):.0f} s"),
+        ("held-out accuracy of the best checkpoint", f"{float(r['held_out_acc']):.2%}"),
+        ("CPU predictions right", f"{r['predictions_right']} of {r['predictions']}"),
+        ("peak memory (the training process)", f"{mb(r['peak_mib'])} MiB"),
+        ("what the defaults chose", r["plan"]),
+        ("compiled graphs by phase", r["compiled"]),
+        ("commit", r["commit"]),
+    ]
+    return "| | |\n|---|---|\n" + "".join(f"| {a} | {b} |\n" for a, b in rows) + "\n" + source("command1.csv")
+
+
+def suite() -> str:
+    """The default suite's runs back to back on one machine, from pytest's JUnit files: tools/suite_times.py."""
+    rows = read("test-suite.csv")[1]
+    runs = [r["run"] for r in rows if r["file"] == "(all)"]
+    at = {(r["run"], r["file"]): r for r in rows}
+    ratio = len(runs) == 2
+
+    def line(label: str, key: str, file: str) -> str:
+        cells = [float(at[run, file][key]) for run in runs]
+        shown = " | ".join(f"{c:,.0f}" for c in cells)
+        if not ratio:
+            return f"| {label} | {shown} |"
+        return f"| {label} | {shown} | " + (
+            f"**{cells[0] / cells[1]:.2f}x** |" if cells[1] >= 1 else "not in that run |"
+        )
+
+    out = [
+        "| | " + " | ".join(f"{run} s" for run in runs) + " |" + (f" {runs[0]} / {runs[1]} |" if ratio else ""),
+        "|---|" + "---:|" * (len(runs) + ratio),
+        line(
+            f"wall ({at[runs[0], '(all)']['tests']} tests, {at[runs[0], '(all)']['failures']} failed)",
+            "wall_s",
+            "(all)",
+        ),
+        line("worker-seconds, all tests", "worker_s", "(all)"),
+    ]
+    out += [line(f"`{r['file']}`", "worker_s", r["file"]) for r in rows if r["run"] == runs[0] and r["file"] != "(all)"]
+    return block(out, "test-suite.csv")
+
+
+def batch_curves() -> str:
+    """Validation accuracy by epoch at three batch sizes, real digits, the recipe's learning rate: bench curves."""
+    name = "curves-quickstart.csv"
+    rows = read(name)[1]
+    batches = sorted({int(r["batch"]) for r in rows})
+    acc = {(int(r["batch"]), int(r["epoch"])): float(r["val_acc"]) for r in rows}
+    out = ["| epoch | " + " | ".join(f"batch {b}" for b in batches) + " |", "|---:|" + "---:|" * len(batches)]
+    for e in sorted({int(r["epoch"]) for r in rows}):
+        out.append(f"| {e + 1} | " + " | ".join(f"{acc[b, e]:.3f}" for b in batches) + " |")
+    train_s = {b: sum(float(r["train_seconds"]) for r in rows if int(r["batch"]) == b) for b in batches}
+    out.append("| training s, all epochs | " + " | ".join(f"{train_s[b]:.1f}" for b in batches) + " |")
+    return block(out, name)

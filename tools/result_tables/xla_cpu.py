@@ -1,0 +1,90 @@
+"""Tables of XLA:CPU's own settings: compiler flags, the C heap's page faults and huge pages. XLA:CPU is the
+stand-in here, so these say what the stand-in costs, not what a TPU does."""
+
+from __future__ import annotations
+
+import re
+
+from result_tables.csvs import CSVS, block, mb, ms, read
+
+
+def xla_flags() -> str:
+    """XLA:CPU's compiler flags against its defaults: one bench run each, in its own process, the flag in its command."""
+    out = [
+        "| `XLA_FLAGS` | quickstart compile s | quickstart step ms | IMDB compile s | IMDB step ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    names, found, notes = [], {}, [""]
+    for case in ("none", "o1", "o0", "noexp"):
+        cells = []
+        for recipe in ("quickstart", "imdb"):
+            name = f"xla-flags-{recipe}-{case}.csv"
+            if not (CSVS / name).exists():
+                cells += ["", ""]
+                continue
+            names.append(name)
+            about, (r,) = read(name)
+            flags = re.match(r"XLA_FLAGS=(\S+) ", about["command"])
+            found[case, recipe] = float(r["compile_s"]), float(r["step_ms"])
+            cells += [f"{float(r['compile_s']):.1f}", f"{float(r['step_ms']):,.1f}"]
+        label = f"`{flags.group(1)}`" if flags else "none (the default)"
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+        if case != "none":
+            (compile_s, step), (base_compile, base_step) = found[case, "quickstart"], found["none", "quickstart"]
+            line = f"- {label}: the quickstart compiles in {compile_s / base_compile:.2f}x the default's time, at "
+            line += f"{step / base_step:.2f}x its step"
+            if (case, "imdb") in found:
+                line += f"; the IMDB LSTM's step takes {found[case, 'imdb'][1] / found['none', 'imdb'][1]:.1f}x as long"
+            notes.append(line + ".")
+    return block(out + notes, *names)
+
+
+def page_faults() -> str:
+    """Page faults per XLA:CPU execution under each C heap setting, alternating runs: xla_cpu_page_faults.py."""
+    out = [
+        "| C heap | K=1: faults per execution | K=1: step ms | K=4: faults per execution | K=4: step ms |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    names = []
+    for case in ("defaults", "hugetlb", "nommap"):
+        runs = sorted(p.name for p in CSVS.glob(f"page-faults-{case}-*.csv"))
+        names += runs
+        by_k = {}
+        for name in runs:
+            for r in read(name)[1]:
+                by_k.setdefault(r["k"], []).append(r)
+        heap = read(runs[0])[1][0]["heap"]
+        label = heap if heap == "glibc defaults" else f"`{heap}`"
+        cells = []
+        for k in ("1", "4"):
+            cells.append(" / ".join(f"{int(r['faults_per_execution']):,}" for r in by_k[k]))
+            cells.append(" / ".join(f"{float(r['step_ms']):.1f}" for r in by_k[k]))
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return block(out, *names)
+
+
+def huge_pages() -> str:
+    """Training steps with glibc advising transparent huge pages against its defaults, alternating bench runs."""
+    out = [
+        "| cell | round | step ms, defaults | step ms, huge pages | device ms, defaults / huge pages "
+        "| compile s, defaults / huge pages | host peak MB, defaults / huge pages |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names, ratios = [], {}
+    for recipe, what in (("imdb", "IMDB LSTM"), ("quickstart", "quickstart CNN")):
+        for rnd in (1, 2):
+            off, on = (read(f"hugepages-{recipe}-{side}-{rnd}.csv")[1][0] for side in ("off", "on"))
+            names += [f"hugepages-{recipe}-{side}-{rnd}.csv" for side in ("off", "on")]
+            ratios.setdefault(what, []).append(float(on["step_ms"]) / float(off["step_ms"]))
+            out.append(
+                f"| {what}, batch {off['batch']}, K={off['steps_per_execution_used']} | {rnd} | {ms(off['step_ms'])} | "
+                f"{ms(on['step_ms'])} | {ms(off['device_ms_per_step'])} / {ms(on['device_ms_per_step'])} | "
+                f"{float(off['compile_s']):.1f} / {float(on['compile_s']):.1f} | "
+                f"{mb(off['host_peak_mb'])} / {mb(on['host_peak_mb'])} |"
+            )
+    out.append("")
+    out += [
+        f"- {what}: the step with huge pages is {' and '.join(f'{r:.2f}x' for r in rs)} the defaults' in the two rounds."
+        for what, rs in ratios.items()
+    ]
+    return block(out, *names)

@@ -1,0 +1,169 @@
+"""Tables of how XLA runs a step: K steps a program, the While loop, data on the device, SPMD, sharding calls,
+and the TPU estimate built on them."""
+
+from __future__ import annotations
+
+import re
+
+from result_tables.csvs import block, mb, ms, read
+
+# The assumptions of the TPU estimate, stated on the page: a TPU v5e chip's bf16 peak, the share of it a step's
+# matmuls and convolutions reach, and what one of the LSTM's sequential recurrent steps costs there.
+V5E_TFLOPS = 197
+UTILISATION = (0.5, 0.1)
+RECURRENT_US = (5, 10)
+
+
+def k_steps() -> str:
+    """The host's and the device's share of a step at K=1 and K=8 unrolled, one bench run a recipe."""
+    out = [
+        "| recipe, batch | K | compile s | graphs | first execution s | step ms | host ms/step | device ms/step "
+        "| host K=8 / K=1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [("k-quickstart.csv", "quickstart CNN"), ("k-cifar10.csv", "CIFAR-10 CNN"), ("k-imdb.csv", "IMDB LSTM")]
+    for name, what in names:
+        by = {r["steps_per_execution_used"]: r for r in read(name)[1]}
+        for k in ("1", "8"):
+            r = by[k]
+            share = float(r["host_ms_per_step"]) / float(by["1"]["host_ms_per_step"])
+            out.append(
+                f"| {what}, {r['batch']} | {k} | {float(r['compile_s']):.1f} | {r['compiles']} | "
+                f"{float(r['first_step_s']):.1f} | {ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | "
+                f"{float(r['device_ms_per_step']):.1f} | {f'**{share:.2f}**' if k == '8' else ''} |"
+            )
+    return block(out, *(name for name, _ in names))
+
+
+def k_up_to_32() -> str:
+    """The host's share of a step as K grows to 32 unrolled, the data on the device: one bench run a recipe."""
+    out = [
+        "| recipe, batch | K | compile s | step ms | host ms/step (wall) | host CPU ms/step | host MB | host CPU "
+        "against K=1 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [("k32-quickstart.csv", "quickstart CNN"), ("k32-imdb.csv", "IMDB LSTM")]
+    for name, what in names:
+        rows = sorted(read(name)[1], key=lambda r: int(r["steps_per_execution_used"]))
+        first = float(rows[0]["host_cpu_ms_per_step"])
+        for r in rows:
+            cpu = float(r["host_cpu_ms_per_step"])
+            out.append(
+                f"| {what}, {r['batch']} | {r['steps_per_execution_used']} | {float(r['compile_s']):.1f} | "
+                f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.2f} | {cpu:.2f} | {mb(r['host_peak_mb'])} | "
+                f"{f'1/{first / cpu:.0f}' if cpu < first else '1'} |"
+            )
+    return block(out, *(name for name, _ in names))
+
+
+def while_loop() -> str:
+    """The same K steps as one While loop and unrolled, on XLA:CPU: one bench run, the two loops alternating."""
+    out = [
+        "| recipe, batch | K | loop | compile s | step ms | host ms/step | host MB | step against unrolled |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    name = "while-quickstart.csv"
+    rows = read(name)[1]
+    unrolled = {
+        r["steps_per_execution_used"]: float(r["step_ms"]) for r in rows if r["execution_loop_used"] == "unroll"
+    }
+    for r in sorted(rows, key=lambda r: (r["execution_loop_used"], int(r["steps_per_execution_used"]))):
+        k = r["steps_per_execution_used"]
+        ratio = float(r["step_ms"]) / unrolled[k] if k in unrolled else None
+        out.append(
+            f"| {r['recipe']} CNN, {r['batch']} | {k} | {r['execution_loop_used']} | {float(r['compile_s']):.1f} | "
+            f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.2f} | {mb(r['host_peak_mb'])} | "
+            f"{f'**{ratio:.1f}x**' if ratio and r['execution_loop_used'] == 'while' else ''} |"
+        )
+    return block(out, name)
+
+
+def auto_k() -> str:
+    """steps_per_execution=auto's two choices on XLA:CPU, auto and K=8 alternating in one bench run: one step a program
+    traced once (auto, for a run of under 1,000 training steps) against 8 unrolled (auto's from 1,000)."""
+    out = [
+        "| recipe, batch | K | compile s | first step s | step ms | host ms/step | host MB | K=8 repays its first step "
+        "after |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = [("auto-quickstart.csv", "quickstart CNN")]
+    for name, what in names:
+        rows = read(name)[1]
+        one = next(r for r in rows if r["steps_per_execution"] == "auto")
+        eight = next(r for r in rows if r["steps_per_execution"] == "8")
+        if (one["steps_per_execution_used"], one["traced_once"]) != ("1", "True"):
+            raise SystemExit(f"{name}: auto chose K={one['steps_per_execution_used']}, not the one-step program")
+        extra = float(eight["first_step_s"]) - float(one["first_step_s"])
+        saved = (float(one["step_ms"]) - float(eight["step_ms"])) / 1000
+        repaid = f"{extra / saved:,.0f} steps" if saved > 0 else "never: its step is no shorter"
+        for r, k in ((one, "1 (auto: traced once)"), (eight, "8, unrolled")):
+            out.append(
+                f"| {what}, {r['batch']} | {k} | {float(r['compile_s']):.1f} | {float(r['first_step_s']):.2f} | "
+                f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | {mb(r['host_peak_mb'])} | "
+                f"{repaid if r is eight else ''} |"
+            )
+    return block(out, *(name for name, _ in names))
+
+
+def tpu_estimate() -> str:
+    """Host and device time per step at K=1 measured on XLA:CPU, and an estimate of a TPU chip's device time from the
+    step's counted FLOPs: bench (k-*.csv, k1-resnet.csv) and tools/flops.py (flops.csv)."""
+    flops = {r["recipe"]: r for r in read("flops.csv")[1]}
+    cases = [
+        ("k-quickstart.csv", "quickstart", "CNN"),
+        ("k-cifar10.csv", "cifar10", "CNN"),
+        ("k1-resnet.csv", "cifar10_resnet", "ResNet-20"),
+        ("k-imdb.csv", "imdb", "LSTM"),
+    ]
+    out = [
+        "| model (recipe, batch) | GFLOP a step (counted) | host ms/step (measured) | device ms/step on XLA:CPU "
+        "(measured) | device ms/step on a TPU v5e chip (**estimate**) | K for device-bound (**estimate**) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, recipe, what in cases:
+        r = next(r for r in read(name)[1] if r["steps_per_execution_used"] == "1")
+        gflop = float(flops[recipe]["gflop_per_step"])
+        if recipe == "imdb":  # latency-bound: its maxlen recurrent steps, forward and backward, one after another
+            steps = 2 * int(re.search(r"maxlen (\d+)", flops[recipe]["input"]).group(1))
+            low, high = (steps * us / 1e3 for us in RECURRENT_US)
+        else:
+            low, high = (gflop / (V5E_TFLOPS * u) for u in UTILISATION)  # GFLOP / (TFLOP/s) = ms
+        host = float(r["host_ms_per_step"])
+        k_low, k_high = max(1, round(host / high)), max(1, round(host / low))
+        out.append(
+            f"| {what} (`{recipe}`, {r['batch']}) | {gflop:.1f} | {host:.1f} | {ms(r['device_ms_per_step'])} | "
+            f"{low:.2g}-{high:.2g} | {k_low}-{k_high} |"
+        )
+    return block(out, *(name for name, _, _ in cases), "flops.csv")
+
+
+def replicas() -> str:
+    """One XLA device against eight under SPMD at one per-device batch: bench replicas."""
+    name = "replicas-quickstart.csv"
+    rows = sorted(read(name)[1], key=lambda r: int(r["devices"]))
+    out = [
+        "| devices | batch a device | global batch | compile s | graphs | step ms | host ms/step | samples/s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    out += [
+        f"| {r['devices']} | {r['batch']} | {r['global_batch']} | {float(r['compile_s']):.1f} | {r['compiles']} | "
+        f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.1f} | {float(r['samples_per_s']):.1f} |"
+        for r in rows
+    ]
+    return block(out, name)
+
+
+def sharding_call() -> str:
+    """Marking a traced tensor replicated: torch_xla's public call against xla_train's, a peer script."""
+    name = "sharding-call.csv"
+    rows = read(name)[1]
+    out = ["| call | ms a tensor (median of rounds) |", "|---|---:|"]
+    out += [f"| {r['call']} | {float(r['ms_per_tensor']):.4f} |" for r in rows]
+    public, ours = (float(r["ms_per_tensor"]) for r in rows)
+    r = rows[0]
+    out += [
+        "",
+        f"{r['tensors']} fresh traced tensors a round, {r['rounds']} rounds after one of warm-up, {r['devices']} "
+        f"XLA:CPU devices: the public call takes **{public / ours:.0f}x** as long.",
+    ]
+    return block(out, name)
