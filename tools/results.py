@@ -16,7 +16,7 @@ import argparse
 import re
 import sys
 
-from result_tables import eager_cpu, lstm, peers, runs, serving, xla_cpu, xla_steps
+from result_tables import eager_cpu, fast_path, lstm, peers, runs, serving, xla_cpu, xla_steps
 from result_tables.csvs import ROOT
 
 PAGE = ROOT / "docs" / "results.md"
@@ -45,6 +45,12 @@ TABLES = {
     "sharding-call": xla_steps.sharding_call,
     "lstm-unrolled": lstm.lstm_unrolled,
     "fastpath-nobf16": eager_cpu.fastpath_nobf16,
+    "fastpath-bf16-cnn": fast_path.fastpath_bf16_cnn,
+    "fastpath-bf16-resnet": fast_path.fastpath_bf16_resnet,
+    "bf16-profile": fast_path.bf16_profile,
+    "payback": fast_path.payback,
+    "quickstart-cpu": fast_path.quickstart_cpu,
+    "inductor-cache": fast_path.inductor_cache,
     "tokenise": lstm.tokenise,
     "k-steps": xla_steps.k_steps,
     "lstm-maxlen": lstm.lstm_maxlen,
