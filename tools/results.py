@@ -16,7 +16,7 @@ import argparse
 import re
 import sys
 
-from result_tables import eager_cpu, fast_path, lstm, peers, runs, serving, xla_cpu, xla_steps
+from result_tables import eager_cpu, fast_path, headline, lstm, peers, runs, serving, xla_cpu, xla_steps
 from result_tables.csvs import ROOT
 
 PAGE = ROOT / "docs" / "results.md"
@@ -25,6 +25,8 @@ BLOCK = re.compile(r"(<!-- results: ([\w-]+) -->\n)(.*?)(<!-- /results -->)", re
 
 
 TABLES = {
+    "headline": headline.headline,
+    "performance": headline.performance,
     "command1": runs.command1,
     "suite": runs.suite,
     "gpu": peers.gpu,

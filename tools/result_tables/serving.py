@@ -28,17 +28,39 @@ def serving_forms() -> str:
     return block(out, "serving-forms-quickstart.csv")
 
 
+def load_cells(name: str = "serve-quickstart.csv") -> dict[tuple[int, int], list[dict]]:
+    """The wrk runs of one bench serve CSV, by (max_batch_size, connections)."""
+    cells: dict[tuple[int, int], list[dict]] = {}
+    for r in read(name)[1]:
+        cells.setdefault((int(r["max_batch_size"]), int(r["concurrency"])), []).append(r)
+    return cells
+
+
+def median(runs: list[dict], key: str) -> float:
+    return statistics.median(float(r[key]) for r in runs)
+
+
+def load_summary(name: str = "serve-quickstart.csv") -> dict[str, float]:
+    """The goals' figures: a lone client's p50 and the most connections' requests/s, batched against one at a time."""
+    cells = load_cells(name)
+    one, most = min(c for _, c in cells), max(c for _, c in cells)
+    batched = max(m for m, _ in cells)
+    return {
+        "one": one,
+        "most": most,
+        "batched": batched,
+        "wait": median(cells[batched, one], "p50_ms") / median(cells[1, one], "p50_ms"),
+        "rate": median(cells[batched, most], "requests_per_s") / median(cells[1, most], "requests_per_s"),
+        "requests_per_s": median(cells[batched, most], "requests_per_s"),
+        "errors": sum(int(r["socket_errors"]) + int(r["non_2xx"]) for runs in cells.values() for r in runs),
+    }
+
+
 def serving_load() -> str:
     """The HTTP server under wrk's closed-loop load, batched on the fly against one at a time: bench serve."""
     name = "serve-quickstart.csv"
     about, rows = read(name)
-    cells: dict[tuple[int, int], list[dict]] = {}
-    for r in rows:
-        cells.setdefault((int(r["max_batch_size"]), int(r["concurrency"])), []).append(r)
-
-    def median(runs: list[dict], key: str) -> float:
-        return statistics.median(float(r[key]) for r in runs)
-
+    cells = load_cells(name)
     out = [
         "| max_batch_size | connections | requests/s | p50 ms | p99 ms | server CPU % | wrk CPU % | mean batch "
         "| largest batch | errors |",
@@ -54,22 +76,19 @@ def serving_load() -> str:
             f"{median(runs, 'wrk_cpu_pct'):.0f} | "
             f"{mean:.1f} | {max(size for size, n in formed if n)} | {errors} |"
         )
-    one, most = min(c for _, c in cells), max(c for _, c in cells)
-    batched = max(m for m, _ in cells)
-    wait = median(cells[batched, one], "p50_ms") / median(cells[1, one], "p50_ms")
-    rate = median(cells[batched, most], "requests_per_s") / median(cells[1, most], "requests_per_s")
+    got = load_summary(name)
+    one, most, batched = got["one"], got["most"], got["batched"]
     ceiling = float(about["offline ceiling"].split()[0])
     idle = max(float(r["idle_cpu_pct"]) for r in rows)
     out += [
         "",
         f"- A lone client does not wait for a batch: at {one} connection the p50 of `max_batch_size={batched}` is "
-        f"**{wait:.2f}x** that of `max_batch_size=1` (the goal: at most 1.3x).",
-        f"- At {most} connections batching serves **{rate:.2f}x** the requests/s of `max_batch_size=1` (the goal: at "
-        f"least 1.5x), with {sum(int(r['socket_errors']) + int(r['non_2xx']) for r in rows)} socket errors or "
-        "non-2xx answers in the whole run.",
+        f"**{got['wait']:.2f}x** that of `max_batch_size=1` (the goal: at most 1.3x).",
+        f"- At {most} connections batching serves **{got['rate']:.2f}x** the requests/s of `max_batch_size=1` (the "
+        f"goal: at least 1.5x), with {got['errors']} socket errors or non-2xx answers in the whole run.",
         f"- Offline predict at batch 32, preprocessing included, ran at {ceiling:,.0f} samples/s in the same run: "
         f"at {most} connections the server delivers "
-        f"{median(cells[batched, most], 'requests_per_s') / ceiling:.0%} of the model's own ceiling. Idle, the "
+        f"{got['requests_per_s'] / ceiling:.0%} of the model's own ceiling. Idle, the "
         f"server's processes used {idle:.1f}% of a core.",
     ]
     return block(out, name)

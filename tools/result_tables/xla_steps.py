@@ -105,22 +105,20 @@ def auto_k() -> str:
     return block(out, *(name for name, _ in names))
 
 
-def tpu_estimate() -> str:
-    """Host and device time per step at K=1 measured on XLA:CPU, and an estimate of a TPU chip's device time from the
-    step's counted FLOPs: bench (k-*.csv, k1-resnet.csv) and tools/flops.py (flops.csv)."""
+ESTIMATED = [
+    ("k-quickstart.csv", "quickstart", "CNN"),
+    ("k-cifar10.csv", "cifar10", "CNN"),
+    ("k1-resnet.csv", "cifar10_resnet", "ResNet-20"),
+    ("k-imdb.csv", "imdb", "LSTM"),
+]
+
+
+def estimates() -> list[dict]:
+    """Per recipe: the counted GFLOP, the measured host and device time at K=1, and the estimated range of a TPU v5e
+    chip's device time and of the K that would make a step device-bound."""
     flops = {r["recipe"]: r for r in read("flops.csv")[1]}
-    cases = [
-        ("k-quickstart.csv", "quickstart", "CNN"),
-        ("k-cifar10.csv", "cifar10", "CNN"),
-        ("k1-resnet.csv", "cifar10_resnet", "ResNet-20"),
-        ("k-imdb.csv", "imdb", "LSTM"),
-    ]
-    out = [
-        "| model (recipe, batch) | GFLOP a step (counted) | host ms/step (measured) | device ms/step on XLA:CPU "
-        "(measured) | device ms/step on a TPU v5e chip (**estimate**) | K for device-bound (**estimate**) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for name, recipe, what in cases:
+    out = []
+    for name, recipe, what in ESTIMATED:
         r = next(r for r in read(name)[1] if r["steps_per_execution_used"] == "1")
         gflop = float(flops[recipe]["gflop_per_step"])
         if recipe == "imdb":  # latency-bound: its maxlen recurrent steps, forward and backward, one after another
@@ -129,12 +127,37 @@ def tpu_estimate() -> str:
         else:
             low, high = (gflop / (V5E_TFLOPS * u) for u in UTILISATION)  # GFLOP / (TFLOP/s) = ms
         host = float(r["host_ms_per_step"])
-        k_low, k_high = max(1, round(host / high)), max(1, round(host / low))
         out.append(
-            f"| {what} (`{recipe}`, {r['batch']}) | {gflop:.1f} | {host:.1f} | {ms(r['device_ms_per_step'])} | "
-            f"{low:.2g}-{high:.2g} | {k_low}-{k_high} |"
+            {
+                "what": what,
+                "recipe": recipe,
+                "batch": r["batch"],
+                "gflop": gflop,
+                "host_ms": host,
+                "device_ms": r["device_ms_per_step"],
+                "low": low,
+                "high": high,
+                "k_low": max(1, round(host / high)),
+                "k_high": max(1, round(host / low)),
+            }
         )
-    return block(out, *(name for name, _, _ in cases), "flops.csv")
+    return out
+
+
+def tpu_estimate() -> str:
+    """Host and device time per step at K=1 measured on XLA:CPU, and an estimate of a TPU chip's device time from the
+    step's counted FLOPs: bench (k-*.csv, k1-resnet.csv) and tools/flops.py (flops.csv)."""
+    out = [
+        "| model (recipe, batch) | GFLOP a step (counted) | host ms/step (measured) | device ms/step on XLA:CPU "
+        "(measured) | device ms/step on a TPU v5e chip (**estimate**) | K for device-bound (**estimate**) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for e in estimates():
+        out.append(
+            f"| {e['what']} (`{e['recipe']}`, {e['batch']}) | {e['gflop']:.1f} | {e['host_ms']:.1f} | "
+            f"{ms(e['device_ms'])} | {e['low']:.2g}-{e['high']:.2g} | {e['k_low']}-{e['k_high']} |"
+        )
+    return block(out, *(name for name, _, _ in ESTIMATED), "flops.csv")
 
 
 def replicas() -> str:
