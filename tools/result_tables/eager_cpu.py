@@ -60,3 +60,24 @@ def own_net() -> str:
     out.append(f"\nThe copy's samples/s against the built-in's (means of the two runs): **{ratio:.2f}x**.")
     names = [f"own-net-{side}-{n}.csv" for n in (1, 2) for side in ("builtin", "copy")]
     return block(out, *names)
+
+
+def own_net_gpu() -> str:
+    """A user's copy of the built-in CNN against the built-in on a lent GPU, plain Lightning: bench sweep."""
+    name = "own-net-h100.csv"
+    at = {(r["net"], r["batch"]): r for r in read(name)[1]}
+    batches = sorted({b for _, b in at}, key=int)
+    out = [
+        "| net | " + " | ".join(f"batch {b}: step ms | samples/s" for b in batches) + " |",
+        "|---|" + "---:|---:|" * len(batches),
+    ]
+    for net, what in (("builtin", "built-in `CifarCNN`"), ("copy", "the user's copy")):
+        cells = [f"{ms(at[net, b]['step_ms'])} | {float(at[net, b]['samples_per_s']):,.0f}" for b in batches]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    ratios = [float(at["copy", b]["samples_per_s"]) / float(at["builtin", b]["samples_per_s"]) for b in batches]
+    out.append(
+        "\nThe copy's samples/s against the built-in's: "
+        + " and ".join(f"**{r:.2f}x** at batch {b}" for r, b in zip(ratios, batches))
+        + "."
+    )
+    return block(out, name)

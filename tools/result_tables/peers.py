@@ -133,3 +133,26 @@ def overhead() -> str:
         f"| xla_train / plain | **{float(x['ratio']):.3f}** | **{float(x['host_ratio']):.2f}** | "
         f"**{float(x['host_cpu_ratio']):.2f}** |\n\n" + source("overhead-quickstart.csv")
     )
+
+
+def overhead_settings() -> str:
+    """What each of two host-side settings was worth, xla_train against the plain loop: bench overhead, 2026-11-23."""
+    name = "overhead-settings.csv"
+    out = [
+        "| host-side settings | steady step ms, xla_train / plain | host ms/step, xla_train / plain "
+        "| host CPU ms/step, xla_train / plain |",
+        "|---|---:|---:|---:|",
+    ]
+
+    def pair(r: dict, key: str, digits: int) -> str:
+        ours, plain = r[f"xla_train_{key}"], r[f"plain_{key}"]
+        if not ours:
+            return "not measured"
+        return f"{float(ours):.{digits}f} / {float(plain):.{digits}f} ({float(ours) / float(plain):.3f})"
+
+    for r in read(name)[1]:
+        note = f" ({r['note']})" if r["note"] else ""
+        out.append(
+            f"| {r['settings']} | {pair(r, 'step_ms', 1)} | {pair(r, 'host_ms', 2)} | {pair(r, 'host_cpu_ms', 2)}{note} |"
+        )
+    return block(out, name)

@@ -64,3 +64,15 @@ def batch_curves() -> str:
     train_s = {b: sum(float(r["train_seconds"]) for r in rows if int(r["batch"]) == b) for b in batches}
     out.append("| training s, all epochs | " + " | ".join(f"{train_s[b]:.1f}" for b in batches) + " |")
     return block(out, name)
+
+
+def ci_runs() -> str:
+    """`.ci/run` on CI's own machine, as its stop records report it, beside the same commit's run on this VM."""
+    name = "ci-runs.csv"
+    out = ["| commit | CI's machine s | this VM s (when) | CI / this VM |", "|---|---:|---:|---:|"]
+    for r in read(name)[1]:
+        ci, local = float(r["ci_s"]), float(r["local_s"])
+        out.append(
+            f"| {r['commit']} | {ci:,.0f} ({ci / 60:.1f} min) | {local:,.0f} ({r['local_when']}) | {ci / local:.2f}x |"
+        )
+    return block(out, name)
