@@ -73,3 +73,22 @@ def test_flops_counts_a_training_steps_matmuls_and_convolutions():
     imdb = counted["imdb"]
     assert (imdb["batch"], imdb["input"]) == (128, "maxlen 500")
     assert imdb["gflop_per_step"] == pytest.approx(3 * 2 * 500 * 128 * (4 * 32) * (128 + 32) / 1e9, rel=0.05)
+
+
+def test_the_prose_quotes_no_measured_figure_that_its_tables_lack():
+    """A figure typed into the prose goes stale when its CSV is measured again; the page's prose may say what a table
+    shows, but a ratio (0.73x) or a decimal time or size it quotes must be one a generated block holds. A goal ("issue
+    39's goal of 1.5 GB") is a setting, not a measurement."""
+    import re
+
+    page = (ROOT / "docs" / "results.md").read_text()
+    block = re.compile(r"<!-- results: [\w-]+ -->.*?<!-- /results -->", re.S)
+    tables = " ".join(block.findall(page))
+    prose = block.sub("", page)
+    figure = re.compile(r"\b\d+\.\d\d+x\b|\b\d[\d,]*\.\d+ ?(?:ms|s|MiB|MB|GB)\b")
+    typed = [
+        m.group(0)
+        for m in figure.finditer(prose)
+        if m.group(0) not in tables and "goal" not in prose[max(0, m.start() - 40) : m.start()]
+    ]
+    assert not typed, f"docs/results.md's prose quotes figures no generated block holds: {typed}"
