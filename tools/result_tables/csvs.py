@@ -29,6 +29,7 @@ def source(*names: str) -> str:
         out.append(
             f"From [{name}](results/{name}): {about.get('date', 'date not recorded')}; {about.get('hardware', '')}; "
             f"{about.get('versions', '')}; `{about.get('command', '')}`."
+            + (f" Run: {about['note']}." if "note" in about else "")
             + (f" Transcribed {about['transcribed']}." if "transcribed" in about else "")
         )
     return "\n".join(out) + "\n"
