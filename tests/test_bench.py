@@ -542,3 +542,25 @@ def test_runtime_jax_makes_gpu_and_xla_cells_jax_cells_on_the_device_jax_picks(m
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     assert "died" in timing.run_cell(jax_cell, tmp_path / "cell", 10)["error"]
     assert "PJRT_DEVICE" not in envs[0]
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        ("fpu sse2 avx2 fma", "no AVX-512"),
+        ("avx2 avx512f avx512bw", "AVX-512, no bf16"),
+        ("avx2 avx512f avx512_bf16", "AVX-512, AVX512-BF16"),
+        ("avx512f avx512_bf16 amx_bf16 amx_tile", "AVX-512, AVX512-BF16, AMX-BF16"),
+    ],
+)
+def test_a_tables_host_cpu_names_its_vector_units_which_a_vms_model_name_hides(flags, named, tmp_path):
+    """The same "AMD EPYC" VM name came with and without AVX-512 on different days, and XLA:CPU's speed differed
+    between them: the units go on every table's hardware line."""
+    from xla_train.bench import report
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n"
+    )
+    assert report.cpu_vector_units(cpuinfo) == named
+    assert report.cpu_vector_units(tmp_path / "absent") == ""

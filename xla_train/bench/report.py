@@ -29,9 +29,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def cpu_vector_units(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The x86 vector and matrix units a CPU figure depends on ("" where /proc/cpuinfo names none): a VM's model name
+    often hides them, and XLA:CPU and the eager fast path both run differently with and without AVX-512 and bf16."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return ""
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+    if not flags:
+        return ""
+    if "avx512f" not in flags:
+        return "no AVX-512"
+    bf16 = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if flag in flags]
+    return ", ".join(["AVX-512", *bf16]) if bf16 else "AVX-512, no bf16"
+
+
 def cpu_summary() -> str:
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu_model()}, {usable} usable core(s) of {os.cpu_count()}"
+    units = cpu_vector_units()
+    return f"{cpu_model()}{f' ({units})' if units else ''}, {usable} usable core(s) of {os.cpu_count()}"
 
 
 def versions() -> str:
