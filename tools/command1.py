@@ -6,7 +6,8 @@ As a new user: the command is read from README.md's quick start (not restated he
 of this checkout's HEAD, with nothing in the environment but HOME, PATH and LANG (`env -i`), so it installs what
 pip installs (from this machine's pip cache, where it has one) and XLA runs with its defaults. GNU time gives the
 peak memory of the job's largest process (the training run), the clock the whole job's time, install included; the
-run's own lines give the rest. A failed run writes nothing.
+run's own lines give the rest, and its whole output goes beside the CSV (command1.out), from which the README shows
+what a user sees. A failed run writes nothing.
 
     python tools/command1.py docs/results/command1.csv
 """
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         peak_kb = int(re.findall(r"^(\d+) KB$", proc.stderr, re.M)[-1])
         row["peak_mib"] = f"{peak_kb / 1024:.0f}"
         found = versions(clone / ".venv" / "bin" / "python")
+    printed = Path(args.out).with_suffix(".out")
+    Path(f"{printed}.partial").write_text(proc.stdout)
     partial = Path(f"{args.out}.partial")
     with open(partial, "w", newline="") as f:
         f.write(f"# hardware: {cpu_name()}, {os.cpu_count()} core(s)\n# versions: {found}\n")
@@ -115,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerow(row)
     partial.replace(args.out)
+    Path(f"{printed}.partial").replace(printed)
     print(f"wrote {args.out}: {row}")
     return 0
 
