@@ -44,6 +44,9 @@ def test_command1_reads_the_readmes_command_and_the_lines_a_run_prints():
         "  true 7  predicted 7  p=1.000\n  true 6  predicted 5  p=0.600\n"
         "time: start-up 9.7 s, compile 6.3 s, train 12.7 s, validate 0.5 s, test 0.4 s (wall 29.6 s)\n"
     )
+    assert (
+        command1.own_lines("Collecting torch\nSuccessfully installed torch-2.9.0\n" + out) == out
+    )  # pip's lines left out
     assert command1.figures(out) == {
         "wall_s": "29.6",
         "startup_s": "9.7",

@@ -6,8 +6,8 @@ As a new user: the command is read from README.md's quick start (not restated he
 of this checkout's HEAD, with nothing in the environment but HOME, PATH and LANG (`env -i`), so it installs what
 pip installs (from this machine's pip cache, where it has one) and XLA runs with its defaults. GNU time gives the
 peak memory of the job's largest process (the training run), the clock the whole job's time, install included; the
-run's own lines give the rest, and its whole output goes beside the CSV (command1.out), from which the README shows
-what a user sees. A failed run writes nothing.
+run's own lines give the rest, and what xla_train printed (pip's lines before it left out) goes beside the CSV
+(command1.out), from which the README shows what a user sees. A failed run writes nothing.
 
     python tools/command1.py docs/results/command1.csv
 """
@@ -72,6 +72,11 @@ def figures(out: str) -> dict[str, str]:
     }
 
 
+def own_lines(out: str) -> str:
+    """What xla_train printed: the job's output from its first line on, without pip's before it."""
+    return out[out.index("run folder: ") :]
+
+
 def versions(python: Path) -> str:
     code = (
         "import importlib.metadata as m, platform\n"
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         row["peak_mib"] = f"{peak_kb / 1024:.0f}"
         found = versions(clone / ".venv" / "bin" / "python")
     printed = Path(args.out).with_suffix(".out")
-    Path(f"{printed}.partial").write_text(proc.stdout)
+    Path(f"{printed}.partial").write_text(own_lines(proc.stdout))
     partial = Path(f"{args.out}.partial")
     with open(partial, "w", newline="") as f:
         f.write(f"# hardware: {cpu_name()}, {os.cpu_count()} core(s)\n# versions: {found}\n")

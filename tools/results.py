@@ -28,6 +28,7 @@ TABLES = {
     "headline": headline.headline,
     "performance": headline.performance,
     "command1": runs.command1,
+    "command1-output": runs.command1_output,
     "suite": runs.suite,
     "ci-runs": runs.ci_runs,
     "gpu": peers.gpu,

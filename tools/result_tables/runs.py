@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from result_tables.csvs import block, mb, read, source
+import re
+
+from result_tables.csvs import CSVS, block, mb, read, source
 
 
 def command1() -> str:
@@ -76,3 +78,23 @@ def ci_runs() -> str:
             f"| {r['commit']} | {ci:,.0f} ({ci / 60:.1f} min) | {local:,.0f} ({r['local_when']}) | {ci / local:.2f}x |"
         )
     return block(out, name)
+
+
+def command1_output() -> str:
+    """What README command 1 printed in tools/command1.py's run (command1.out), trimmed to the lines a user reads first,
+    with that run's date and machine: the README's example cannot drift from its performance table."""
+    about, _ = read("command1.csv")
+    lines = (CSVS / "command1.out").read_text().splitlines()
+
+    def first(prefix: str, after: int = 0) -> int:
+        return next(i for i, line in enumerate(lines) if i >= after and line.startswith(prefix))
+
+    epoch = first("Epoch 2/")
+    shown = [lines[first("run folder:")], lines[first("runtime:")], "...", lines[epoch], lines[epoch + 1], "..."]
+    shown += [lines[first("compiled graphs by phase:")], lines[first("held-out test accuracy:")]]
+    shown += [lines[first("  true ")], lines[first("time: ")]]
+    cpu = re.match(r"(.+?), (\d+) core", about["hardware"])
+    return (
+        f"On a {cpu.group(2)}-core {cpu.group(1)} VM ({about['date'][:10]}; the figures: "
+        "[Performance](#performance)), trimmed:\n\n```\n" + "\n".join(shown) + "\n```\n"
+    )
