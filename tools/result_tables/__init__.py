@@ -1,1 +1,2 @@
-"""The generators of docs/results.md's blocks, one file per subject; tools/results.py names each block's function."""
+"""The generators of the blocks of docs/results.md and the README, one file per subject, each with its tables and its
+headline claims; tools/results.py names each block's function."""

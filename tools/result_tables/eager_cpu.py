@@ -3,6 +3,9 @@ built-in one."""
 
 from __future__ import annotations
 
+import statistics
+
+from result_tables.claims import Claim, f, x
 from result_tables.csvs import block, mb, ms, read
 
 
@@ -81,3 +84,32 @@ def own_net_gpu() -> str:
         + "."
     )
     return block(out, name)
+
+
+def own_net_claim() -> Claim:
+    means = {}
+    for side in ("builtin", "copy"):
+        means[side] = statistics.mean(f(read(f"own-net-{side}-{n}.csv")[1][0]["samples_per_s"]) for n in (1, 2))
+    return Claim(
+        "a user's copy of the built-in CNN, XLA:CPU",
+        f"{x(means['copy'], means['builtin'])} the built-in's samples/s (means of two alternating runs each)",
+        tuple(f"own-net-{side}-{n}.csv" for side in ("builtin", "copy") for n in (1, 2)),
+        "your-own-net-against-the-built-in-one",
+    )
+
+
+def accelerator_claim() -> Claim:
+    rows = read("accelerator-quickstart.csv")[1]
+    parts = []
+    for batch in sorted({r["batch"] for r in rows}, key=int):
+        cpu, xla = (next(r for r in rows if r["batch"] == batch and r["accelerator"] == a) for a in ("cpu", "xla"))
+        parts.append(
+            f"batch {batch}: {x(f(xla['samples_per_s']), f(cpu['samples_per_s']))} eager's samples/s "
+            f"({f(xla['step_ms']):.1f} against {f(cpu['step_ms']):.1f} ms)"
+        )
+    return Claim(
+        "XLA:CPU against eager PyTorch, quickstart CNN, each at its defaults",
+        "; ".join(parts),
+        ("accelerator-quickstart.csv",),
+        "accelerator-by-batch-size",
+    )

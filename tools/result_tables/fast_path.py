@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 
+from result_tables.claims import Claim, f, one, x
 from result_tables.csvs import ROOT, block, ms, read
 
 # The eight variants of precision x compile x channels_last, fp32 eager first: the reference of each ratio.
@@ -94,14 +95,20 @@ def payback_samples() -> int:
     raise SystemExit("xla_train/runtime/fast_path.py no longer sets COMPILE_PAYBACK_SAMPLES")
 
 
+def break_even(at: dict) -> tuple[float, float]:
+    """(ms a sample compiled bf16 + channels_last saves over bf16 eager, samples until that repays its first step)."""
+    eager, compiled = at["bf16-mixed", "False", "False"], at["bf16-mixed", "True", "True"]
+    saved_ms = 1e3 / float(eager["samples_per_s"]) - 1e3 / float(compiled["samples_per_s"])
+    return saved_ms, float(compiled["first_step_s"]) * 1e3 / saved_ms
+
+
 def payback() -> str:
     """compile=auto's pay-back rule from issue 18's figures: the compile's seconds over the seconds it saves a sample.
     The threshold it sets is read from the code, so the page and the rule cannot drift apart."""
     name = "payback-amx.csv"
     at = steps(name)
-    eager, compiled = at["bf16-mixed", "False", "False"], at["bf16-mixed", "True", "True"]
-    saved_ms = 1e3 / float(eager["samples_per_s"]) - 1e3 / float(compiled["samples_per_s"])
-    even = float(compiled["first_step_s"]) * 1e3 / saved_ms
+    compiled = at["bf16-mixed", "True", "True"]
+    saved_ms, even = break_even(at)
     threshold = payback_samples()
     out = ["| variant | samples/s | against fp32 eager | first step s |", "|---|---:|---:|---:|"]
     base = float(at["32", "False", "False"]["samples_per_s"])
@@ -146,3 +153,40 @@ def inductor_cache() -> str:
     out = ["| run | compile s (the first epoch's line) | graphs |", "|---:|---:|---:|"]
     out += [f"| {r['run']} | {float(r['compile_s']):.1f} | {r['graphs']} |" for r in read(name)[1]]
     return block(out, name)
+
+
+def fast_path_claim() -> Claim:
+    def default(name: str) -> str:
+        at = steps(name)
+        return x(f(at["32", "False", "False"]["step_ms"]), f(at["bf16-mixed", "False", "True"]["step_ms"]))
+
+    return Claim(
+        "the CPU fast path's default on a CPU with native bf16 (bf16 autocast, channels_last, eager) against fp32 "
+        "eager, batch 128",
+        f"CNN {default('fastpath-bf16-cifar10.csv')}, ResNet-20 {default('fastpath-bf16-resnet.csv')} the samples/s "
+        "(transcribed: the bench CSVs were not kept)",
+        ("fastpath-bf16-cifar10.csv", "fastpath-bf16-resnet.csv"),
+        "the-cnn-on-a-cpu-with-avx512-bf16",
+    )
+
+
+def payback_claim() -> Claim:
+    _, even = break_even(steps("payback-amx.csv"))
+    return Claim(
+        "`compile=auto`'s pay-back, the CNN at batch 128",
+        f"break-even near {even:,.0f} samples; `compile=auto` compiles from {payback_samples():,} (transcribed from "
+        "issue 18)",
+        ("payback-amx.csv",),
+        "the-pay-back-rules-figures",
+    )
+
+
+def quickstart_cpu_claim() -> Claim:
+    d, e = one("quickstart-cpu.csv", side="defaults"), one("quickstart-cpu.csv", side="fp32 eager")
+    return Claim(
+        "the quickstart on `accelerator=cpu`, the defaults against fp32 eager, whole run",
+        f"{d['wall_s']} s against {e['wall_s']} s wall ({x(f(e['wall_s']), f(d['wall_s']))} as fast); "
+        f"{f(d['held_out_acc']):.1%} against {f(e['held_out_acc']):.1%} held out (transcribed)",
+        ("quickstart-cpu.csv",),
+        "the-quickstart-on-the-cpu",
+    )

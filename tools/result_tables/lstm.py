@@ -3,6 +3,7 @@ tokenising."""
 
 from __future__ import annotations
 
+from result_tables.claims import Claim, f, x
 from result_tables.csvs import block, ms, read
 
 
@@ -66,3 +67,41 @@ def tokenise() -> str:
     out = ["| step | wall s (median) | CPU s, all threads |", "|---|---:|---:|"]
     out += [f"| {r['what']} | {float(r['wall_s']):.2f} | {float(r['cpu_s']):.2f} |" for r in rows]
     return block(out, "text-tokenise.csv")
+
+
+def lstm_maxlen_claim() -> Claim:
+    rows = sorted(read("lstm-maxlen-recipe.csv")[1], key=lambda r: int(r["maxlen"]))
+    flat = " / ".join(f"{f(r['compile_s']):.1f}" for r in (rows[0], rows[-1]))
+    at = f"maxlen {rows[0]['maxlen']} / {rows[-1]['maxlen']}"
+    unrolled = read("lstm-unrolled.csv")[1]
+    torch_lstm = " and ".join(f"{f(r['compile_s']):.1f} s" for r in unrolled)
+    return Claim(
+        "the LSTM's compile time against `maxlen`, training, XLA:CPU",
+        f"flat for the recipe's: {flat} s at {at}; torch's `nn.LSTM` unrolled on torch_xla: {torch_lstm} at maxlen "
+        f"{' and '.join(r['maxlen'] for r in unrolled)}",
+        ("lstm-maxlen-recipe.csv", "lstm-unrolled.csv"),
+        "compile-time-against-maxlen",
+        short=f"flat: {flat} s at {at}",
+    )
+
+
+def tokenise_claim() -> Claim:
+    vocab, encode, cached = read("text-tokenise.csv")[1]
+    return Claim(
+        f"tokenising {encode['what'].split()[1]} reviews (`bench text`)",
+        f"{f(vocab['wall_s']) + f(encode['wall_s']):.1f} s the first time (vocabulary {f(vocab['wall_s']):.1f} s, "
+        f"encoding {f(encode['wall_s']):.1f} s), {f(cached['wall_s']):.2f} s from the cache",
+        ("text-tokenise.csv",),
+        "tokenising-reviews",
+    )
+
+
+def lstm_off_xla_claim() -> Claim:
+    masked, packed = read("lstm-off-xla.csv")[1]
+    return Claim(
+        "the LSTM off XLA, masked (xla_train's) against a packed sequence, eager CPU",
+        f"{x(f(packed['step_ms']), f(masked['step_ms']))} as fast a training step ({f(masked['step_ms']):.1f} "
+        f"against {f(packed['step_ms']):,.1f} ms), the same outputs",
+        ("lstm-off-xla.csv",),
+        "the-lstm-off-xla",
+    )

@@ -3,6 +3,9 @@ hand-written torch_xla loop."""
 
 from __future__ import annotations
 
+import statistics
+
+from result_tables.claims import Claim, f, one, x
 from result_tables.csvs import block, mb, ms, read, source
 
 
@@ -156,3 +159,85 @@ def overhead_settings() -> str:
             f"| {r['settings']} | {pair(r, 'step_ms', 1)} | {pair(r, 'host_ms', 2)} | {pair(r, 'host_cpu_ms', 2)}{note} |"
         )
     return block(out, name)
+
+
+def gpu_claim() -> Claim:
+    fp32 = {n: [r for r in read(f"gpu-{n}.csv")[1] if r["precision"] == "32-true"] for n in ("quickstart", "cifar10")}
+
+    def ratio(rows: list[dict]) -> str:
+        jax = next(r for r in rows if r["runtime"] == "jax")
+        eager = next(r for r in rows if not r["runtime"] and r["compile"] == "False")
+        return x(f(jax["samples_per_s"]), f(eager["samples_per_s"]))
+
+    imdb = {p: [r for r in read("gpu-imdb.csv")[1] if r["precision"] == p] for p in ("32-true", "bf16-mixed")}
+    cnn = f"quickstart CNN {ratio(fp32['quickstart'])}, CIFAR-10 CNN {ratio(fp32['cifar10'])}"
+    lstm = f"IMDB LSTM {ratio(imdb['32-true'])} cuDNN's ({ratio(imdb['bf16-mixed'])} in bf16)"
+    return Claim(
+        "XLA on a GPU (`runtime=jax`) against plain PyTorch, batch 128, float32",
+        f"{cnn}; {lstm}",
+        ("gpu-quickstart.csv", "gpu-cifar10.csv", "gpu-imdb.csv"),
+        "on-a-gpu-jaxs-xla-beside-plain-pytorch",
+    )
+
+
+def runtimes_claim() -> Claim:
+    cells = []
+    for name, what in (("runtimes-quickstart.csv", "quickstart CNN"), ("runtimes-imdb.csv", "IMDB LSTM")):
+        t, j = one(name, runtime="torch_xla"), one(name, runtime="jax")
+        cells.append((what, x(f(j["samples_per_s"]), f(t["samples_per_s"])), t, j))
+    long = "; ".join(f"{w} {r} ({f(j['step_ms']):.1f} against {f(t['step_ms']):.1f} ms a step)" for w, r, t, j in cells)
+    return Claim(
+        "JAX runtime against torch_xla, recipe defaults, XLA:CPU: samples/s",
+        long,
+        ("runtimes-quickstart.csv", "runtimes-imdb.csv"),
+        "runtimes-side-by-side",
+        short=", ".join(f"{w} {r}" for w, r, _, _ in cells),
+    )
+
+
+def keras_job_claim() -> Claim:
+    rows = read("keras-peer-job.csv")[1]
+    wall = {s: statistics.median(f(r["wall_s"]) for r in rows if r["side"] == s) for s in ("keras", "xla_train")}
+    peak = {s: [f(r["peak_mib"]) for r in rows if r["side"] == s] for s in ("keras", "xla_train")}
+    span = {s: f"{min(v):,.0f}-{max(v):,.0f}" if min(v) != max(v) else f"{v[0]:,.0f}" for s, v in peak.items()}
+    ratio = f"{x(wall['xla_train'], wall['keras'])} Keras's wall time"
+    return Claim(
+        "README command 1's whole job against Keras 3 on JAX (process wall time)",
+        f"{ratio} (medians of the rounds, {wall['xla_train']:.1f} against {wall['keras']:.1f} s); peak memory "
+        f"{span['xla_train']} against {span['keras']} MiB",
+        ("keras-peer-job.csv",),
+        "the-whole-quickstart-job",
+        short=f"{ratio} ({wall['xla_train']:.1f} against {wall['keras']:.1f} s)",
+    )
+
+
+def keras_steps_claim() -> Claim:
+    rows = [r for r in read("keras-peer-steps.csv")[1] if r["side"] == "xla_train" or "=1" in r["setting"]]
+    speed = {(r["model"], r["side"], r["round"]): f(r["samples_per_s"]) for r in rows}
+    rounds = sorted({r["round"] for r in rows})
+
+    def ratios(model: str, theirs: str) -> str:
+        return " and ".join(x(speed[model, "xla_train", n], speed[model, theirs, n]) for n in rounds)
+
+    lstm = f"{ratios('imdb_lstm', 'keras_tutorial')} the tutorial's model, {ratios('imdb_lstm', 'keras_matched')}"
+    return Claim(
+        "training steps against Keras 3 on JAX, XLA:CPU, samples/s by round: the IMDB LSTM against the tutorial's "
+        "model and one matched to ours (masked); the quickstart CNN",
+        f"LSTM (batch 128) {lstm} the matched one; CNN (batch 32) {ratios('quickstart_cnn', 'keras')}",
+        ("keras-peer-steps.csv",),
+        "steps-per-second",
+        short=f"{lstm} the matched one",
+        brief="IMDB LSTM training steps against Keras 3 on JAX: the tutorial's model, and one matched to ours (masked)",
+    )
+
+
+def overhead_claim() -> Claim:
+    r = one("overhead-quickstart.csv", side="xla_train")
+    steady, host = f"{f(r['ratio']):.2f}x", f"{f(r['host_ratio']):.2f}x"
+    return Claim(
+        "Lightning's loop against a hand-written torch_xla loop, one step traced anew",
+        f"steady step {steady}, host share {host}, host CPU time {f(r['host_cpu_ratio']):.2f}x",
+        ("overhead-quickstart.csv",),
+        "lightnings-overhead",
+        short=f"steady step {steady}, host share {host}",
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from result_tables.claims import Claim, f, x
 from result_tables.csvs import CSVS, block, mb, read, source
 
 
@@ -97,4 +98,49 @@ def command1_output() -> str:
     return (
         f"On a {cpu.group(2)}-core {cpu.group(1)} VM ({about['date'][:10]}; the figures: "
         "[Performance](#performance)), trimmed:\n\n```\n" + "\n".join(shown) + "\n```\n"
+    )
+
+
+def command1_claim() -> Claim:
+    (r,) = read("command1.csv")[1]
+    return Claim(
+        "README command 1, the run alone",
+        f"{r['wall_s']} s by its time line (start-up {r['startup_s']} s, compile {r['compile_s']} s); "
+        f"{f(r['held_out_acc']):.2%} held out, {r['predictions_right']} of {r['predictions']} CPU predictions right; "
+        f"peak {f(r['peak_mib']):,.0f} MiB",
+        ("command1.csv",),
+        "the-quickstart-as-a-new-user-runs-it",
+        short=f"{r['wall_s']} s, {f(r['held_out_acc']):.1%} held out, peak {f(r['peak_mib']):,.0f} MiB",
+    )
+
+
+def batch_curves_claim() -> Claim:
+    rows = read("curves-quickstart.csv")[1]
+    batches = sorted({int(r["batch"]) for r in rows})
+    last = max(int(r["epoch"]) for r in rows)
+    acc = {(int(r["batch"]), int(r["epoch"])): f(r["val_acc"]) for r in rows}
+
+    def at(epoch: int) -> str:
+        return " / ".join(f"{acc[b, epoch]:.3f}" for b in batches)
+
+    return Claim(
+        "batch size and convergence, quickstart, the recipe's learning rate",
+        f"validation accuracy after epoch 1: {at(0)}, after epoch {last + 1}: {at(last)} at batch "
+        f"{' / '.join(map(str, batches))}",
+        ("curves-quickstart.csv",),
+        "batch-size-and-convergence",
+    )
+
+
+def suite_claim() -> Claim:
+    rows = {r["run"]: r for r in read("test-suite.csv")[1] if r["file"] == "(all)"}
+    now, before = rows["now"], rows["before"]
+    ci = read("ci-runs.csv")[1][-1]
+    return Claim(
+        "`.ci/run` (install, lint, the default suite on two workers) on a fresh clone",
+        f"on CI's machine {f(ci['ci_s']) / 60:.1f} min at {ci['commit']} ({f(ci['ci_s']) / f(ci['local_s']):.2f}x this "
+        f"VM's time); the suite alone here {f(now['wall_s']):,.0f} s against {f(before['wall_s']):,.0f} s before its "
+        f"last speed-up ({x(f(now['wall_s']), f(before['wall_s']))}), {now['tests']} tests",
+        ("ci-runs.csv", "test-suite.csv"),
+        "the-test-suite",
     )

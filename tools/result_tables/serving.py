@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from result_tables.claims import Claim, f, one
 from result_tables.csvs import block, read
 
 
@@ -92,3 +93,30 @@ def serving_load() -> str:
         f"server's processes used {idle:.1f}% of a core.",
     ]
     return block(out, name)
+
+
+def serving_forms_claim() -> Claim:
+    eager, ort = (
+        one("serving-forms-quickstart.csv", what="eager"),
+        one("serving-forms-quickstart.csv", what="onnxruntime"),
+    )
+    return Claim(
+        "serving forms, quickstart CNN, batch 1",
+        f"ONNX Runtime {f(ort['speedup_batch1']):.2f}x eager ({f(ort['latency_ms_median']):.3f} against "
+        f"{f(eager['latency_ms_median']):.3f} ms), within {f(ort['max_abs_diff']):.1e}",
+        ("serving-forms-quickstart.csv",),
+        "inference-speed-by-serving-form",
+    )
+
+
+def serving_load_claim() -> Claim:
+    s = load_summary()
+    rate = f"{s['requests_per_s']:,.0f} requests/s at {s['most']} connections, {s['rate']:.2f}x `max_batch_size=1`"
+    return Claim(
+        "`serve` under `wrk`, quickstart CNN",
+        f"{rate} (goal 1.5x); at {s['one']} connection p50 {s['wait']:.2f}x its (goal at most 1.3x); "
+        f"{s['errors']} errors",
+        ("serve-quickstart.csv",),
+        "serving-over-http-under-load",
+        short=f"{s['requests_per_s']:,.0f} requests/s at {s['most']} connections, {s['rate']:.2f}x unbatched",
+    )

@@ -3,8 +3,11 @@ stand-in here, so these say what the stand-in costs, not what a TPU does."""
 
 from __future__ import annotations
 
+import statistics
+
 import re
 
+from result_tables.claims import Claim, f, x
 from result_tables.csvs import CSVS, block, mb, ms, read
 
 
@@ -88,3 +91,27 @@ def huge_pages() -> str:
         for what, rs in ratios.items()
     ]
     return block(out, *names)
+
+
+def huge_pages_claim() -> Claim:
+    parts = []
+    for recipe, what in (("imdb", "IMDB LSTM"), ("quickstart", "quickstart CNN")):
+        pairs = [[read(f"hugepages-{recipe}-{s}-{n}.csv")[1][0] for s in ("off", "on")] for n in (1, 2)]
+        parts.append(f"{what} {' and '.join(x(f(on['step_ms']), f(off['step_ms'])) for off, on in pairs)}")
+    faults = {
+        case: statistics.median(
+            f(r["faults_per_execution"])
+            for n in (1, 2)
+            for r in read(f"page-faults-{case}-{n}.csv")[1]
+            if r["k"] == "1"
+        )
+        for case in ("defaults", "hugetlb")
+    }
+    return Claim(
+        "glibc's transparent huge pages on XLA:CPU (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1` in the user's shell)",
+        f"the training step {'; '.join(parts)} the defaults' (two rounds); page faults per quickstart execution "
+        f"{faults['defaults']:,.0f} against {faults['hugetlb']:,.0f}",
+        tuple(f"hugepages-{r}-{s}-{n}.csv" for r in ("imdb", "quickstart") for s in ("off", "on") for n in (1, 2))
+        + tuple(f"page-faults-{case}-{n}.csv" for case in ("defaults", "hugetlb") for n in (1, 2)),
+        "xlacpus-fresh-pages-per-execution",
+    )

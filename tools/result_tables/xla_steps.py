@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from result_tables.claims import Claim, f, one
 from result_tables.csvs import block, mb, ms, read
 
 # The assumptions of the TPU estimate, stated on the page: a TPU v5e chip's bf16 peak, the share of it a step's
@@ -190,3 +191,83 @@ def sharding_call() -> str:
         f"XLA:CPU devices: the public call takes **{public / ours:.0f}x** as long.",
     ]
     return block(out, name)
+
+
+def auto_k_claim() -> Claim:
+    a, k8 = one("auto-quickstart.csv", steps_per_execution="auto"), one("auto-quickstart.csv", steps_per_execution="8")
+    saved = (f(a["step_ms"]) - f(k8["step_ms"])) / 1000
+    repaid = f"{(f(k8['first_step_s']) - f(a['first_step_s'])) / saved:,.0f} steps" if saved > 0 else "never"
+    return Claim(
+        "`steps_per_execution=auto` on XLA:CPU (one step a program traced once under 1,000 training steps, else K=8 "
+        "unrolled), the quickstart",
+        f"the one-step program compiles in {f(a['compile_s']):.1f} s against K=8's {f(k8['compile_s']):.1f} s, at "
+        f"{f(k8['host_peak_mb']) - f(a['host_peak_mb']):,.0f} MB less host memory; K=8's step "
+        f"{1 - f(k8['step_ms']) / f(a['step_ms']):.0%} shorter, repaying its longer first step after {repaid}",
+        ("auto-quickstart.csv",),
+        "what-steps_per_executionauto-chooses",
+    )
+
+
+def k_steps_claim() -> Claim:
+    names = (("k-quickstart.csv", "quickstart CNN"), ("k-cifar10.csv", "CIFAR-10 CNN"), ("k-imdb.csv", "IMDB LSTM"))
+    host, compile_ = [], []
+    for name, what in names:
+        k1, k8 = one(name, steps_per_execution_used="1"), one(name, steps_per_execution_used="8")
+        host.append(f"{f(k8['host_ms_per_step']) / f(k1['host_ms_per_step']):.2f} ({what})")
+        compile_.append(f(k8["compile_s"]) / f(k1["compile_s"]))
+    return Claim(
+        "host time a step, K=8 unrolled against K=1 traced anew, XLA:CPU",
+        f"{', '.join(host)}; K=8 compiling {min(compile_):.1f}-{max(compile_):.1f}x as long",
+        tuple(n for n, _ in names),
+        "k8-against-k1",
+    )
+
+
+def k_up_to_32_claim() -> Claim:
+    parts, grow = [], []
+    names = (("k32-quickstart.csv", "quickstart CNN"), ("k32-imdb.csv", "IMDB LSTM"))
+    for name, what in names:
+        by = {r["steps_per_execution_used"]: r for r in read(name)[1]}
+        cpu = {k: f(by[k]["host_cpu_ms_per_step"]) for k in ("1", "8", "32")}
+        parts.append(f"{what} {cpu['1']:.1f} against {cpu['8']:.2f} and {cpu['32']:.2f} ms")
+        grow.append(f"{f(by['32']['compile_s']) / f(by['8']['compile_s']):.1f}x ({what.split()[-1]})")
+    return Claim(
+        "host CPU time a step, data on the device, K=1 (traced anew) against K=8 and 32 unrolled",
+        f"{'; '.join(parts)}; K=32 compiling {' and '.join(grow)} as long as K=8",
+        tuple(n for n, _ in names),
+        "data-on-the-device-and-k-up-to-32-unrolled",
+    )
+
+
+def tpu_estimate_claim() -> Claim:
+    got = ", ".join(f"{e['k_low']}-{e['k_high']} ({e['what']}, `{e['recipe']}`)" for e in estimates())
+    return Claim(
+        "the K at which a TPU v5e chip is device-bound",
+        f"an **estimate**, not a TPU measurement, from counted FLOPs and this machine's host time at K=1: {got}",
+        (*(name for name, _, _ in ESTIMATED), "flops.csv"),
+        "host-and-device-time-per-step",
+    )
+
+
+def replicas_claim() -> Claim:
+    rows = sorted(read("replicas-quickstart.csv")[1], key=lambda r: -int(r["devices"]))
+    many, single = rows[0], rows[-1]
+    return Claim(
+        f"SPMD over {many['devices']} XLA:CPU devices against {single['devices']}, {many['batch']} samples a device",
+        f"compiles once each ({many['compiles']} and {single['compiles']} graph), in {f(many['compile_s']):.1f} "
+        f"against {f(single['compile_s']):.1f} s; {f(many['samples_per_s']):.1f} against "
+        f"{f(single['samples_per_s']):.1f} samples/s (the devices share the cores)",
+        ("replicas-quickstart.csv",),
+        "one-xla-device-against-eight",
+    )
+
+
+def sharding_call_claim() -> Claim:
+    public, ours = read("sharding-call.csv")[1]
+    return Claim(
+        f"a sharding call, {public['devices']} XLA:CPU devices",
+        f"{f(ours['ms_per_tensor']):.3f} ms a traced tensor, against {f(public['ms_per_tensor']):.3f} for the public "
+        f"`xs.mark_sharding` ({f(public['ms_per_tensor']) / f(ours['ms_per_tensor']):.0f}x)",
+        ("sharding-call.csv",),
+        "a-sharding-calls-cost",
+    )
