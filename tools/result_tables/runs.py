@@ -96,8 +96,8 @@ def command1_output() -> str:
     shown += [lines[first("  true ")], lines[first("time: ")]]
     cpu = re.match(r"(.+?), (\d+) core", about["hardware"])
     return (
-        f"On a {cpu.group(2)}-core {cpu.group(1)} VM ({about['date'][:10]}; the figures: "
-        "[Performance](#performance)), trimmed:\n\n```\n" + "\n".join(shown) + "\n```\n"
+        f"On a {cpu.group(2)}-core VM ({cpu.group(1)}) on {about['date'][:10]}, trimmed (the figures: "
+        "[Performance](#performance)):\n\n```\n" + "\n".join(shown) + "\n```\n"
     )
 
 
