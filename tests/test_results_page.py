@@ -95,3 +95,10 @@ def test_the_prose_quotes_no_measured_figure_that_its_tables_lack():
         if m.group(0) not in tables and "goal" not in prose[max(0, m.start() - 40) : m.start()]
     ]
     assert not typed, f"docs/results.md's prose quotes figures no generated block holds: {typed}"
+
+
+def test_every_file_of_evidence_is_cited_by_the_results_page():
+    """A CSV no page cites is a measurement nobody can find: superseded runs are deleted (git keeps them)."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    uncited = [p.name for p in sorted((ROOT / "docs" / "results").iterdir()) if f"(results/{p.name})" not in page]
+    assert not uncited, f"docs/results/ holds files docs/results.md does not cite: {uncited}"
