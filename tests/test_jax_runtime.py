@@ -79,7 +79,7 @@ def test_a_fit_on_jax_compiles_once_per_phase_and_its_checkpoint_predicts_on_the
     out = proc.stdout
     assert f"({devices} device(s))" in out or f"{devices} device(s)" in out, out[-2000:]
     assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out
-    assert "runtime: jax\n" in out
+    assert "runtime: jax\n" in out and "compile cache:" not in out  # auto keeps none on the CPU
     assert "held-out test accuracy" in out and "CPU predictions from" in out, out
     ckpt = next(tmp_path.glob("runs/quickstart/version_0/checkpoints/best-*.ckpt"))
     state = torch.load(ckpt, weights_only=True)
@@ -329,3 +329,38 @@ def test_bf16_on_jax_casts_what_torch_autocast_casts():
     assert got == expected
     assert expected["linear"][0] == expected["conv2d"][0] == torch.bfloat16 == expected["stack"][0]
     assert expected["cat"][0] == expected["index_copy"][0] == torch.float32
+
+
+def test_a_compile_cache_folder_is_read_back_by_the_next_run_on_jax(tmp_path):
+    """compile_cache=DIR on runtime=jax, as on torch_xla on a TPU: the first fit writes its programs to the folder and
+    says where; the next reads them back instead of compiling them, says so, and trains to the same weights."""
+    out = script_json(SCRIPTS / "jax_compile_cache.py", env=cli_env(1, PYTHONPATH=path_with_tests()), args=[tmp_path])
+    first, second = out["runs"]
+    assert first["cache_line"] and second["cache_line"], out
+    assert first["files"] > 0 and first["read_back"] == 0, out
+    assert second["read_back"] >= 1 and second["compiled"].startswith("train 1 ("), out
+    assert out["same_weights"], out
+
+
+def test_compile_cache_auto_on_jax_is_the_machines_own_folder_on_a_tpu_or_gpu_and_none_on_the_cpu(
+    tmp_path, monkeypatch
+):
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from xla_train.runtime.engine.jax.plan import configure_compile_cache
+    from xla_train.runtime.plan import default_compile_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = default_compile_cache("jax")
+    assert folder == str(tmp_path / "xla_train" / "jax_compile_cache")  # not torch_xla's
+    assert (
+        configure_compile_cache("auto", "cpu", folder) is None and configure_compile_cache("off", "tpu", folder) is None
+    )
+    try:
+        for platform in ("tpu", "gpu"):
+            assert configure_compile_cache("auto", platform, folder) == folder
+            assert jax.config.jax_compilation_cache_dir == folder
+    finally:  # this process's later JAX runs keep none
+        jax.config.update("jax_compilation_cache_dir", None)
+        compilation_cache.reset_cache()

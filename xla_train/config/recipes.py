@@ -53,8 +53,8 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
     "compile_cache": (
         Optional[str],
         "auto",
-        "XLA's persistent compile cache: auto (a TPU: ~/.cache/xla_train/xla_compile_cache; none on XLA:CPU, which "
-        "cannot read it back), off, or a folder",
+        "XLA's persistent compile cache: auto (a TPU, and a GPU on runtime=jax: ~/.cache/xla_train/<runtime>_compile_"
+        "cache; none on the CPU), off, or a folder (runtime=jax reads it back on the CPU too; torch_xla cannot)",
     ),
     "monitor": (
         Literal["val_acc", "val_loss"],

@@ -81,6 +81,10 @@ class Backend:
         """Compiled programs dispatched so far in this process."""
         return 0
 
+    def read_back(self) -> int:
+        """Programs read back from a persistent compile cache so far in this process, instead of compiled."""
+        return 0
+
     def peak_mb(self, device) -> float | None:
         """Peak device memory where the runtime reports it."""
         return None

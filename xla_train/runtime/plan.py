@@ -164,12 +164,23 @@ def plan_hardware(
     if chosen == "jax":
         from xla_train.runtime.engine.jax.plan import plan_jax
 
+        kwargs, cache = plan_jax(
+            kind,
+            devices,
+            strategy,
+            precision,
+            num_nodes,
+            steps_per_execution,
+            execution_loop,
+            matmul_precision,
+            compile_cache,
+            default_compile_cache("jax"),
+        )
         return HardwarePlan(
             kind,
-            plan_jax(
-                kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision
-            ),
+            kwargs,
             matmul_precision=matmul_precision,
+            compile_cache=cache,
             runtime="jax",
             runtime_note=runtime_note,
         )
@@ -301,10 +312,13 @@ def xla_precision_plugin(precision):
     raise ConfigError(f"precision={p!r} is not for XLA; use precision=32 or precision=bf16")
 
 
-def default_compile_cache() -> str:
-    """Where compile_cache=auto keeps a TPU's compiled programs: this machine's own cache folder."""
+def default_compile_cache(runtime: str = "torch_xla") -> str:
+    """Where compile_cache=auto keeps compiled programs: this machine's own cache folder, one per runtime (their
+    files are not each other's)."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(home, "xla_train", "xla_compile_cache")
+    return os.path.join(
+        home, "xla_train", "xla_compile_cache" if runtime == "torch_xla" else f"{runtime}_compile_cache"
+    )
 
 
 def configure_compile_cache(setting: str | None) -> bool | None:

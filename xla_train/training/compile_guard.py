@@ -77,6 +77,7 @@ class CompileAccounting(EpochCallback):
     @override
     def setup(self, trainer, pl_module, stage: str) -> None:
         self._backend = backend_of_strategy(trainer.strategy)
+        self._read_start = self._backend.read_back()  # an earlier run in this process read its own
 
     # --- phases -----------------------------------------------------------------
     def _start(self, phase: str) -> None:
@@ -197,11 +198,13 @@ class CompileAccounting(EpochCallback):
                 ),
                 flush=True,
             )
+            read = self._backend.read_back() - self._read_start if self._backend is not None else 0
             print(
                 "compiled graphs by phase: "
                 + ", ".join(
                     f"{p} {v['graphs']} ({v['compile_s']:.1f} s)" for p, v in self.per_phase.items() if v["graphs"]
-                ),
+                )
+                + (f"; {read} program(s) read back from the compile cache, not compiled" if read else ""),
                 flush=True,
             )
 

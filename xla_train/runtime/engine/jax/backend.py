@@ -7,6 +7,9 @@ from __future__ import annotations
 from xla_train.runtime.backend import Backend, XLABackend
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py, 0.10.2
+# A program found in the persistent compile cache (jax/_src/compiler.py, 0.10.2). It names no program, but the
+# backend-compile event that times the read comes right after it and does: a hit is the engine's when that one is.
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 # The engine's programs are named so: what else compiles while one is traced (a constant folded on the host) adds to
 # the compile time, not to the graphs a phase compiled.
 PROGRAM_PREFIX = "xla_train_"
@@ -21,6 +24,7 @@ class JaxBackend(Backend):
         self.compiles, self.compile_s = 0, 0.0
         self.reads = 0  # device-to-host reads the engine made
         self.dispatched = 0  # programs dispatched (the engine counts them as it calls them)
+        self.hits = 0  # programs read back from the persistent compile cache
         self._listening = False
         self.waited = [0.0, 0.0]  # wall and this thread's CPU seconds spent waiting for the device (JaxEngine.wait)
         self.engine = None  # the engine of the run in progress (its seed is the RNG state)
@@ -33,12 +37,21 @@ class JaxBackend(Backend):
             return
         import jax.monitoring
 
+        hit = [False]  # the next backend compile is a read from the persistent cache
+
         def on_duration(event: str, seconds: float, **kwargs) -> None:
             if event == BACKEND_COMPILE_EVENT:
-                self.compiles += f"({PROGRAM_PREFIX}" in str(kwargs.get("fun_name", ""))  # "jit(xla_train_...)"
+                ours = f"({PROGRAM_PREFIX}" in str(kwargs.get("fun_name", ""))  # "jit(xla_train_...)"
+                self.compiles += ours
+                self.hits += ours and hit[0]
                 self.compile_s += seconds
+                hit[0] = False
+
+        def on_event(event: str, **kwargs) -> None:
+            hit[0] = hit[0] or event == CACHE_HIT_EVENT
 
         jax.monitoring.register_event_duration_secs_listener(on_duration)
+        jax.monitoring.register_event_listener(on_event)
         self._listening = True
 
     def sync_clock(self, cpu: bool = False, compiling: bool = False):
@@ -56,6 +69,9 @@ class JaxBackend(Backend):
 
     def executions(self) -> int:
         return self.dispatched
+
+    def read_back(self) -> int:
+        return self.hits
 
     def wait(self, device) -> None:
         engine = self.engine

@@ -4,12 +4,44 @@ are one program, unrolled on the CPU (whose loop runs a conv net's step many tim
 
 from __future__ import annotations
 
+import os
+
 from xla_train.errors import ConfigError, HardwareError
 
 PRECISIONS = ("32", "32-true", "bf16", "bf16-mixed")
 
 
-def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision):
+def configure_compile_cache(setting: str | None, platform: str, default: str) -> str | None:
+    """JAX's persistent compile cache, as torch_xla's on a TPU: a later run reads its programs back instead of
+    compiling them. `auto` keeps it in `default` (this machine's own cache folder) on a TPU or a GPU, where a step's
+    programs take long to compile, and nowhere on the CPU; a folder keeps it there on any platform (JAX reads it back
+    on the CPU too); `off` keeps none. JAX caches a program whose compile took at least a second
+    (`jax_persistent_cache_min_compile_time_secs`). Set before the run compiles anything. The folder, like any
+    compile cache, holds programs this machine will run, so it stays the user's own. Returns the folder, or None."""
+    if not setting or setting == "off" or (setting == "auto" and platform == "cpu"):
+        return None
+    from jax.experimental.compilation_cache import compilation_cache
+
+    path = os.path.abspath(default if setting == "auto" else setting)
+    os.makedirs(path, exist_ok=True)
+    compilation_cache.reset_cache()  # an earlier run in this process may have opened another folder
+    compilation_cache.set_cache_dir(path)
+    return path
+
+
+def plan_jax(
+    kind,
+    devices,
+    strategy,
+    precision,
+    num_nodes,
+    steps_per_execution,
+    execution_loop,
+    matmul_precision,
+    compile_cache,
+    default_cache,
+):
+    """(the Trainer's arguments, the compile cache's folder or None); default_cache: compile_cache=auto's folder."""
     from xla_train.runtime.engine.jax.backend import JAX_BACKEND
     from xla_train.runtime.engine.jax.devices import jax_devices
 
@@ -33,4 +65,5 @@ def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution,
 
     strat = JaxStrategy(found, loop, p, matmul_precision)
     strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending))
-    return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
+    cache = configure_compile_cache(compile_cache, found[0].platform, default_cache)
+    return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}, cache
