@@ -564,3 +564,24 @@ def test_a_tables_host_cpu_names_its_vector_units_which_a_vms_model_name_hides(f
     )
     assert report.cpu_vector_units(cpuinfo) == named
     assert report.cpu_vector_units(tmp_path / "absent") == ""
+
+
+def test_a_bench_cell_reads_no_compile_cache_so_its_compile_is_timed(monkeypatch):
+    """compile_cache=auto reads the last run's programs back on a TPU (and on a GPU with runtime=jax): a cell that did
+    would time a read and call it a compile. No TPU here, so the cell's plan is caught as it is asked for."""
+    import xla_train.runtime.plan as plan
+    from xla_train.bench import timing
+
+    class Planned(Exception):
+        pass
+
+    asked = {}
+
+    def plan_hardware(*args, **kwargs):
+        asked.update(kwargs)
+        raise Planned
+
+    monkeypatch.setattr(plan, "plan_hardware", plan_hardware)
+    with pytest.raises(Planned):
+        timing.LightningLoop({"recipe": "quickstart", "accelerator": "xla", "runtime": "jax", "batch": 32}).run()
+    assert asked["compile_cache"] == "off"

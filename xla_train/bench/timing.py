@@ -205,6 +205,7 @@ class Loop:
             compile=s.get("compile", "auto"),
             channels_last=s.get("channels_last", "auto"),
             runtime=s.get("runtime", "auto"),
+            compile_cache="off",  # a cell times its compile: a cache would hand it the last run's programs
         )
         model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
