@@ -361,6 +361,8 @@ def test_compile_cache_auto_on_jax_is_the_machines_own_folder_on_a_tpu_or_gpu_an
         for platform in ("tpu", "gpu"):
             assert configure_compile_cache("auto", platform, folder) == folder
             assert jax.config.jax_compilation_cache_dir == folder
+        # a later run in the same process (a notebook, or a benchmark cell) that keeps none does not read this one
+        assert configure_compile_cache("off", "tpu", folder) is None and jax.config.jax_compilation_cache_dir is None
     finally:  # this process's later JAX runs keep none
         jax.config.update("jax_compilation_cache_dir", None)
         compilation_cache.reset_cache()

@@ -18,14 +18,16 @@ def configure_compile_cache(setting: str | None, platform: str, default: str) ->
     on the CPU too); `off` keeps none. JAX caches a program whose compile took at least a second
     (`jax_persistent_cache_min_compile_time_secs`). Set before the run compiles anything. The folder, like any
     compile cache, holds programs this machine will run, so it stays the user's own. Returns the folder, or None."""
-    if not setting or setting == "off" or (setting == "auto" and platform == "cpu"):
-        return None
+    import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    path = os.path.abspath(default if setting == "auto" else setting)
-    os.makedirs(path, exist_ok=True)
-    compilation_cache.reset_cache()  # an earlier run in this process may have opened another folder
-    compilation_cache.set_cache_dir(path)
+    path = None
+    if setting and setting != "off" and not (setting == "auto" and platform == "cpu"):
+        path = os.path.abspath(default if setting == "auto" else setting)
+        os.makedirs(path, exist_ok=True)
+    if jax.config.jax_compilation_cache_dir != path:  # an earlier run in this process (a notebook) kept another
+        compilation_cache.reset_cache()
+        compilation_cache.set_cache_dir(path)
     return path
 
 
