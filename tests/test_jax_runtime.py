@@ -348,6 +348,7 @@ def test_compile_cache_auto_on_jax_is_the_machines_own_folder_on_a_tpu_or_gpu_an
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
+    from xla_train.errors import ConfigError
     from xla_train.runtime.engine.jax.plan import configure_compile_cache
     from xla_train.runtime.plan import default_compile_cache
 
@@ -363,6 +364,9 @@ def test_compile_cache_auto_on_jax_is_the_machines_own_folder_on_a_tpu_or_gpu_an
             assert jax.config.jax_compilation_cache_dir == folder
         # a later run in the same process (a notebook, or a benchmark cell) that keeps none does not read this one
         assert configure_compile_cache("off", "tpu", folder) is None and jax.config.jax_compilation_cache_dir is None
+        # a folder that cannot be made is the user's setting: one line (ConfigError), and no cache kept
+        with pytest.raises(ConfigError, match=r"compile_cache=/proc/no/such: cannot make the folder"):
+            configure_compile_cache("/proc/no/such", "cpu", folder)
     finally:  # this process's later JAX runs keep none
         jax.config.update("jax_compilation_cache_dir", None)
         compilation_cache.reset_cache()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from xla_train import compat
 from xla_train.runtime.engine.torch_xla import compat as xla_compat
 from xla_train.runtime import fast_path as fast
+from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.backend import backend_for
 from xla_train.runtime.probe import RUNTIMES, pjrt_device, require_cuda, resolve_accelerator
@@ -162,20 +163,14 @@ def plan_hardware(
     imports = "imports" if chosen == "torch_xla" else "does not import"
     runtime_note = chosen if runtime != "auto" else f"{chosen} (auto: torch_xla {imports} here)"
     if chosen == "jax":
+        from xla_train.runtime.engine.jax.plan import configure_compile_cache as jax_compile_cache
         from xla_train.runtime.engine.jax.plan import plan_jax
 
-        kwargs, cache = plan_jax(
-            kind,
-            devices,
-            strategy,
-            precision,
-            num_nodes,
-            steps_per_execution,
-            execution_loop,
-            matmul_precision,
-            compile_cache,
-            default_compile_cache("jax"),
+        kwargs = plan_jax(
+            kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision
         )
+        platform = kwargs["strategy"].engine.platform
+        cache = jax_compile_cache(compile_cache, platform, default_compile_cache("jax"))
         return HardwarePlan(
             kind,
             kwargs,
@@ -312,15 +307,6 @@ def xla_precision_plugin(precision):
     raise ConfigError(f"precision={p!r} is not for XLA; use precision=32 or precision=bf16")
 
 
-def default_compile_cache(runtime: str = "torch_xla") -> str:
-    """Where compile_cache=auto keeps compiled programs: this machine's own cache folder, one per runtime (their
-    files are not each other's)."""
-    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(
-        home, "xla_train", "xla_compile_cache" if runtime == "torch_xla" else f"{runtime}_compile_cache"
-    )
-
-
 def configure_compile_cache(setting: str | None) -> bool | None:
     """The persistent compile cache: on a TPU a second run reads its programs back instead of compiling them. It
     must precede any compilation. `auto` (the default) keeps it in default_compile_cache() on a TPU, and nowhere on
@@ -346,8 +332,7 @@ def configure_compile_cache(setting: str | None) -> bool | None:
     path = default_compile_cache() if auto else setting
     # the runtime has not started: the process index is the worker id
     readonly = not auto and xla_compat.tpu_worker_index() != 0
-    os.makedirs(path, exist_ok=True)
-    xr.initialize_cache(os.path.abspath(path), readonly=readonly)
+    xr.initialize_cache(cache_folder(path, setting), readonly=readonly)
     return readonly
 
 

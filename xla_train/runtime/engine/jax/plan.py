@@ -4,9 +4,8 @@ are one program, unrolled on the CPU (whose loop runs a conv net's step many tim
 
 from __future__ import annotations
 
-import os
-
 from xla_train.errors import ConfigError, HardwareError
+from xla_train.runtime.cache_folder import cache_folder
 
 PRECISIONS = ("32", "32-true", "bf16", "bf16-mixed")
 
@@ -23,27 +22,14 @@ def configure_compile_cache(setting: str | None, platform: str, default: str) ->
 
     path = None
     if setting and setting != "off" and not (setting == "auto" and platform == "cpu"):
-        path = os.path.abspath(default if setting == "auto" else setting)
-        os.makedirs(path, exist_ok=True)
+        path = cache_folder(default if setting == "auto" else setting, setting)
     if jax.config.jax_compilation_cache_dir != path:  # an earlier run in this process (a notebook) kept another
         compilation_cache.reset_cache()
         compilation_cache.set_cache_dir(path)
     return path
 
 
-def plan_jax(
-    kind,
-    devices,
-    strategy,
-    precision,
-    num_nodes,
-    steps_per_execution,
-    execution_loop,
-    matmul_precision,
-    compile_cache,
-    default_cache,
-):
-    """(the Trainer's arguments, the compile cache's folder or None); default_cache: compile_cache=auto's folder."""
+def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision):
     from xla_train.runtime.engine.jax.backend import JAX_BACKEND
     from xla_train.runtime.engine.jax.devices import jax_devices
 
@@ -67,5 +53,4 @@ def plan_jax(
 
     strat = JaxStrategy(found, loop, p, matmul_precision)
     strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending))
-    cache = configure_compile_cache(compile_cache, found[0].platform, default_cache)
-    return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}, cache
+    return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
