@@ -221,7 +221,9 @@ def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(jax_fit):
 def test_a_jax_run_resumes_to_the_uninterrupted_weights(cifar_root, tmp_path, sig):
     """Killed at step 9 and resumed from the step-8 checkpoint (SIGKILL), or stopped by SIGTERM after step 9, which
     saves then: on JAX the resumed run ends at the weights of the run that was never stopped, dropout included (its
-    keys come from the seed and the step's number)."""
+    keys come from the seed and the step's number). Its steps run as a While loop of an epoch's 6, in groups of 2
+    between checkpoints: the SIGTERM run stops inside a group, where a step numbered one too far on would draw
+    another mask."""
     args = (
         *COMMON,
         "runtime=jax",
@@ -230,10 +232,11 @@ def test_a_jax_run_resumes_to_the_uninterrupted_weights(cifar_root, tmp_path, si
         "model.net.init_args.dropout=0.5",
         f"data_dir={cifar_root}",
         "trainer.limit_val_batches=1",
+        "execution_loop=while",
     )
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
-    run_cli(*args, cwd=a)
+    assert "as an XLA While loop" in run_cli(*args, cwd=a).stdout
     stopped_at(9, *args, cwd=b, sig=sig)
     assert final_weights(b)[0] == (8 if sig is None else 9)
     run_cli(*args, "ckpt=last", cwd=b)

@@ -146,7 +146,8 @@ class GroupedSteps:
             if reads:
                 self._traced_step_reads_host(reads)
                 return super().training_step(*args, **kwargs)  # auto, and the step cannot be a program
-        self._group.append((batch, row, self.engine.step_key(trainer.global_step + len(self._group))))
+        # global_step already counts the group's kept steps (each marks its optimizer stepped): this step's number
+        self._group.append((batch, row, self.engine.step_key(trainer.global_step)))
         if self.group_ends_at(batch_idx):
             self.flush()
         return torch.tensor(float("nan"))  # the loss of a single step is not read back: it stays on the device
