@@ -4,8 +4,8 @@ The module stays a torch module on the host; its state (parameters, buffers, the
 metric sums) lives on the JAX devices as arrays, replicated over a 1-D `data` mesh, and each batch is split along
 that axis, so one program drives every device. A training step is the module's own `training_step`, run by
 torch.func.functional_call on torchax views of the arrays, differentiated by jax.value_and_grad and updated by
-FunctionalOptimizer, so it computes what the torch_xla engine does. K steps are one program, a lax.scan over the K
-stacked batches (unrolled, or a loop). Each step draws its random numbers from the run's key folded with the step's
+FunctionalOptimizer, so it computes what the torch_xla engine does. K steps are one program over the K stacked
+batches: unrolled, or a While loop over the real steps. Each step draws its random numbers from the run's key folded with the step's
 number, an input of the program, so dropout changes every step and a resumed run draws the same masks. The state goes
 back into the torch module, as torch tensors on the CPU, when a checkpoint or the end of a fit needs it.
 """
@@ -243,13 +243,21 @@ class JaxEngine(Engine):
         if k == 1:
             return self._train_step(state, [b[0] for b in batches], scalars[0], steps[0], key0, resident)
 
-        def body(carry, xs):
+        xs = (list(batches), scalars, steps)
+        if self.loop == "while":  # a While loop over the n real steps: the padding runs no step
+
+            def step_i(i, carry):
+                batch, row, step = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), xs)
+                return self._train_step(carry, batch, row, step, key0, resident)
+
+            return jax.lax.fori_loop(0, n, step_i, state)
+
+        def body(carry, xs):  # unrolled: a step past the real ones leaves the state as it was
             i, batch, row, step = xs
             new = self._train_step(carry, batch, row, step, key0, resident)
             return jax.tree.map(lambda a, b: jnp.where(i < n, a, b), new, carry), None
 
-        unroll = k if self.loop == "unroll" else 1
-        state, _ = jax.lax.scan(body, state, (jnp.arange(k), list(batches), scalars, steps), unroll=unroll)
+        state, _ = jax.lax.scan(body, state, (jnp.arange(k), *xs), unroll=k)
         return state
 
     def _eval_step(self, method: str, stage: str, params, buffers, sums, batch, resident):
