@@ -62,3 +62,22 @@ class TextRNN(nn.Module):
         h = h[0] if isinstance(h, tuple) else h  # an LSTM's (h, c)
         last = h[-2:] if self.rnn.bidirectional else h[-1:]  # (directions, N, H) of the last layer
         return self.head(torch.cat(list(last), dim=1))
+
+
+class MLP(nn.Module):
+    """A dense net on flattened inputs of `in_features` values (3 x 32 x 32 by default: the quickstart's images)."""
+
+    def __init__(self, in_features: int = 3 * 32 * 32, num_classes: int = 10, width: int = 512):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_features, width),
+            nn.ReLU(),
+            nn.Dropout(0.2),
+            nn.Linear(width, width // 2),
+            nn.ReLU(),
+            nn.Linear(width // 2, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)

@@ -293,11 +293,11 @@ IDLE_MS = 20.0  # what each step's forward waits idle on the host (probes.IdleLS
 
 
 def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_became(tiny_recipe, tmp_path):
-    """bench's default steps_per_execution=auto is decided against the recipe's own run, as fit decides it, not
-    against the few steps a cell times: the tiny recipe trains 1,000 epochs of IMDB's 22,500 reviews (Lightning's
-    default), so K=8 unrolled on XLA:CPU; capped at 100 steps it runs one step a program, traced once, so the net's
-    forward, which waits idle 20 ms on the host here (probes.IdleLSTM), runs at the trace and in no
-    timed step. steps_per_execution=1 is Lightning's own step, traced anew each step: the host's wall time holds
+    """bench's default steps_per_execution=auto and execution_loop=auto are decided against the recipe's own run and
+    net, as fit decides them, not against the few steps a cell times: the tiny recipe's LSTM has no convolution, so
+    on XLA:CPU its steps run as a While loop of K=32. Unrolled, K is decided by the run's length: capped at 100 steps
+    it runs one step a program, traced once, so the net's forward, which waits idle 20 ms on the host here
+    (probes.IdleLSTM), runs at the trace and in no timed step. steps_per_execution=1 is Lightning's own step, traced anew each step: the host's wall time holds
     the wait and its CPU time cannot, however loaded the machine is. The CSV keeps each setting next to what it
     became, and the host's CPU time per step."""
     idle_recipe = tmp_path / "idle_lstm.yaml"
@@ -308,21 +308,29 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
     env = cli_env(1, PYTHONPATH=path_with_tests())  # each cell too
     run_cli("bench", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=400, env=env)
     run_cli(
-        "bench", f"recipe={idle_recipe}", *settings, "steps_per_execution=auto,1", cwd=tmp_path, timeout=400, env=env
+        "bench",
+        f"recipe={idle_recipe}",
+        *settings,
+        "steps_per_execution=auto,1",
+        "execution_loop=unroll",
+        cwd=tmp_path,
+        timeout=400,
+        env=env,
     )
     (long,) = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")[1]
     auto, one = read_table(tmp_path / "runs" / "bench" / "version_1" / "bench.csv")[1]
-    assert not long["error"] and (long["steps_per_execution_used"], long["execution_loop_used"]) == ("8", "unroll")
-    for r in (auto, one):
+    assert not long["error"] and (long["steps_per_execution_used"], long["execution_loop_used"]) == ("32", "while")
+    for r, loop in ((auto, "unroll"), (one, "auto")):  # a K of 1 set runs no loop: the grid shows auto
         assert not r["error"] and r["timed_compiles"] == "0", r
-        assert (r["execution_loop"], r["on_device"], r["steps_per_execution_used"]) == ("auto", "True", "1"), r
+        # unrolled, auto's K for a run of 100 steps is 1 (a While loop's would be 32)
+        assert (r["execution_loop"], r["on_device"], r["steps_per_execution_used"]) == (loop, "True", "1"), r
         # A thread's CPU time is at most its wall time, syncs taken out of both: no bound that load could move.
         assert 0 < float(r["host_cpu_ms_per_step"]) <= float(r["host_ms_per_step"]) + 1e-3, r
     assert (auto["steps_per_execution"], auto["traced_once"], one["traced_once"]) == ("auto", "True", "False")
     assert float(auto["host_ms_per_step"]) < IDLE_MS, auto  # no step traced the net again
     host, host_cpu = float(one["host_ms_per_step"]), float(one["host_cpu_ms_per_step"])
     assert host >= IDLE_MS and host_cpu <= host - 0.9 * IDLE_MS, one  # the idle wait: wall time, not CPU time
-    assert "| 8 (auto) | unroll (auto) |" in (tmp_path / "runs" / "bench" / "version_0" / "bench.md").read_text()
+    assert "| 32 (auto) | while (auto) |" in (tmp_path / "runs" / "bench" / "version_0" / "bench.md").read_text()
     md = (tmp_path / "runs" / "bench" / "version_1" / "bench.md").read_text()
     assert "steps/execution 1 (auto) on XLA: each step runs the program its first step traced" in md
 

@@ -138,7 +138,7 @@ TINY = (
 )
 TINY_RUNS = {
     "k1": ["steps_per_execution=1", "--trainer.callbacks+=probes.NetCalls"],
-    "auto": ["--trainer.callbacks+=probes.NetCalls"],  # the default: one step a program, traced once (XLA:CPU)
+    "auto": ["--trainer.callbacks+=probes.NetCalls"],  # the default: TinyNet has no convolution, so a While loop
     "unroll": ["steps_per_execution=4", "execution_loop=unroll"],
     "while": ["steps_per_execution=4", "execution_loop=while"],
 }
@@ -160,6 +160,8 @@ def tiny_runs(request, cifar_root, tmp_path_factory):
                 if name in ("k1", "while")  # what test_adam_and_dropout_in_the_while_loop_... compares
             }
         )
+        # a conv net's path on XLA:CPU (auto's K against the run's length, unrolled), with TinyNet's quick compile
+        runs["auto_unroll"] = ["execution_loop=unroll", "--trainer.callbacks+=probes.NetCalls"]
     procs = {
         name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *args, devices=devices)
         for name, args in runs.items()
@@ -184,20 +186,43 @@ def test_sgd_nesterov_on_a_cosine_schedule_trains_as_one_step_at_a_time(tiny_run
     assert grouped[1]["xla_compiles"] == 0, grouped
 
 
-def test_auto_runs_every_step_through_the_program_its_first_step_traced(tiny_runs):
-    """steps_per_execution=auto where XLA unrolls (XLA:CPU), for a run too short to repay K=8's compile: one step a
-    program, traced once and run by every later step, where Lightning's own step (steps_per_execution=1 set)
-    traces the net anew at every step. It trains as that step does, on one device and under SPMD on 8, and
-    compiles nothing after its first step."""
+def test_auto_runs_a_net_without_a_convolution_as_a_while_loop_traced_once(tiny_runs):
+    """steps_per_execution=auto and execution_loop=auto on XLA:CPU for a net without a convolution (TinyNet: BatchNorm,
+    pooling, a linear layer): its steps run as a While loop, K=32 shrunk to the epoch's 12 steps, and the report
+    says why. The step is traced once and run by every later step, where Lightning's own step
+    (steps_per_execution=1 set) traces the net anew at every step. It trains as that step does, on one device and
+    under SPMD on 8, one execution an epoch, and compiles nothing after its first (the last epoch's 6 steps run the
+    same program: the loop's trip count is data)."""
     import json
 
     runs, procs = tiny_runs
-    chose = "steps per execution: 1 (auto: 18 training steps < 1,000, too few to pay back the longer compile of 8 "
-    assert chose + "unrolled steps; one step a program, traced once)" in procs["auto"].stdout
+    chose = "steps per execution: 12 (auto: the steps of an epoch), as an XLA While loop (execution_loop=while; "
+    assert chose + "auto: no convolution in the net, which XLA:CPU compiles and runs faster as a loop)" in (
+        procs["auto"].stdout
+    ), procs["auto"].stdout[-3000:]
     assert_same_training(runs["k1"], runs["auto"], steps=18)
     calls = {n: json.loads(next(runs[n].glob("runs/*/version_0/net_calls.json")).read_text()) for n in ("k1", "auto")}
     assert calls == {"k1": {"train": 18}, "auto": {"train": 1}}, calls
     auto = epochs(runs["auto"])
+    assert (auto[0]["xla_executions"], auto[1]["xla_executions"], auto[1]["xla_compiles"]) == (1, 1, 0), auto
+
+
+@pytest.mark.parametrize("tiny_runs", [1], indirect=True, ids=["one_device"])
+def test_auto_on_unrolled_steps_runs_every_step_through_the_program_its_first_step_traced(tiny_runs):
+    """steps_per_execution=auto where the steps unroll (a conv net on XLA:CPU; execution_loop=unroll here), for a run
+    too short to repay K=8's compile: one step a program, traced once and run by every later step, where
+    Lightning's own step (steps_per_execution=1 set) traces the net anew at every step. It trains as that step
+    does and compiles nothing after its first step."""
+    import json
+
+    runs, procs = tiny_runs
+    chose = "steps per execution: 1 (auto: 18 training steps < 1,000, too few to pay back the longer compile of 8 "
+    assert chose + "unrolled steps; one step a program, traced once)" in procs["auto_unroll"].stdout
+    assert_same_training(runs["k1"], runs["auto_unroll"], steps=18)
+    names = ("k1", "auto_unroll")
+    calls = {n: json.loads(next(runs[n].glob("runs/*/version_0/net_calls.json")).read_text()) for n in names}
+    assert calls == {"k1": {"train": 18}, "auto_unroll": {"train": 1}}, calls
+    auto = epochs(runs["auto_unroll"])
     assert auto[0]["xla_executions"] >= 12 and auto[1]["xla_compiles"] == 0, auto
 
 
@@ -265,7 +290,7 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
         in grouped.stdout.splitlines()[:4]
     )  # among the report's first lines
     assert [e["xla_executions"] for e in epochs(tmp_path / "while").values()] == [1, 1]  # 12, then 6
-    # unrolled, auto's one step a program: test_auto_runs_every_step_through_the_program_its_first_step_traced
+    # unrolled, auto's one step a program: test_auto_on_unrolled_steps_runs_every_step_through_the_program_its_...
     accumulating = fit(
         tmp_path / "accumulate",
         *TINY,

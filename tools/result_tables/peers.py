@@ -12,8 +12,8 @@ from result_tables.csvs import block, mb, ms, read, source
 def runtimes() -> str:
     """torch_xla against JAX, the same cells alternating in one run: bench runtimes=torch_xla,jax."""
     head = (
-        "| cell | torch_xla step ms | jax step ms | jax samples/s against torch_xla's | compile s (torch_xla / jax) "
-        "| host MB (torch_xla / jax) |\n|---|---|---|---|---|---|\n"
+        "| cell | K, loop (torch_xla / jax) | torch_xla step ms | jax step ms | jax samples/s against torch_xla's "
+        "| compile s (torch_xla / jax) | host MB (torch_xla / jax) |\n|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for name, cell in (
@@ -23,8 +23,12 @@ def runtimes() -> str:
         by = {r["runtime"]: r for r in read(name)[1]}
         t, j = by["torch_xla"], by["jax"]
         ratio = float(j["samples_per_s"]) / float(t["samples_per_s"])
+        grouping = " / ".join(
+            r["steps_per_execution_used"] + (f", {r['execution_loop_used']}" if r["execution_loop_used"] else "")
+            for r in (t, j)
+        )
         rows.append(
-            f"| {cell} | {ms(t['step_ms'])} | {ms(j['step_ms'])} | **{ratio:.2f}x** | "
+            f"| {cell} | {grouping} | {ms(t['step_ms'])} | {ms(j['step_ms'])} | **{ratio:.2f}x** | "
             f"{float(t['compile_s']):.1f} / {float(j['compile_s']):.1f} | {mb(t['host_peak_mb'])} / {mb(j['host_peak_mb'])} |"
         )
     lstm = read("runtimes-lstm-maxlen.csv")[1]
@@ -39,7 +43,7 @@ def runtimes() -> str:
     )
     compiles = f"{per('torch_xla', 'compile_s', lambda v: f'{float(v):.1f}')} and {per('jax', 'compile_s', lambda v: f'{float(v):.1f}')}"
     rows.append(
-        f"| IMDB LSTM, maxlen {' / '.join(map(str, maxlens))} (`bench lstm`) | {per('torch_xla', 'step_ms', ms)} | "
+        f"| IMDB LSTM, maxlen {' / '.join(map(str, maxlens))} (`bench lstm`) | | {per('torch_xla', 'step_ms', ms)} | "
         f"{per('jax', 'step_ms', ms)} | {ratios} | {compiles} | |"
     )
     return (

@@ -57,26 +57,40 @@ def k_up_to_32() -> str:
     return block(out, *(name for name, _ in names))
 
 
+WHILE_FILES = [
+    ("while-quickstart.csv", "quickstart CNN"),
+    ("while-imdb.csv", "IMDB LSTM"),
+    ("while-mlp.csv", "an MLP (my_nets.MLP), quickstart data"),
+]
+
+
 def while_loop() -> str:
-    """The same K steps as one While loop and unrolled, on XLA:CPU: one bench run, the two loops alternating."""
+    """The same K steps as one While loop and unrolled, on XLA:CPU: one bench run a net, the loops (and runtimes)
+    alternating."""
     out = [
-        "| recipe, batch | K | loop | compile s | step ms | host ms/step | host MB | step against unrolled |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "| net, batch | runtime | K | loop | compile s | step ms | host MB | step against unrolled | compile against "
+        "unrolled |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
-    name = "while-quickstart.csv"
-    rows = read(name)[1]
-    unrolled = {
-        r["steps_per_execution_used"]: float(r["step_ms"]) for r in rows if r["execution_loop_used"] == "unroll"
-    }
-    for r in sorted(rows, key=lambda r: (r["execution_loop_used"], int(r["steps_per_execution_used"]))):
-        k = r["steps_per_execution_used"]
-        ratio = float(r["step_ms"]) / unrolled[k] if k in unrolled else None
-        out.append(
-            f"| {r['recipe']} CNN, {r['batch']} | {k} | {r['execution_loop_used']} | {float(r['compile_s']):.1f} | "
-            f"{ms(r['step_ms'])} | {float(r['host_ms_per_step']):.2f} | {mb(r['host_peak_mb'])} | "
-            f"{f'**{ratio:.1f}x**' if ratio and r['execution_loop_used'] == 'while' else ''} |"
-        )
-    return block(out, name)
+    for name, what in WHILE_FILES:
+        rows = read(name)[1]
+        unrolled = {
+            (r["runtime"], r["steps_per_execution_used"]): r for r in rows if r["execution_loop_used"] == "unroll"
+        }
+        order = sorted(rows, key=lambda r: (r["runtime"] == "jax", r["execution_loop_used"] == "while"))
+        for r in order:
+            k, base = r["steps_per_execution_used"], unrolled.get((r["runtime"], r["steps_per_execution_used"]))
+            ratios = ["", ""]
+            if base is not None and r["execution_loop_used"] == "while":
+                step = float(r["step_ms"]) / float(base["step_ms"])
+                compile_ = float(r["compile_s"]) / float(base["compile_s"])
+                ratios = [f"**{step:.2f}x**", f"{compile_:.2f}x"]
+            out.append(
+                f"| {what}, {r['batch']} | {r['runtime'] or 'torch_xla'} | {k} | {r['execution_loop_used']} | "
+                f"{float(r['compile_s']):.1f} | {ms(r['step_ms'])} | {mb(r['host_peak_mb'])} | {ratios[0]} | "
+                f"{ratios[1]} |"
+            )
+    return block(out, *(name for name, _ in WHILE_FILES))
 
 
 def auto_k() -> str:

@@ -211,7 +211,7 @@ class Loop:
         n = plan.trainer_kwargs.get("devices", 1)
         n = n if isinstance(n, int) else 1
         strategy = plan.trainer_kwargs.get("strategy")
-        self.k = self.steps_per_execution(strategy, s, length, n)
+        self.k = self.steps_per_execution(strategy, s, length, n, model)
         self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
         data = use_data(dm, model.net, s.get("data", "synthetic"), self.total * s["batch"] * n)
         dm.place(*plan.resident_data)  # data.on_device: resident or streamed, as fit decides
@@ -246,14 +246,15 @@ class Loop:
         raise NotImplementedError
 
     @staticmethod
-    def steps_per_execution(strategy, spec: dict, length: tuple, devices: int) -> int:
-        """K as fit would run this recipe: auto decided against the recipe's own run (its epochs of its training
-        set at this global batch, the spec's train_size), not against the few steps a cell times."""
-        if getattr(strategy, "auto_pending", False):
+    def steps_per_execution(strategy, spec: dict, length: tuple, devices: int, model=None) -> int:
+        """K (and the loop) as fit would run this recipe: auto decided against the recipe's own run (its epochs of
+        its training set at this global batch, the spec's train_size) and its net, not against the few steps a cell
+        times."""
+        if getattr(strategy, "auto_pending", False) or getattr(strategy, "loop_pending", False):
             from xla_train.runtime.plan import run_steps
 
             epoch = max(1, spec["train_size"] // (spec["batch"] * devices))
-            strategy.fit_to_run(epoch, run_steps(epoch, *length))
+            strategy.fit_to_run(epoch, run_steps(epoch, *length), model)
         return getattr(strategy, "steps_per_execution", 1)
 
 

@@ -256,7 +256,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         limit = t.limit_train_batches
         steps = min(steps, limit) if isinstance(limit, int) else int(steps * limit)
         # auto decided by the run's length, refused here before the run folder, or shrunk to the epoch
-        t.strategy.fit_to_run(steps, run_steps(steps, t.max_epochs, t.max_steps))
+        t.strategy.fit_to_run(steps, run_steps(steps, t.max_epochs, t.max_steps), self.model)
 
     before_fit = before_validate = before_test = _before_run  # LightningCLI calls before_<subcommand>
 

@@ -182,7 +182,8 @@ class XLABackend(Backend):
 
     def execution_loop(self, setting: str = "auto", accelerator: str = "xla") -> str:
         """auto: an XLA While loop, whose program does not grow with K, except on XLA:CPU, which runs a conv net's
-        step inside a While body many times slower than unrolled (docs/feeding.md); there the K calls unroll."""
+        step inside a While body many times slower than unrolled (docs/feeding.md): there the net decides
+        (runtime/engine/grouped_steps.py, loop_for_net), and the plan's K calls unroll until it does."""
         loop = super().execution_loop(setting)
         if setting != "auto":
             return loop

@@ -59,7 +59,9 @@ class RunReport(EpochCallback):
             k = getattr(trainer.strategy, "steps_per_execution", 1)
             note = getattr(trainer.strategy, "grouping_note", "")  # steps_per_execution=auto: what, and why
             if loop and (k > 1 or note):
-                how = f"{'While loop' if loop == 'while' else 'unrolled program'} (execution_loop={loop})"
+                why = getattr(trainer.strategy, "loop_note", "")  # execution_loop=auto: why this loop
+                how = f"{'While loop' if loop == 'while' else 'unrolled program'} (execution_loop={loop}"
+                how += f"; {why})" if why else ")"
                 print(f"steps per execution: {note or k}" + (f", as an XLA {how}" if k > 1 else ""), flush=True)
 
     @override

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 from typing_extensions import override
 
 from xla_train.errors import ConfigError
@@ -27,6 +28,22 @@ class Grouping:
     loop: str = "unroll"  # or "while"
     note: str = ""  # what auto chose, and why; empty where K was set by hand
     pending: bool = False  # auto, and the run's length still decides K (fit_to_run)
+    net_decides_loop: bool = False  # execution_loop=auto on XLA:CPU: the net decides (loop_for_net)
+
+
+CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+def loop_for_net(module: nn.Module) -> tuple[str, str]:
+    """(loop, why) for execution_loop=auto on XLA:CPU. XLA:CPU runs a convolution's step inside a While body many
+    times slower than unrolled, so a net with a convolution unrolls its K steps; any other net runs them as a While
+    loop, which there compiled several times faster and ran its steps no slower (the IMDB LSTM and an MLP, on both
+    runtimes: docs/results.md, "The While loop against unrolled"). A convolution called as a function, not as a
+    module, is not seen: execution_loop=unroll is then the setting to give."""
+    conv = next((type(m).__name__ for m in module.modules() if isinstance(m, CONVOLUTIONS)), None)
+    if conv:
+        return "unroll", f"auto: the net has an nn.{conv}, which XLA:CPU runs far slower inside a While loop"
+    return "while", "auto: no convolution in the net, which XLA:CPU compiles and runs faster as a loop"
 
 
 class GroupedSteps:
@@ -41,6 +58,8 @@ class GroupedSteps:
     auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
     trace_once = False  # auto: K=1 still runs as a program traced once, a group of one, not traced at every step
     auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
+    loop_pending = False  # execution_loop=auto on XLA:CPU, and the net still decides the loop (fit_to_run)
+    loop_note = ""  # why auto chose the loop (the run report prints it)
     grouping_note = ""  # what auto chose, and why (the run report prints it)
     grouping_what = "steps_per_execution>1"  # what runs the update inside a program, in an error's words
     _group: list | tuple = ()  # the kept steps of the group in progress: (batch, row, key)
@@ -52,6 +71,7 @@ class GroupedSteps:
         self.auto_steps = bool(grouping.note)
         self.trace_once = self.trace_once or self.auto_steps
         self.grouping_note, self.auto_pending = grouping.note, grouping.pending
+        self.loop_pending = grouping.net_decides_loop
 
     @property
     def backend(self):
@@ -78,11 +98,24 @@ class GroupedSteps:
         FunctionalOptimizer(self.optimizers[0])  # refuses what it cannot run; built at the first step, after a
         # resume has restored the optimizer's state
 
-    def fit_to_run(self, steps: int, run_steps: float | None = None) -> None:
-        """K against the run: where auto still waits for the run's length (`run_steps` training steps in all), the
-        backend's payback rule decides it; then against an epoch of `steps` training steps, auto's K shrinks to the
+    def choose_loop(self, module: nn.Module | None) -> None:
+        """execution_loop=auto on XLA:CPU: the loop for this net (loop_for_net); a While loop's K is the backend's
+        for a While loop, whatever the run's length."""
+        if not self.loop_pending or module is None:
+            return
+        loop, self.loop_note = loop_for_net(module)
+        self.loop_pending = False
+        self.execution_loop = self.engine.loop = loop
+        if self.auto_steps and self.auto_pending and loop == "while":
+            self.steps_per_execution, self.grouping_note, self.auto_pending = self.backend.auto_steps(loop)
+
+    def fit_to_run(self, steps: int, run_steps: float | None = None, module: nn.Module | None = None) -> None:
+        """The loop and K against the net and the run: where auto still waits for the net (`module`), it decides the
+        loop (choose_loop); where auto still waits for the run's length (`run_steps` training steps in all), the
+        backend's payback rule decides K; then against an epoch of `steps` training steps, auto's K shrinks to the
         epoch (one execution each) and a K the user set that is longer is refused. The CLI asks before any run
         folder exists, and the benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
+        self.choose_loop(module)
         if self.auto_pending and run_steps is not None:
             k, self.grouping_note, self.auto_pending = self.backend.auto_steps(self.execution_loop, run_steps)
             self.steps_per_execution = k
@@ -178,7 +211,7 @@ class GroupedSteps:
     def on_train_start(self) -> None:
         super().on_train_start()
         trainer = self.lightning_module.trainer
-        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches)
+        self.fit_to_run(trainer.num_training_batches, trainer.estimated_stepping_batches, self.lightning_module)
 
     @property
     def at_execution_end(self) -> bool:

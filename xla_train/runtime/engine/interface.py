@@ -16,6 +16,9 @@ class Engine:
     """A runtime's engine: a group of training steps traced once and run as one program, their per-step random keys,
     and the state given back to the torch module. Each method says what the strategy relies on."""
 
+    loop = "unroll"  # how a program runs its K steps: "unroll" or "while" (a While loop); the strategy may set it
+    # until the first program is made (execution_loop=auto on XLA:CPU waits for the net: grouped_steps.choose_loop)
+
     def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
         """The functional form of the fit's optimizer, made once per fit at its first step (after a resume has
         restored the optimizer's state): its per-step scalars go into each step's row."""

@@ -42,7 +42,7 @@ def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution,
         raise ConfigError(f"precision={p!r} is not for runtime=jax; use precision=32 or precision=bf16")
     found = jax_devices(kind, devices)
     loop = JAX_BACKEND.execution_loop(execution_loop)
-    if execution_loop == "auto":
+    if execution_loop == "auto":  # XLA:CPU: the net decides, unrolled until it does (grouped_steps.loop_for_net)
         loop = "unroll" if found[0].platform == "cpu" else "while"
     note, pending = "", False
     if steps_per_execution == "auto":
@@ -52,5 +52,6 @@ def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution,
     from xla_train.runtime.engine.grouped_steps import Grouping
 
     strat = JaxStrategy(found, loop, p, matmul_precision)
-    strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending))
+    net_decides = execution_loop == "auto" and loop == "unroll"
+    strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, net_decides))
     return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
