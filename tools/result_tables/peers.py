@@ -41,9 +41,14 @@ def runtimes() -> str:
     ratios = " / ".join(
         f"{float(at['jax', m]['samples_per_s']) / float(at['torch_xla', m]['samples_per_s']):.2f}x" for m in maxlens
     )
+    lstm_grouping = " / ".join(
+        f"{at[rt, maxlens[0]]['steps_per_execution_used']}, {at[rt, maxlens[0]]['execution_loop_used']}"
+        for rt in ("torch_xla", "jax")
+    )
     compiles = f"{per('torch_xla', 'compile_s', lambda v: f'{float(v):.1f}')} and {per('jax', 'compile_s', lambda v: f'{float(v):.1f}')}"
     rows.append(
-        f"| IMDB LSTM, maxlen {' / '.join(map(str, maxlens))} (`bench lstm`) | | {per('torch_xla', 'step_ms', ms)} | "
+        f"| IMDB LSTM, maxlen {' / '.join(map(str, maxlens))} (`bench lstm`) | {lstm_grouping} | "
+        f"{per('torch_xla', 'step_ms', ms)} | "
         f"{per('jax', 'step_ms', ms)} | {ratios} | {compiles} | |"
     )
     return (
