@@ -28,7 +28,11 @@ class _Strategy(GroupedSteps):
         return xla()
 
 
-AUTO = Grouping(UNROLLED_K, "unroll", f"{UNROLLED_K} (auto)", True, net_decides_loop=True)  # XLA:CPU's plan
+def _lstm() -> SentimentLSTM:
+    return SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=8)
+
+
+AUTO = Grouping(UNROLLED_K, "unroll", f"{UNROLLED_K} (auto)", True, "auto")  # XLA:CPU, both settings auto
 
 
 class _Upsampler(nn.Module):
@@ -42,7 +46,7 @@ class _Upsampler(nn.Module):
     [
         (CifarCNN(num_classes=10), "unroll", "nn.Conv2d"),
         (_Upsampler(), "unroll", "nn.ConvTranspose1d"),  # nested, and transposed
-        (SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=8), "while", "no convolution"),
+        (_lstm(), "while", "no convolution"),
         (nn.Sequential(nn.Flatten(), nn.Linear(12, 4)), "while", "no convolution"),
     ],
 )
@@ -53,7 +57,7 @@ def test_a_net_with_a_convolution_unrolls_and_any_other_runs_a_while_loop(net, l
 
 def test_the_while_loop_takes_the_while_loops_k_and_the_engine_runs_it():
     s = _Strategy(AUTO)
-    s.fit_to_run(175, 175_000, SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=8))
+    s.fit_to_run(175, 175_000, _lstm())
     assert (s.execution_loop, s.engine.loop, s.steps_per_execution) == ("while", "while", WHILE_K)
     assert (s.grouping_note, s.auto_pending, s.loop_pending) == (f"{WHILE_K} (auto)", False, False)
     assert "no convolution" in s.loop_note
@@ -69,9 +73,9 @@ def test_a_conv_net_stays_unrolled_and_the_runs_length_decides_its_k():
 
 
 def test_a_k_or_a_loop_the_user_set_is_kept():
-    s = _Strategy(Grouping(4, "unroll", "", False, net_decides_loop=True))  # K=4 set, the loop auto
-    s.fit_to_run(175, 175_000, SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=8))
+    s = _Strategy(Grouping(4, "unroll", "", False, "auto"))  # K=4 set, the loop auto
+    s.fit_to_run(175, 175_000, _lstm())
     assert (s.execution_loop, s.steps_per_execution, s.grouping_note) == ("while", 4, "")
-    s = _Strategy(Grouping(UNROLLED_K, "unroll", f"{UNROLLED_K} (auto)", True))  # execution_loop=unroll set
-    s.fit_to_run(175, 175_000, SentimentLSTM(vocab_size=50, embed_dim=8, hidden_size=8))
+    s = _Strategy(Grouping(UNROLLED_K, "unroll", f"{UNROLLED_K} (auto)", True, "unroll"))  # execution_loop=unroll
+    s.fit_to_run(175, 175_000, _lstm())
     assert (s.execution_loop, s.steps_per_execution, s.loop_note) == ("unroll", UNROLLED_K, "")

@@ -9,6 +9,11 @@ from result_tables.claims import Claim, f, one, x
 from result_tables.csvs import block, mb, ms, read, source
 
 
+def _grouping(r: dict) -> str:
+    """A cell's K, and its loop where K > 1: "32, while", "1"."""
+    return r["steps_per_execution_used"] + (f", {r['execution_loop_used']}" if r["execution_loop_used"] else "")
+
+
 def runtimes() -> str:
     """torch_xla against JAX, the same cells alternating in one run: bench runtimes=torch_xla,jax."""
     head = (
@@ -23,10 +28,7 @@ def runtimes() -> str:
         by = {r["runtime"]: r for r in read(name)[1]}
         t, j = by["torch_xla"], by["jax"]
         ratio = float(j["samples_per_s"]) / float(t["samples_per_s"])
-        grouping = " / ".join(
-            r["steps_per_execution_used"] + (f", {r['execution_loop_used']}" if r["execution_loop_used"] else "")
-            for r in (t, j)
-        )
+        grouping = " / ".join(map(_grouping, (t, j)))
         rows.append(
             f"| {cell} | {grouping} | {ms(t['step_ms'])} | {ms(j['step_ms'])} | **{ratio:.2f}x** | "
             f"{float(t['compile_s']):.1f} / {float(j['compile_s']):.1f} | {mb(t['host_peak_mb'])} / {mb(j['host_peak_mb'])} |"
@@ -41,10 +43,7 @@ def runtimes() -> str:
     ratios = " / ".join(
         f"{float(at['jax', m]['samples_per_s']) / float(at['torch_xla', m]['samples_per_s']):.2f}x" for m in maxlens
     )
-    lstm_grouping = " / ".join(
-        f"{at[rt, maxlens[0]]['steps_per_execution_used']}, {at[rt, maxlens[0]]['execution_loop_used']}"
-        for rt in ("torch_xla", "jax")
-    )
+    lstm_grouping = " / ".join(_grouping(at[rt, maxlens[0]]) for rt in ("torch_xla", "jax"))
     compiles = f"{per('torch_xla', 'compile_s', lambda v: f'{float(v):.1f}')} and {per('jax', 'compile_s', lambda v: f'{float(v):.1f}')}"
     rows.append(
         f"| IMDB LSTM, maxlen {' / '.join(map(str, maxlens))} (`bench lstm`) | {lstm_grouping} | "

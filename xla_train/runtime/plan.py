@@ -227,8 +227,7 @@ def plan_hardware(
 
     strat = plan.trainer_kwargs["strategy"]
     if isinstance(strat, GroupedSteps):  # not xla_mp's, which runs one step at a time
-        net_decides = execution_loop == "auto" and loop == "unroll"  # XLA:CPU (XLABackend.execution_loop)
-        strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, net_decides))
+        strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, execution_loop))
     return plan
 
 

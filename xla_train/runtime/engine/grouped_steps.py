@@ -28,7 +28,13 @@ class Grouping:
     loop: str = "unroll"  # or "while"
     note: str = ""  # what auto chose, and why; empty where K was set by hand
     pending: bool = False  # auto, and the run's length still decides K (fit_to_run)
-    net_decides_loop: bool = False  # execution_loop=auto on XLA:CPU: the net decides (loop_for_net)
+    loop_setting: str = ""  # execution_loop as the user set it: auto, unroll or while
+
+    @property
+    def net_decides_loop(self) -> bool:
+        """execution_loop=auto, which both runtimes resolve to an unrolled plan only on XLA:CPU: there the net decides
+        (loop_for_net), once it is known."""
+        return self.loop_setting == "auto" and self.loop == "unroll"
 
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)

@@ -52,6 +52,5 @@ def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution,
     from xla_train.runtime.engine.grouped_steps import Grouping
 
     strat = JaxStrategy(found, loop, p, matmul_precision)
-    net_decides = execution_loop == "auto" and loop == "unroll"
-    strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, net_decides))
+    strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, execution_loop))
     return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
