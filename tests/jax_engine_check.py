@@ -3,6 +3,7 @@ JSON line (tests/test_jax_runtime.py reads it). DEVICES CPU devices are made bef
 
 import copy
 import json
+import os
 import sys
 
 import jax
@@ -165,4 +166,42 @@ def rnn() -> dict:
     return out
 
 
-print(json.dumps({"match": match, "dropout": dropout, "rnn": rnn}[CHECK]()))
+def traced() -> dict:
+    """What compiles as the IMDB LSTM's first program of K=2 is traced and run: the engine's program, and any other
+    (an op on constant operands run on its own while traced). Also each net's XLA:CPU options."""
+    import jax.monitoring
+
+    from xla_train.models.lstm import SentimentLSTM
+    from xla_train.runtime.engine.jax.backend import BACKEND_COMPILE_EVENT, PROGRAM_PREFIX
+    from xla_train.runtime.engine.jax.recurrence import jax_recurrence
+    from xla_train.runtime.layers.scan_rnn import use_scan_rnn
+
+    torch.manual_seed(0)
+    module = classifier(SentimentLSTM(50, 8, 6), lr=0.1, optimizer="adam")
+    use_scan_rnn(module, verbose=False, recurrence=jax_recurrence)
+    engine = engine_for(module, make_optimizer(module.hparams, module.parameters()))
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, 50, (2, 4, 12), generator=g)
+    ids[:, :, :3] = 0  # padding in front, as the IMDB data pads
+    data = [(ids[i], ids[i, :, -1] % 2) for i in range(2)]
+    compiled = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, seconds, **kw: (
+            compiled.append(str(kw.get("fun_name", ""))) if event == BACKEND_COMPILE_EVENT else None
+        )
+    )
+    train(engine, data, 2)
+    engine.wait()
+    conv = engine_for(classifier(BNNet()), None)
+    os.environ["XLA_FLAGS"] = "--xla_backend_optimization_level=0"  # the user's level
+    given = engine_for(classifier(SentimentLSTM(50, 8, 6)), None)
+    return {
+        "given_options": given.compiler_options,
+        "ours": [n for n in compiled if PROGRAM_PREFIX in n],
+        "others": [n for n in compiled if PROGRAM_PREFIX not in n],
+        "lstm_options": engine.compiler_options,
+        "conv_options": conv.compiler_options,
+    }
+
+
+print(json.dumps({"match": match, "dropout": dropout, "rnn": rnn, "traced": traced}[CHECK]()))

@@ -15,9 +15,9 @@ require("torchax")
 ENGINE = TESTS / "jax_engine_check.py"
 
 
-def engine_check(devices: int, *args: str) -> dict:
+def engine_check(devices: int, *args: str, **env) -> dict:
     """tests/jax_engine_check.py in a process of its own (JAX fixes its CPU device count as it starts)."""
-    return script_json(ENGINE, env=cli_env(devices, PYTHONPATH=path_with_tests()), args=[devices, *args])
+    return script_json(ENGINE, env=cli_env(devices, PYTHONPATH=path_with_tests(), **env), args=[devices, *args])
 
 
 @pytest.mark.parametrize("devices, loop", [(1, "unroll"), (8, "unroll"), (1, "while")])
@@ -48,6 +48,20 @@ def test_dropout_changes_every_step_and_repeats_from_the_seed():
     assert out["masks_per_step_differ"], out
     assert out["same_seed_same_weights"], out
     assert out["other_seed_other_weights"], out
+
+
+def test_a_step_is_traced_as_one_program_and_a_net_without_a_convolution_compiles_at_level_2():
+    """The IMDB LSTM's first program compiles alone: no op of its step runs on its own while traced (under
+    jax.ensure_compile_time_eval around the whole step, about 15 did, each a compile of its own). Host tensors made
+    while traced stay constants: the image recipes' channel statistics (test_every_recipe_and_a_users_data_train_on_
+    jax). On XLA:CPU, a net without a convolution compiles at XLA's backend level 2, one with a convolution at the
+    default; a level given in XLA_FLAGS (the suite's 0) is kept."""
+    out = engine_check(1, "traced", XLA_FLAGS="")
+    assert out["ours"] == ["jit(xla_train_train2)"], out
+    assert out["others"] == [], out
+    assert out["lstm_options"].get("xla_backend_optimization_level") == 2, out
+    assert "xla_backend_optimization_level" not in out["conv_options"], out
+    assert "xla_backend_optimization_level" not in out["given_options"], out
 
 
 FIT = (

@@ -40,13 +40,18 @@ class Grouping:
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
+def convolution_in(module: nn.Module) -> str | None:
+    """The class name of the first convolution module in the net, or None."""
+    return next((type(m).__name__ for m in module.modules() if isinstance(m, CONVOLUTIONS)), None)
+
+
 def loop_for_net(module: nn.Module) -> tuple[str, str]:
     """(loop, why) for execution_loop=auto on XLA:CPU. XLA:CPU runs a convolution's step inside a While body many
     times slower than unrolled, so a net with a convolution unrolls its K steps; any other net runs them as a While
     loop, which there compiled several times faster and ran its steps no slower (the IMDB LSTM and an MLP, on both
     runtimes: docs/results.md, "The While loop against unrolled"). A convolution called as a function, not as a
     module, is not seen: execution_loop=unroll is then the setting to give."""
-    conv = next((type(m).__name__ for m in module.modules() if isinstance(m, CONVOLUTIONS)), None)
+    conv = convolution_in(module)
     if conv:
         return "unroll", f"auto: the net has an nn.{conv}, which XLA:CPU runs far slower inside a While loop"
     return "while", "auto: no convolution in the net, which XLA:CPU compiles and runs faster as a loop"

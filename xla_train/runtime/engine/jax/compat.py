@@ -9,8 +9,10 @@ or left float32 what torch runs in bf16 (F.linear, convolutions).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import os
 import sys
 
 
@@ -96,6 +98,30 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     return native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
+@contextlib.contextmanager
+def host_tensors_as_constants():
+    """A host torch tensor that torchax converts while a program is traced (torchax 0.0.13: ops/mappings.py, t2j,
+    called only from Environment.t2j_copy) becomes a concrete array, a constant of the program, not a tracer: a cache
+    that keeps it (preprocess/images.py's channel statistics, made on the host and moved to the device once) holds
+    something the next trace can use. Only the conversion: the ops of the step stay traced, where
+    jax.ensure_compile_time_eval around the whole step ran each op on concrete operands (jnp.full for torch.zeros,
+    the embedding's padding row) as a program of its own (docs/results.md, "JAX's compile")."""
+    import jax
+    from torchax.ops import mappings
+
+    convert = mappings.t2j
+
+    def t2j(*args, **kwargs):
+        with jax.ensure_compile_time_eval():
+            return convert(*args, **kwargs)
+
+    mappings.t2j = t2j
+    try:
+        yield
+    finally:
+        mappings.t2j = convert
+
+
 def with_prng(env, key):
     """A context in which torchax's random ops draw from `key` (Environment.override_property, public, 0.0.13): under
     jax.jit the environment's own key would be a constant of the program, the same dropout mask at every step."""
@@ -135,10 +161,17 @@ def import_jax_keeping_numpy_rng() -> None:
         np.random.set_state(state)
 
 
-def cpu_compiler_options() -> dict:
-    """XLA:CPU options for the engine's programs (jax.jit's compiler_options, public; the option is XLA's
-    DebugOptions.xla_cpu_experimental_ynn_fusion_type, read in jaxlib 0.10.2): dots go to YNNPACK, as jax 0.10.2
-    sends them, and convolutions to XLA's own emitters, as the XLA inside torch_xla 2.9 compiles them. YNNPACK's
-    convolutions made the quickstart CNN's step slower than torch_xla's where measured (docs/results.md, "Runtimes
-    side by side"). Per program: no other JAX code in the process changes."""
-    return {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+def cpu_compiler_options(convolutions: bool) -> dict:
+    """XLA:CPU options for the engine's programs (jax.jit's compiler_options, public; the options are XLA's
+    DebugOptions, read in jaxlib 0.10.2). Per program: no other JAX code in the process changes.
+    - Dots go to YNNPACK, as jax 0.10.2 sends them, and convolutions to XLA's own emitters, as the XLA inside
+      torch_xla 2.9 compiles them. YNNPACK's convolutions made the quickstart CNN's step slower than torch_xla's where
+      measured (docs/results.md, "Runtimes side by side").
+    - A net without a convolution compiles at XLA's backend level 2, not 3 (xla_backend_optimization_level, LLVM's
+      level on XLA:CPU): the IMDB LSTM's program compiled in less time and its steps ran no slower. A net with a
+      convolution keeps XLA's default until more than one ResNet pair settles it (docs/results.md, "JAX's
+      compile"). A level set in XLA_FLAGS is kept."""
+    options = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+    if not convolutions and "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+        options["xla_backend_optimization_level"] = 2  # a level the user gave XLA is kept
+    return options

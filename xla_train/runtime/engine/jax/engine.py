@@ -26,6 +26,7 @@ from xla_train.errors import ConfigError
 from xla_train.runtime.engine.jax import compat
 from xla_train.runtime.engine.jax.backend import JAX_BACKEND, PROGRAM_PREFIX
 from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.engine.grouped_steps import convolution_in
 from xla_train.runtime.engine.interface import Engine
 
 DATA_AXIS = "data"
@@ -94,6 +95,8 @@ class JaxEngine(Engine):
         self._params = [n for n, _ in module.named_parameters()]
         self._buffers = [n for n, _ in module.named_buffers()]
         self.state, self.opt, self._jitted = None, None, {}
+        convolutions = convolution_in(module) is not None
+        self.compiler_options = compat.cpu_compiler_options(convolutions) if self.platform == "cpu" else {}
 
     def set_seed(self, seed: int) -> None:
         import jax
@@ -182,9 +185,7 @@ class JaxEngine(Engine):
         was_training = module.training
         module.train(train)
         with contextlib.ExitStack() as stack:
-            # A tensor made from host values while traced (channel statistics, a table uploaded once) stays a
-            # concrete array, a constant of the program: a cache that keeps it for the next trace holds no tracer.
-            stack.enter_context(jax.ensure_compile_time_eval())
+            stack.enter_context(compat.host_tensors_as_constants())
             # Lightning evaluates under inference_mode, where torch hands composite ops (aten::batch_norm) to
             # torchax undecomposed, and torchax lowers only their parts.
             stack.enter_context(torch.inference_mode(False))
@@ -279,8 +280,7 @@ class JaxEngine(Engine):
                 return fn(*args)
 
             program.__name__ = program.__qualname__ = f"{PROGRAM_PREFIX}{name}"  # how the compile counter knows it
-            options = compat.cpu_compiler_options() if self.platform == "cpu" else {}
-            self._jitted[name] = jax.jit(program, compiler_options=options or None, **kwargs)
+            self._jitted[name] = jax.jit(program, compiler_options=self.compiler_options or None, **kwargs)
         return self._jitted[name]
 
     def _execute(self, name: str, fn: Callable, *args, **kwargs):
