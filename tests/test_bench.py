@@ -593,3 +593,43 @@ def test_a_bench_cell_reads_no_compile_cache_so_its_compile_is_timed(monkeypatch
     with pytest.raises(Planned):
         timing.LightningLoop({"recipe": "quickstart", "accelerator": "xla", "runtime": "jax", "batch": 32}).run()
     assert asked["compile_cache"] == "off"
+
+
+def test_a_jax_cells_clock_times_each_execution_not_the_one_before_it():
+    """JAX dispatches a program and returns; the engine waits for it only as it dispatches the next. Unless the
+    clock waits at each reading, as it does for CUDA, an execution's time lands in the next reading: with two timed
+    executions the readings were about 0 and twice the step, and the median of the rounds' pooled readings fell
+    between them (the IMDB LSTM's cells before 2026-11-29 evening)."""
+    import time
+
+    from xla_train.bench.timing import Stopwatch
+    from xla_train.runtime.engine.jax.backend import JaxBackend
+
+    run_s = 0.05  # one execution on the device
+
+    class Device(JaxBackend):
+        busy_until = 0.0
+
+        def dispatch(self) -> None:  # JaxEngine.train: wait for the one in flight, then queue this one
+            self.wait(None)
+            self.busy_until = time.perf_counter() + run_s
+
+        def wait(self, device) -> None:
+            time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+
+        def counters(self):
+            return 0, 0.0, 0
+
+        def sync_clock(self, cpu: bool = False, compiling: bool = False):
+            return lambda: 0.0
+
+    device, k = Device(), 2
+    clock = Stopwatch(warmup=2 * k, steps=2 * k, device=None, k=k, backend=device)
+    for step in range(clock.total):
+        clock.batch_ready(step)
+        if step % k == k - 1:
+            device.dispatch()
+        clock.step_done(step)
+    times = clock.result()["step_times_ms"]
+    assert len(times) == 2
+    assert all(0.8 * run_s / k * 1e3 < t < 1.5 * run_s / k * 1e3 for t in times), times
