@@ -43,6 +43,8 @@ TABLES = {
     "batch-curves": runs.batch_curves,
     "replicas": xla_steps.replicas,
     "xla-flags": xla_cpu.xla_flags,
+    "jax-level": xla_cpu.jax_level,
+    "jax-compile": xla_cpu.jax_compile,
     "page-faults": xla_cpu.page_faults,
     "huge-pages": xla_cpu.huge_pages,
     "tpu-estimate": xla_steps.tpu_estimate,

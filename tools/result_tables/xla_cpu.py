@@ -42,6 +42,56 @@ def xla_flags() -> str:
     return block(out + notes, *names)
 
 
+JAX_LEVEL = [("resnet", "ResNet-20", (1,))]
+
+
+def jax_level() -> str:
+    """A convolution net's JAX programs at XLA's backend level 2 against its default 3, alternating bench runs."""
+    out = [
+        "| net, batch, K | round | compile s, level 3 / 2 | first step s, level 3 / 2 | step ms, level 3 / 2 "
+        "| level 2 against 3: compile | level 2 against 3: step |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = []
+    for net, what, rounds in JAX_LEVEL:
+        for rnd in rounds:
+            three, two = (read(f"jax-level-{net}-{level}-{rnd}.csv")[1][0] for level in (3, 2))
+            names += [f"jax-level-{net}-{level}-{rnd}.csv" for level in (3, 2)]
+            k = f"{three['steps_per_execution_used']}, {three['execution_loop_used']}"
+            out.append(
+                f"| {what}, {three['batch']}, {k} | {rnd} | {float(three['compile_s']):.1f} / "
+                f"{float(two['compile_s']):.1f} | {float(three['first_step_s']):.1f} / {float(two['first_step_s']):.1f} "
+                f"| {ms(three['step_ms'])} / {ms(two['step_ms'])} | "
+                f"{x(f(two['compile_s']), f(three['compile_s']))} | {x(f(two['step_ms']), f(three['step_ms']))} |"
+            )
+    return block(out, *names)
+
+
+def jax_compile() -> str:
+    """The IMDB LSTM on JAX before its step was traced as one program (1ac9701), after it at XLA's default level 3,
+    and after it at level 2: alternating bench runs, two rounds."""
+    sides = (
+        ("before", "before: 1ac9701, level 3"),
+        ("level3", "traced as one program, level 3"),
+        ("now", "traced as one program, level 2 (now)"),
+    )
+    out = [
+        "| round | code | compile s | first step s | step ms | host MB |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    names = []
+    for rnd in (1, 2):
+        for side, what in sides:
+            name = f"jax-compile-{side}-{rnd}.csv"
+            names.append(name)
+            r = read(name)[1][0]
+            out.append(
+                f"| {rnd} | {what} | {float(r['compile_s']):.1f} | {float(r['first_step_s']):.1f} | {ms(r['step_ms'])} "
+                f"| {mb(r['host_peak_mb'])} |"
+            )
+    return block(out, *names)
+
+
 def page_faults() -> str:
     """Page faults per XLA:CPU execution under each C heap setting, alternating runs: xla_cpu_page_faults.py."""
     out = [
