@@ -15,9 +15,9 @@ require("torchax")
 ENGINE = TESTS / "jax_engine_check.py"
 
 
-def engine_check(devices: int, *args: str, **env) -> dict:
+def engine_check(devices: int, *args: str) -> dict:
     """tests/jax_engine_check.py in a process of its own (JAX fixes its CPU device count as it starts)."""
-    return script_json(ENGINE, env=cli_env(devices, PYTHONPATH=path_with_tests(), **env), args=[devices, *args])
+    return script_json(ENGINE, env=cli_env(devices, PYTHONPATH=path_with_tests()), args=[devices, *args])
 
 
 @pytest.mark.parametrize("devices, loop", [(1, "unroll"), (8, "unroll"), (1, "while")])
@@ -33,12 +33,31 @@ def test_steps_on_jax_match_eager_torch(devices, loop):
     assert out["stats_moved"] > 1e-3, out  # the statistics really moved (torchax as shipped leaves them)
 
 
-def test_recurrent_layers_run_as_scans_that_match_nn():
+@pytest.fixture(scope="module")
+def rnn_check() -> dict:
+    return engine_check(1, "rnn")
+
+
+def test_recurrent_layers_run_as_scans_that_match_nn(rnn_check):
     """A masked LSTM reading its final state and a two-layer bidirectional GRU reading every output, swapped for
     the scan on JAX (custom backward included): the weights after 3 steps are nn's, and nn's modules come back."""
-    out = engine_check(1, "rnn")
+    out = rnn_check
     for name in ("lstm", "gru"):
         assert out[name] < 1e-6 and out[f"{name}_moved"] > 1e-4 and out[f"{name}_restored"], out
+
+
+def test_a_step_is_traced_as_one_program_and_a_net_without_a_convolution_compiles_at_level_2(rnn_check):
+    """The LSTM's and the GRU's first programs compile alone: no op of their step runs on its own while traced
+    (under jax.ensure_compile_time_eval around the whole step, the IMDB LSTM's made about 15). Host tensors made while
+    traced stay constants: the image recipes' channel statistics (test_every_recipe_and_a_users_data_train_on_jax).
+    On XLA:CPU a net without a convolution compiles at XLA's backend level 2, one with a convolution at the default;
+    a level given in XLA_FLAGS is kept."""
+    out = rnn_check
+    for name in ("lstm", "gru"):
+        assert out[f"{name}_first_compiles"] == [f"jit({out['prefix']}train1)"], out
+    assert out["lstm_options"].get("xla_backend_optimization_level") == 2, out
+    assert "xla_backend_optimization_level" not in out["conv_options"], out
+    assert "xla_backend_optimization_level" not in out["given_options"], out
 
 
 def test_dropout_changes_every_step_and_repeats_from_the_seed():
@@ -48,20 +67,6 @@ def test_dropout_changes_every_step_and_repeats_from_the_seed():
     assert out["masks_per_step_differ"], out
     assert out["same_seed_same_weights"], out
     assert out["other_seed_other_weights"], out
-
-
-def test_a_step_is_traced_as_one_program_and_a_net_without_a_convolution_compiles_at_level_2():
-    """The IMDB LSTM's first program compiles alone: no op of its step runs on its own while traced (under
-    jax.ensure_compile_time_eval around the whole step, about 15 did, each a compile of its own). Host tensors made
-    while traced stay constants: the image recipes' channel statistics (test_every_recipe_and_a_users_data_train_on_
-    jax). On XLA:CPU, a net without a convolution compiles at XLA's backend level 2, one with a convolution at the
-    default; a level given in XLA_FLAGS (the suite's 0) is kept."""
-    out = engine_check(1, "traced", XLA_FLAGS="")
-    assert out["ours"] == ["jit(xla_train_train2)"], out
-    assert out["others"] == [], out
-    assert out["lstm_options"].get("xla_backend_optimization_level") == 2, out
-    assert "xla_backend_optimization_level" not in out["conv_options"], out
-    assert "xla_backend_optimization_level" not in out["given_options"], out
 
 
 FIT = (
