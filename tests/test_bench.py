@@ -633,3 +633,15 @@ def test_a_jax_cells_clock_times_each_execution_not_the_one_before_it():
     times = clock.result()["step_times_ms"]
     assert len(times) == 2
     assert all(0.8 * run_s / k * 1e3 < t < 1.5 * run_s / k * 1e3 for t in times), times
+
+
+def test_the_scans_time_steps_per_iteration_lead_the_command_that_reproduces_a_cell(monkeypatch):
+    """XLA_TRAIN_SCAN_CHUNK changes an LSTM cell's figures (docs/results.md, "The scan's chunk on a GPU"), so a
+    bench command run under it carries it, as XLA_FLAGS."""
+    from xla_train.bench.report import settings_prefix
+    from xla_train.runtime.layers.scan_rnn import CHUNK_ENV
+
+    monkeypatch.setenv(CHUNK_ENV, "4")
+    assert f"{CHUNK_ENV}=4 " in settings_prefix()
+    monkeypatch.delenv(CHUNK_ENV)
+    assert CHUNK_ENV not in settings_prefix()

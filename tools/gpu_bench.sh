@@ -1,38 +1,74 @@
 #!/usr/bin/env bash
 # The GPU figures of docs/results.md, in one call on a lent GPU machine (an H200 here): JAX's XLA on the GPU
 # (accelerator=gpu runtime=jax) beside plain PyTorch on the same GPU (accelerator=gpu: eager, and torch.compile),
-# in float32 and bf16-mixed, for the quickstart CNN, the CIFAR-10 CNN and the IMDB LSTM.
+# in float32 and bf16-mixed, for the IMDB LSTM, the CIFAR-10 CNN and the quickstart CNN; then the IMDB LSTM on JAX
+# with each of CHUNKS time steps per iteration of its scan (XLA_TRAIN_SCAN_CHUNK), and in bf16 at the fastest.
 #
-#     bash tools/gpu_bench.sh OUT_DIR                      # RECIPES="quickstart cifar10" for some of them
+#     bash tools/gpu_bench.sh OUT_DIR          # RECIPES="imdb chunks" for some of them; STEPS, WARMUP, CHUNKS
 #
 # That machine has its own torch, JAX and Lightning and no network, so the project's pins do not hold there: the
 # packages it lacks (torchax, jsonargparse and its needs) travel as wheels in .whl/ (fetched beforehand with
-# `pip download --no-deps --python-version 3.12 ...`), and xla_train runs from this checkout. Each recipe's
-# bench.csv and bench.md land in OUT_DIR as soon as that recipe is done, so a run cut short keeps what finished.
+# `pip download --no-deps --python-version 3.12 ...`), and xla_train runs from this checkout. Each bench's
+# bench.csv lands in OUT_DIR as soon as it is done, so a run cut short keeps what finished.
 set -uo pipefail
 out=${1:?usage: bash tools/gpu_bench.sh OUT_DIR}
 mkdir -p "$out"
 py=${PYTHON:-python3}
-"$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
+if [ -d .whl ]; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PWD"
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>/dev/null
 "$py" -m xla_train devices || exit 1
 
 run() {  # NAME, then bench's arguments
     local name=$1
     shift
-    echo "== $name: bench $*"
+    echo "== $(date -u +%T) $name: bench $*"
     "$py" -m xla_train bench "$@" runs_dir="/tmp/runs-$name" timeout=240
     local dir
     dir=$(ls -d /tmp/runs-"$name"/bench/version_* 2>/dev/null | tail -1)
-    [ -n "$dir" ] && cp "$dir/bench.csv" "$out/$name.csv" && cp "$dir/bench.md" "$out/$name.md"
+    [ -n "$dir" ] && cp "$dir/bench.csv" "$out/$name.csv"
 }
 
-both="accelerators=${ACCELERATORS:-gpu} runtimes=auto,jax precision=32-true,bf16-mixed"
-for recipe in ${RECIPES:-quickstart imdb cifar10}; do
-    case $recipe in
-    quickstart) run quickstart recipe=quickstart $both batch_sizes=128 compile=false,true steps=40 warmup=8 ;;
-    imdb) run imdb recipe=imdb $both batch_sizes=128 compile=false steps=24 warmup=8 ;;
-    cifar10) run cifar10 recipe=cifar10 $both batch_sizes=128 compile=false steps=40 warmup=8 ;;
+fastest_chunk() {  # the chunk whose float32 JAX cell stepped fastest: gpu-imdb.csv's (chunk 1) or a sweep's
+    "$py" - "$out" "$@" <<'EOF'
+import csv, sys
+best = None
+for chunk in ["1", *sys.argv[2:]]:
+    name = "gpu-imdb" if chunk == "1" else f"gpu-imdb-chunk{chunk}"
+    try:
+        lines = [line for line in open(f"{sys.argv[1]}/{name}.csv") if not line.startswith("#")]
+    except OSError:
+        continue
+    for r in csv.DictReader(lines):
+        if r["runtime"] == "jax" and r["precision"] == "32-true" and r["step_ms"]:
+            if best is None or float(r["step_ms"]) < best[0]:
+                best = (float(r["step_ms"]), chunk)
+print(best[1] if best else 1)
+EOF
+}
+
+steps="steps=${STEPS:-96} warmup=${WARMUP:-8} batch_sizes=128"
+accelerators=${ACCELERATORS:-gpu}
+both="accelerators=$accelerators runtimes=auto,jax precision=32-true,bf16-mixed $steps"
+chunks=${CHUNKS:-4 8 16}
+for part in ${RECIPES:-imdb cifar10 quickstart chunks}; do
+    case $part in
+    imdb) run gpu-imdb recipe=imdb $both compile=false ;;
+    chunks)
+        for c in $chunks; do
+            XLA_TRAIN_SCAN_CHUNK=$c run "gpu-imdb-chunk$c" recipe=imdb accelerators="$accelerators" runtimes=jax \
+                precision=32-true $steps
+        done
+        best=$(fastest_chunk $chunks)
+        echo "== fastest chunk in float32: $best"
+        [ "$best" != 1 ] && XLA_TRAIN_SCAN_CHUNK=$best run "gpu-imdb-chunk$best-bf16" recipe=imdb \
+            accelerators="$accelerators" runtimes=jax precision=bf16-mixed $steps
+        ;;
+    cifar10) run gpu-cifar10 recipe=cifar10 $both compile=false ;;
+    quickstart) run gpu-quickstart recipe=quickstart $both compile=false,true ;;
     esac
 done
+echo "== $(date -u +%T) done"

@@ -74,7 +74,15 @@ def versions() -> str:
 # The environment that changes what a run compiles, on how many threads and devices, or how its heap behaves: set
 # in the shell, it is part of the command that reproduces the figures. Read as the command starts (cli/bench.py),
 # before importing torch_xla adds its own XLA_FLAGS.
-SETTINGS = ("XLA_FLAGS", "LIBTPU_INIT_ARGS", "PJRT_DEVICE", "CPU_NUM_DEVICES", "OMP_NUM_THREADS", "GLIBC_TUNABLES")
+SETTINGS = (
+    "XLA_FLAGS",
+    "LIBTPU_INIT_ARGS",
+    "PJRT_DEVICE",
+    "CPU_NUM_DEVICES",
+    "OMP_NUM_THREADS",
+    "GLIBC_TUNABLES",
+    "XLA_TRAIN_SCAN_CHUNK",  # runtime/layers/scan_rnn.py: the scan's time steps per iteration
+)
 
 
 def settings_prefix() -> str:
