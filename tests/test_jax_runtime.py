@@ -44,6 +44,29 @@ def test_recurrent_layers_run_as_scans_that_match_nn(rnn_check):
     out = rnn_check
     for name in ("lstm", "gru"):
         assert out[name] < 1e-6 and out[f"{name}_moved"] > 1e-4 and out[f"{name}_restored"], out
+    assert out["lstm_chunks"] == [1] and out["gru_chunks"] == [5], out  # 5 steps a loop iteration, 2 left over
+
+
+def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkeypatch):
+    """4 on a GPU (docs/results.md, "The scan's chunk on a GPU"), 1 on the CPU and a TPU; XLA_TRAIN_SCAN_CHUNK wins.
+    The platform is set on the engine: the strategy's swap reads it, whatever devices this machine has."""
+    import jax
+    from torch import nn
+
+    from xla_train.runtime.engine.jax.strategy import JaxStrategy
+    from xla_train.runtime.layers.scan_rnn import CHUNK_ENV, ScanRNN
+
+    def chunks(platform: str) -> list[int]:
+        strategy = JaxStrategy(jax.devices("cpu")[:1])
+        strategy.engine.platform = platform
+        strategy.model = nn.Sequential(nn.LSTM(3, 4), nn.GRU(4, 4))
+        strategy.model_to_device()
+        return [m.chunk for m in strategy.model.modules() if isinstance(m, ScanRNN)]
+
+    monkeypatch.delenv(CHUNK_ENV, raising=False)
+    assert chunks("gpu") == [4, 4] and chunks("cpu") == [1, 1] and chunks("tpu") == [1, 1]
+    monkeypatch.setenv(CHUNK_ENV, "2")
+    assert chunks("gpu") == [2, 2]
 
 
 def test_a_step_is_traced_as_one_program_and_a_net_without_a_convolution_compiles_at_level_2(rnn_check):

@@ -54,8 +54,10 @@ def test_xla_train_scan_chunk_sets_the_chunk_of_every_scan_built_after(monkeypat
 
     monkeypatch.delenv(CHUNK_ENV, raising=False)
     assert ScanRNN(nn.LSTM(3, 4)).chunk == CHUNK
+    assert ScanRNN(nn.LSTM(3, 4), chunk=4).chunk == 4  # a runtime's chunk for its platform
     monkeypatch.setenv(CHUNK_ENV, "8")
     assert ScanRNN(nn.GRU(3, 4)).chunk == 8
+    assert ScanRNN(nn.GRU(3, 4), chunk=4).chunk == 8  # the user's setting wins
     for bad in ("0", "-2", "eight", "2.5"):
         monkeypatch.setenv(CHUNK_ENV, bad)
         with pytest.raises(ConfigError, match=f"{CHUNK_ENV}={bad!r} is not a number of time steps"):

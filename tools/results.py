@@ -32,6 +32,7 @@ TABLES = {
     "suite": runs.suite,
     "ci-runs": runs.ci_runs,
     "gpu": peers.gpu,
+    "gpu-chunks": peers.gpu_chunks,
     "runtimes": peers.runtimes,
     "overhead": peers.overhead,
     "overhead-settings": peers.overhead_settings,

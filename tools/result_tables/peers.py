@@ -76,18 +76,64 @@ def gpu() -> str:
             mine = [r for r in rows if r["precision"] == precision]
             eager = next(r for r in mine if not r["runtime"] and r["compile"] == "False")
             compiled = next((r for r in mine if not r["runtime"] and r["compile"] == "True"), None)
-            jax = next(r for r in mine if r["runtime"] == "jax")
+            jax = next(
+                r for r in (_imdb_default(precision) if name == "gpu-imdb.csv" else mine) if r["runtime"] == "jax"
+            )
             if jax["error"]:
                 jax_cells = f"failed: {jax['error']} | | | "
             else:
                 ratio = float(jax["samples_per_s"]) / float(eager["samples_per_s"])
                 program = f"{jax['steps_per_execution_used']}, {jax['execution_loop_used']} loop"
+                if name == "gpu-imdb.csv":
+                    program += f"; scan {GPU_CHUNK} time steps per iteration"
                 jax_cells = f"{ms(jax['step_ms'])} | **{ratio:.2f}x** | {float(jax['compile_s']):.1f} | {program}"
             out.append(
                 f"| {what} | {precision} | {ms(eager['step_ms'])} | {ms(compiled['step_ms']) if compiled else ''} | "
                 f"{jax_cells} |"
             )
-    return block(out, *(name for name, _ in names))
+    return block(out, *(name for name, _ in names), *GPU_DEFAULT_CHUNK.values())
+
+
+# The IMDB LSTM's JAX cells at the GPU's default chunk (runtime/engine/jax/strategy.py's SCAN_CHUNKS), from the sweep
+# that chose it; gpu-imdb.csv's own JAX cells ran at 1.
+GPU_CHUNK = 4
+GPU_DEFAULT_CHUNK = {"32-true": "gpu-imdb-chunk4.csv", "bf16-mixed": "gpu-imdb-chunk4-bf16.csv"}
+# (file, chunk) of each IMDB LSTM cell on JAX in the sweep, in the order they are tabled
+GPU_CHUNKS = [
+    ("gpu-imdb.csv", 1),
+    ("gpu-imdb-chunk2.csv", 2),
+    ("gpu-imdb-chunk4.csv", 4),
+    ("gpu-imdb-chunk4-again.csv", 4),
+    ("gpu-imdb-chunk8.csv", 8),
+    ("gpu-imdb-chunk16.csv", 16),
+    ("gpu-imdb-chunk4-bf16.csv", 4),
+    ("gpu-imdb-chunk16-bf16.csv", 16),
+]
+
+
+def _imdb_default(precision: str) -> list[dict]:
+    return [r for r in read(GPU_DEFAULT_CHUNK[precision])[1] if r["precision"] == precision]
+
+
+def gpu_chunks() -> str:
+    """The IMDB LSTM on JAX on a GPU at each number of time steps its scan runs per loop iteration
+    (XLA_TRAIN_SCAN_CHUNK), against eager PyTorch's cuDNN LSTM in gpu-imdb.csv: tools/gpu_bench.sh's chunks."""
+    eager = {r["precision"]: r for r in read("gpu-imdb.csv")[1] if not r["runtime"]}
+    out = [
+        "| time steps per loop iteration | precision | JAX step ms | JAX samples/s against eager PyTorch's (cuDNN) "
+        "| JAX compile s | JAX first step s |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for precision in ("32-true", "bf16-mixed"):
+        for name, chunk in GPU_CHUNKS:
+            for r in read(name)[1]:
+                if r["runtime"] == "jax" and r["precision"] == precision:
+                    ratio = float(r["samples_per_s"]) / float(eager[precision]["samples_per_s"])
+                    out.append(
+                        f"| {chunk} | {precision} | {ms(r['step_ms'])} | **{ratio:.2f}x** | "
+                        f"{float(r['compile_s']):.1f} | {float(r['first_step_s']):.1f} |"
+                    )
+    return block(out, *(name for name, _ in GPU_CHUNKS))
 
 
 def keras_steps() -> str:
@@ -177,13 +223,14 @@ def gpu_claim() -> Claim:
         eager = next(r for r in rows if not r["runtime"] and r["compile"] == "False")
         return x(f(jax["samples_per_s"]), f(eager["samples_per_s"]))
 
-    imdb = {p: [r for r in read("gpu-imdb.csv")[1] if r["precision"] == p] for p in ("32-true", "bf16-mixed")}
+    eager = [r for r in read("gpu-imdb.csv")[1] if not r["runtime"]]
+    imdb = {p: [r for r in eager if r["precision"] == p] + _imdb_default(p) for p in ("32-true", "bf16-mixed")}
     cnn = f"quickstart CNN {ratio(fp32['quickstart'])}, CIFAR-10 CNN {ratio(fp32['cifar10'])}"
     lstm = f"IMDB LSTM {ratio(imdb['32-true'])} cuDNN's ({ratio(imdb['bf16-mixed'])} in bf16)"
     return Claim(
         "XLA on a GPU (`runtime=jax`) against plain PyTorch, batch 128, float32",
         f"{cnn}; {lstm}",
-        ("gpu-quickstart.csv", "gpu-cifar10.csv", "gpu-imdb.csv"),
+        ("gpu-quickstart.csv", "gpu-cifar10.csv", "gpu-imdb.csv", *GPU_DEFAULT_CHUNK.values()),
         "on-a-gpu-jaxs-xla-beside-plain-pytorch",
     )
 

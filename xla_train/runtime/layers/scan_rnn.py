@@ -29,18 +29,19 @@ from xla_train.runtime.layers.table_projection import projected_rows, table_rows
 
 # Time steps per While iteration: 1, by measurement on XLA:CPU (docs/hardware.md). An iteration of XLA:CPU's While
 # costs little beside the work in each iteration of the IMDB recipe's layer, so more steps per iteration saved
-# nothing and compiled several times as long: each unrolled step is more kernels to compile.
-# On a TPU, whose iterations are said to cost more (not measured here), XLA_TRAIN_SCAN_CHUNK sets another.
+# nothing and compiled several times as long: each unrolled step is more kernels to compile. A runtime gives its
+# own for another platform (runtime/engine/jax/strategy.py's SCAN_CHUNKS: a GPU's iterations cost more); on a TPU
+# (not measured here) XLA_TRAIN_SCAN_CHUNK sets another.
 CHUNK = 1
 CHUNK_ENV = "XLA_TRAIN_SCAN_CHUNK"  # another chunk, for every scan a process builds (to measure one on a TPU)
 _ONES: dict = {}
 
 
-def default_chunk() -> int:
-    """XLA_TRAIN_SCAN_CHUNK where set, else CHUNK."""
+def default_chunk(platform_chunk: int | None = None) -> int:
+    """XLA_TRAIN_SCAN_CHUNK where set, else the runtime's chunk for its platform, else CHUNK."""
     value = os.environ.get(CHUNK_ENV, "").strip()
     if not value:
-        return CHUNK
+        return platform_chunk or CHUNK
     if not value.isdigit() or int(value) < 1:
         raise ConfigError(f"{CHUNK_ENV}={value!r} is not a number of time steps (a whole number, 1 or more)")
     return int(value)
@@ -132,7 +133,7 @@ class ScanRNN(nn.Module):
     last kept step). A PackedSequence input runs through the replaced module's own forward, unrolled.
     """
 
-    def __init__(self, rnn: nn.RNNBase, recurrence=None):
+    def __init__(self, rnn: nn.RNNBase, recurrence=None, chunk: int | None = None):
         super().__init__()
         why = unrolled(rnn) if isinstance(rnn, nn.RNNBase) else (type(rnn).__name__, "")
         if why:
@@ -146,7 +147,7 @@ class ScanRNN(nn.Module):
             rnn.bidirectional,
         )
         self.training = rnn.training
-        self.chunk = default_chunk()
+        self.chunk = default_chunk(chunk)
         self.names = list(rnn._flat_weights_names)
         for name in self.names:
             setattr(self, name, getattr(rnn, name))  # the same Parameter, not a copy, in nn's order
@@ -276,8 +277,9 @@ def unrolled(module: nn.Module) -> tuple[str, str] | None:
     return None
 
 
-def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None) -> list[str]:
+def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None, chunk: int | None = None) -> list[str]:
     """Replace, in place, every nn.LSTM, nn.GRU and nn.RNN inside `module` that ScanRNN can run; returns their paths.
+    `chunk`: the runtime's time steps per iteration on its platform (XLA_TRAIN_SCAN_CHUNK still wins).
 
     Any other recurrent module (a cell, an LSTM with proj_size, a subclass with its own forward) is left as it is,
     with one warning naming it: XLA traces it step by step, so its compile time grows with the sequence length.
@@ -291,7 +293,7 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None) -> li
             why = unrolled(child)
             if why is None:
                 if id(child) not in scans:  # a module shared by two parents becomes one ScanRNN
-                    scans[id(child)] = ScanRNN(child, recurrence)
+                    scans[id(child)] = ScanRNN(child, recurrence, chunk)
                 setattr(parent, name, scans[id(child)])
                 swapped.append(path)
             elif id(child) not in warned:
@@ -306,8 +308,10 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None) -> li
             module
         )  # an RNN reading an embedding's output projects its table (runtime/layers/table_projection.py)
     if swapped and verbose:
+        k = next(iter(scans.values())).chunk
+        per = f", {k} time steps per loop iteration" if k > 1 else ""
         print(
-            f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time "
+            f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time{per} "
             f"(compiled once whatever the length; same weights and state dict)",
             flush=True,
         )

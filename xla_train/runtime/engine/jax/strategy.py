@@ -23,6 +23,12 @@ from xla_train.runtime.engine.grouped_steps import GroupedSteps
 from xla_train.runtime.engine.jax.backend import JAX_BACKEND
 from xla_train.runtime.engine.jax.engine import JaxEngine
 
+# The scan's time steps per loop iteration on a JAX platform, where not runtime/layers/scan_rnn.py's CHUNK (1, the
+# CPU's). On a GPU each iteration of a While loop has a fixed cost beside a time step of the tutorial's LSTM, a few
+# small kernels: on an H200 the IMDB LSTM stepped about twice as fast at 4 as at 1, and 8 and 16 were no faster and
+# longer to compile (docs/results.md, "The scan's chunk on a GPU"). A TPU's is not measured.
+SCAN_CHUNKS = {"gpu": 4}
+
 
 class EngineAutocast(Precision):
     """Lightning's plugin that adds nothing to a step, named for the precision the engine computes in: the engine
@@ -110,7 +116,8 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         from xla_train.runtime.layers.max_pool import use_tiled_max_pool
         from xla_train.runtime.layers.scan_rnn import use_scan_rnn
 
-        use_scan_rnn(self.model, recurrence=jax_recurrence)  # every nn.LSTM, nn.GRU, nn.RNN as a scan
+        # every nn.LSTM, nn.GRU, nn.RNN as a scan, with the platform's time steps per loop iteration
+        use_scan_rnn(self.model, recurrence=jax_recurrence, chunk=SCAN_CHUNKS.get(self.engine.platform))
         self._swapped = {}
         if self.engine.platform == "cpu":
             self._swapped.update(use_tiled_max_pool(self.model))
