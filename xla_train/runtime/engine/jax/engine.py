@@ -83,6 +83,7 @@ class JaxEngine(Engine):
         self.state: dict | None = None  # "params", "buffers", "opt", "sums": the arrays the programs read and write
         self.seed = 0
         self._jitted: dict = {}
+        self.compiler_options: dict = {}  # XLA's options for this module's programs, set by bind
         self._key = jax.random.key(0)
 
     # --- the state ---------------------------------------------------------------------------------------------
