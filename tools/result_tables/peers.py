@@ -50,6 +50,17 @@ def runtimes() -> str:
         f"{per('torch_xla', 'step_ms', ms)} | "
         f"{per('jax', 'step_ms', ms)} | {ratios} | {compiles} | |"
     )
+
+    def line(runtime: str) -> tuple[float, float]:  # (ms per time step, ms at no time step): maxlen's end points
+        lo, hi = (float(at[runtime, m]["step_ms"]) for m in (maxlens[0], maxlens[-1]))
+        slope = (hi - lo) / (maxlens[-1] - maxlens[0])
+        return slope, lo - slope * maxlens[0]
+
+    (ts, tr), (js, jr) = line("torch_xla"), line("jax")
+    rows.append(
+        f"| the same, per time step + the rest, ms (maxlen {maxlens[0]} to {maxlens[-1]}) | | {ts:.3f} + {tr:.1f} | "
+        f"{js:.3f} + {jr:.1f} | {ts / js:.2f}x per time step | | |"
+    )
     return (
         head
         + "\n".join(rows)
