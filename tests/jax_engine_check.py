@@ -147,8 +147,12 @@ def rnn() -> dict:
     )
     g = torch.Generator().manual_seed(3)
     out = {}
-    # the GRU runs 5 time steps per loop iteration (a GPU's chunk is more than 1), which 12 steps leave over
-    for name, net, classes, chunk in (("lstm", SentimentLSTM(50, 8, 6), 2, None), ("gru", GRUNet(), 10, 5)):
+    # the GRU runs 5 time steps per loop iteration (a GPU's chunk is more than 1), which 12 steps leave over, and its
+    # weight gradients as for a batch split over 8 devices (the LSTM's as on one: the steps and batch merged)
+    for name, net, classes, chunk, split in (
+        ("lstm", SentimentLSTM(50, 8, 6), 2, None, 1),
+        ("gru", GRUNet(), 10, 5, 8),
+    ):
         torch.manual_seed(0)
         module = classifier(net, lr=0.1, optimizer="sgd", momentum=0.9)
         reference = copy.deepcopy(module)
@@ -160,7 +164,7 @@ def rnn() -> dict:
             for i in range(3)
         ]
         start = {n: p.detach().clone() for n, p in module.named_parameters()}
-        use_scan_rnn(module, verbose=False, recurrence=jax_recurrence, chunk=chunk)
+        use_scan_rnn(module, verbose=False, recurrence=jax_recurrence(split), chunk=chunk)
         out[f"{name}_chunks"] = sorted({m.chunk for m in module.modules() if hasattr(m, "chunk")})
         engine = engine_for(module, make_optimizer(module.hparams, module.parameters()))
         compiled.clear()
@@ -189,4 +193,58 @@ def rnn() -> dict:
     return out
 
 
-print(json.dumps({"match": match, "dropout": dropout, "rnn": rnn}[CHECK]()))
+def split() -> dict:
+    """The scan LSTM's backward with its batch split over the devices: the collectives in the compiled program of its
+    gradients, with the recurrence built for those devices and with one built for one device (whose weight gradient
+    merges the steps and the batch), and how far the two programs' gradients are apart."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from xla_train.runtime.engine.jax.compat import environment
+    from xla_train.runtime.engine.jax.recurrence import jax_recurrence
+    from xla_train.runtime.layers.rnn_cells import CELLS
+
+    t, n, h = 6, 2 * DEVICES, 4
+    mesh = Mesh(jax.devices()[:DEVICES], ("batch",))
+    keys = jax.random.split(jax.random.key(0), 3)
+    batch = NamedSharding(mesh, PartitionSpec(None, "batch"))
+    gx = jax.device_put(jax.random.normal(keys[0], (t, n, 4 * h)), batch)
+    state = jax.device_put(jax.numpy.zeros((n, h)), NamedSharding(mesh, PartitionSpec("batch")))
+    w_hh = jax.device_put(jax.random.normal(keys[1], (4 * h, h)), NamedSharding(mesh, PartitionSpec()))
+    keep_all = jax.device_put(jax.numpy.ones((t, n, 1), bool), batch)
+    out, grads = {}, {}
+    for devices in (DEVICES, 1):
+        recurrence = jax_recurrence(devices)
+
+        def loss(gx, w_hh, recurrence=recurrence):
+            with environment():
+                views = torchax_views(gx, keep_all, state, state, w_hh)
+                result = recurrence(CELLS["LSTM"], 1, *views)
+            return jax_values(result[0]).sum() + jax_values(result[1]).sum()
+
+        program = jax.jit(jax.grad(loss, argnums=(0, 1)))
+        text = program.lower(gx, w_hh).compile().as_text()
+        out[f"built_for_{devices}"] = sorted(
+            {
+                op
+                for op in ("all-gather", "all-to-all", "collective-permute")
+                if f" {op}(" in text or f" {op}-start(" in text
+            }
+        )
+        grads[devices] = program(gx, w_hh)
+    out["apart"] = max(float(abs(a - b).max()) for a, b in zip(grads[DEVICES], grads[1]))
+    return out
+
+
+def torchax_views(*arrays):
+    from torchax.interop import torch_view
+
+    return torch_view(arrays)
+
+
+def jax_values(tensor):
+    from torchax.interop import jax_view
+
+    return jax_view(tensor)
+
+
+print(json.dumps({"match": match, "dropout": dropout, "rnn": rnn, "split": split}[CHECK]()))

@@ -47,6 +47,16 @@ def test_recurrent_layers_run_as_scans_that_match_nn(rnn_check):
     assert out["lstm_chunks"] == [1] and out["gru_chunks"] == [5], out  # 5 steps a loop iteration, 2 left over
 
 
+def test_the_scans_weight_gradient_keeps_a_split_batch_split():
+    """On one device the LSTM's weight gradient merges the steps and the batch into one product (XLA:CPU transposed
+    the gates' gradients for einsum's two contracting dims); built for 8 devices it keeps them apart, so a batch
+    split over 8 devices is gathered nowhere in the gradients' program, where the one-device form gathers it. Both
+    give the same gradients."""
+    out = engine_check(8, "split")
+    assert out["built_for_8"] == [] and out["built_for_1"] == ["all-gather"], out
+    assert out["apart"] < 1e-5, out
+
+
 def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkeypatch):
     """4 on a GPU (docs/results.md, "The scan's chunk on a GPU"), 1 on the CPU and a TPU; XLA_TRAIN_SCAN_CHUNK wins.
     The platform is set on the engine: the strategy's swap reads it, whatever devices this machine has."""
@@ -61,7 +71,9 @@ def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkey
         strategy.engine.platform = platform
         strategy.model = nn.Sequential(nn.LSTM(3, 4), nn.GRU(4, 4))
         strategy.model_to_device()
-        return [m.chunk for m in strategy.model.modules() if isinstance(m, ScanRNN)]
+        scans = [m for m in strategy.model.modules() if isinstance(m, ScanRNN)]
+        assert [m.recurrence.devices for m in scans] == [1, 1]  # built for the engine's one device
+        return [m.chunk for m in scans]
 
     monkeypatch.delenv(CHUNK_ENV, raising=False)
     assert chunks("gpu") == [4, 4] and chunks("cpu") == [1, 1] and chunks("tpu") == [1, 1]

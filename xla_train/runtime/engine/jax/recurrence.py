@@ -29,8 +29,21 @@ def _in_torch(fn):
     return run
 
 
+def _rows_product(a, b, merge: bool):
+    """The sum over steps and batch of a[t, n]^T b[t, n]: (A, B) from a (T, N, A) and b (T, N, B).
+
+    merge (one device): the steps and the batch as one contraction of two matrices, which XLA:CPU (jax 0.10.2)
+    multiplies as they lie, where einsum's two contracting dims made it transpose the gates' gradients (T, N, 4H)
+    first, which took longer than the product (docs/results.md, "Runtimes side by side"). Over several devices the
+    two dims stay apart, so that a split batch stays split: merged, the dim would be gathered onto every device."""
+    if merge:
+        rows = (((0,), (0,)), ((), ()))
+        return jax.lax.dot_general(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), rows)
+    return jnp.einsum("tnb,tna->ab", b, a)
+
+
 @functools.cache
-def _recurrence(cell, chunk: int):
+def _recurrence(cell, chunk: int, merge: bool):
     """(gx (T, N, G), keep (T, N, 1), *state0, *weights) -> (outputs (T, N, H), *final state), differentiable."""
     states = cell.states
     step = _in_torch(lambda carry, xs: (lambda c, s: (c, s[0]))(*cell.step(tuple(carry), tuple(xs))))
@@ -57,7 +70,7 @@ def _recurrence(cell, chunk: int):
         d_out, *d_state = cotangents
         carry, d_gx = jax.lax.scan(back, (*d_state, weights[0]), (d_out, keep, saved), reverse=True, unroll=chunk)
         d_gh = hidden_grads(d_gx, saved)
-        d_weights = [jnp.einsum("tnh,tng->gh", h_prev(saved), d_gh)]
+        d_weights = [_rows_product(d_gh, h_prev(saved), merge)]
         if len(weights) == 2:  # GRU's b_hh, which r multiplies inside the loop
             d_weights.append(d_gh.sum((0, 1)))
         return (d_gx, None, *carry[:states], *d_weights)
@@ -66,7 +79,13 @@ def _recurrence(cell, chunk: int):
     return recurrence
 
 
-def jax_recurrence(cell, chunk, gx, keep, *tensors):
-    """ScanRNN's recurrence (runtime/layers/scan_rnn.py, _Recurrence's contract) on torchax tensors."""
-    out = _recurrence(cell, chunk)(*jax_view((gx, keep, *tensors)))
-    return torch_view(tuple(out))
+def jax_recurrence(devices: int):
+    """ScanRNN's recurrence (runtime/layers/scan_rnn.py, _Recurrence's contract) on torchax tensors, for a program
+    whose batch is split over `devices`."""
+
+    def recurrence(cell, chunk, gx, keep, *tensors):
+        out = _recurrence(cell, chunk, devices == 1)(*jax_view((gx, keep, *tensors)))
+        return torch_view(tuple(out))
+
+    recurrence.devices = devices
+    return recurrence

@@ -117,7 +117,8 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         from xla_train.runtime.layers.scan_rnn import use_scan_rnn
 
         # every nn.LSTM, nn.GRU, nn.RNN as a scan, with the platform's time steps per loop iteration
-        use_scan_rnn(self.model, recurrence=jax_recurrence, chunk=SCAN_CHUNKS.get(self.engine.platform))
+        recurrence = jax_recurrence(len(self.engine.devices))
+        use_scan_rnn(self.model, recurrence=recurrence, chunk=SCAN_CHUNKS.get(self.engine.platform))
         self._swapped = {}
         if self.engine.platform == "cpu":
             self._swapped.update(use_tiled_max_pool(self.model))
