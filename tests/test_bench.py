@@ -300,6 +300,8 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
     (probes.IdleLSTM), runs at the trace and in no timed step. steps_per_execution=1 is Lightning's own step, traced anew each step: the host's wall time holds
     the wait and its CPU time cannot, however loaded the machine is. The CSV keeps each setting next to what it
     became, and the host's CPU time per step."""
+    from xla_train.runtime.layers.scan_rnn import CHUNK_ENV
+
     idle_recipe = tmp_path / "idle_lstm.yaml"
     idle = tiny_recipe.read_text().replace("devices: 1}", "devices: 1, max_steps: 100}")
     idle = idle.replace("xla_train.models.SentimentLSTM", "probes.IdleLSTM")
@@ -315,11 +317,13 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
         "execution_loop=unroll",
         cwd=tmp_path,
         timeout=400,
-        env=env,
+        env={**env, CHUNK_ENV: "3"},  # the scan's time steps per iteration, as a user sets them for a TPU
     )
     (long,) = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")[1]
     auto, one = read_table(tmp_path / "runs" / "bench" / "version_1" / "bench.csv")[1]
     assert not long["error"] and (long["steps_per_execution_used"], long["execution_loop_used"]) == ("32", "while")
+    # the chunk each cell's scan ran at, read from the net it ran: the platform's default, then the setting's
+    assert (long["scan_chunk"], auto["scan_chunk"], one["scan_chunk"]) == ("1", "3", "3")
     for r, loop in ((auto, "unroll"), (one, "auto")):  # a K of 1 set runs no loop: the grid shows auto
         assert not r["error"] and r["timed_compiles"] == "0", r
         # unrolled, auto's K for a run of 100 steps is 1 (a While loop's would be 32)

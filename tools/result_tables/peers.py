@@ -106,7 +106,8 @@ def gpu() -> str:
 
 
 # The IMDB LSTM's JAX cells at the GPU's default chunk (runtime/engine/jax/strategy.py's SCAN_CHUNKS), from the sweep
-# that chose it; gpu-imdb.csv's own JAX cells ran at 1.
+# that chose it; gpu-imdb.csv's own JAX cells ran at 1. These CSVs predate bench's scan_chunk column, so the chunks
+# are named here.
 GPU_CHUNK = 4
 GPU_DEFAULT_CHUNK = {"32-true": "gpu-imdb-chunk4.csv", "bf16-mixed": "gpu-imdb-chunk4-bf16.csv"}
 # (file, chunk) of each IMDB LSTM cell on JAX in the sweep, in the order they are tabled (a setting besides the

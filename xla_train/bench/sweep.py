@@ -48,6 +48,7 @@ COLUMNS = [
     "steps_per_execution_used",
     "execution_loop",
     "execution_loop_used",
+    "scan_chunk",
     "traced_once",
     "on_device",
     "matmul_precision",

@@ -51,6 +51,7 @@ class Stopwatch:
         self.host_cpu_s: list[float] = []
         self.device_s: list[float] = []
         self.first_step_s = self.first_loss = None
+        self.scan_chunk = None  # the loop sets it from the net it runs (runtime/layers/scan_rnn.py's scan_chunk)
         self._t0 = self._idle = 0.0
         self._counters = [self.backend.counters()]
         self._in_syncs = self.backend.sync_clock() if self.split else (lambda: 0.0)
@@ -228,6 +229,7 @@ class Loop:
             steps_per_execution_used=self.k,
             execution_loop_used=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
             traced_once=traced_once(strategy),
+            scan_chunk=watch.scan_chunk,
             grouping_note=getattr(strategy, "grouping_note", "") or None,  # what auto chose, and why
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
@@ -267,6 +269,7 @@ class LightningLoop(Loop):
 
         from xla_train.runtime.backend import backend_of_strategy
         from xla_train.runtime.fast_path import FastPathCallback
+        from xla_train.runtime.layers.scan_rnn import scan_chunk
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
 
@@ -283,6 +286,7 @@ class LightningLoop(Loop):
                     not traced_once(trainer.strategy),
                     backend_of_strategy(trainer.strategy),
                 )
+                self.watch.scan_chunk = scan_chunk(pl_module)  # the strategy has swapped its scans in by now
 
             @override
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -322,7 +326,7 @@ class PlainLoop(Loop):
     def steps(self, plan, model, dm) -> Stopwatch:
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
         from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
-        from xla_train.runtime.layers.scan_rnn import use_scan_rnn
+        from xla_train.runtime.layers.scan_rnn import scan_chunk, use_scan_rnn
         from xla_train.runtime.engine.torch_xla.strategy import device_loader
 
         s, hp, net = self.spec, model.hparams, model.net
@@ -334,6 +338,7 @@ class PlainLoop(Loop):
         total = self.total  # Lightning's estimated_stepping_batches for this run
         sched = lr_scheduler(opt, [cosine_decay(total)] if hp.schedule == "cosine" else [])
         watch = Stopwatch(s["warmup"], s["steps"], device)
+        watch.scan_chunk = scan_chunk(net)
         inputs = dm.batch_inputs()
         for i, batch in enumerate(device_loader(dm.train_dataloader(), device)):
             watch.batch_ready(i)

@@ -318,6 +318,13 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None, chunk
     return swapped
 
 
+def scan_chunk(module: nn.Module) -> str | None:
+    """The time steps per loop iteration of the scans inside `module` ("4"; "1/4" where they differ), None without
+    one: what a bench cell ran at, whichever runtime or platform chose it."""
+    chunks = sorted({m.chunk for m in module.modules() if isinstance(m, ScanRNN)})
+    return "/".join(map(str, chunks)) or None
+
+
 def restore_rnn(module: nn.Module) -> list[str]:
     """Undo use_scan_rnn: each ScanRNN gives way to its nn module, which takes the current parameters.
 
