@@ -102,3 +102,35 @@ def test_every_file_of_evidence_is_cited_by_the_results_page():
     page = (ROOT / "docs" / "results.md").read_text()
     uncited = [p.name for p in sorted((ROOT / "docs" / "results").iterdir()) if f"(results/{p.name})" not in page]
     assert not uncited, f"docs/results/ holds files docs/results.md does not cite: {uncited}"
+
+
+def test_kernel_profile_sums_each_kernel_a_step_and_a_call_leaving_out_the_spans_that_hold_others():
+    """tools/kernel_profile.py's table of a trace: a While's time holds its body's kernels and is kept as the loop's;
+    the thunk executor's and torch_xla's call spans hold other kernels, so they are no kernels of their own; a
+    kernel run once a step reads the same a call whether or not the trace caught every step."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import kernel_profile
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    ms = 1_000_000
+    events = [
+        ("ThunkExecutor::Execute", 0, 100 * ms),
+        ("call.15", 5 * ms, 6 * ms),
+        ("wrapped_scatter.clone", 5 * ms, 6 * ms),
+    ]
+    for step in range(2):  # two steps: a loop of three iterations, then the scatter
+        begin = 10 * ms + step * 40 * ms
+        events += [("while.16", begin, 30 * ms)] + [("dot.31", begin + i * 10 * ms, 9 * ms) for i in range(3)]
+    events.append(("wrapped_scatter", 75 * ms, 4 * ms))  # the first step's scatter fell before the trace began
+    rows = {r["kernel"]: r for r in kernel_profile.kernels(events, steps=2)}
+    assert set(rows) == {"wrapped_scatter.clone", "while.16", "dot.31", "wrapped_scatter"}
+    assert (rows["while.16"]["calls_per_step"], rows["while.16"]["ms_per_step"]) == (1, 30)
+    assert (rows["dot.31"]["calls_per_step"], rows["dot.31"]["ms_per_call"], rows["dot.31"]["ms_per_step"]) == (
+        3,
+        9,
+        27,
+    )
+    assert (rows["wrapped_scatter"]["ms_per_call"], rows["wrapped_scatter"]["ms_per_step"]) == (4, 2)
+    assert rows["wrapped_scatter.clone"]["first_ms"] == 0 and rows["while.16"]["first_ms"] == 5
+    assert list(rows) == ["while.16", "dot.31", "wrapped_scatter.clone", "wrapped_scatter"]  # longest first

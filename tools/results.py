@@ -16,7 +16,7 @@ import argparse
 import re
 import sys
 
-from result_tables import eager_cpu, fast_path, headline, lstm, peers, runs, serving, xla_cpu, xla_steps
+from result_tables import eager_cpu, fast_path, headline, kernels, lstm, peers, runs, serving, xla_cpu, xla_steps
 from result_tables.csvs import ROOT
 
 PAGE = ROOT / "docs" / "results.md"
@@ -34,6 +34,7 @@ TABLES = {
     "gpu": peers.gpu,
     "gpu-chunks": peers.gpu_chunks,
     "runtimes": peers.runtimes,
+    "kernels-imdb": kernels.kernels_imdb,
     "overhead": peers.overhead,
     "overhead-settings": peers.overhead_settings,
     "keras-steps": peers.keras_steps,
