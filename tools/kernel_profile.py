@@ -120,7 +120,12 @@ def profile(spec: dict) -> list[dict]:
 
 
 def cell(recipe: str, runtime: str, batch: int, warmup: int, steps: int) -> dict:
-    """A bench cell at the recipe's defaults on one XLA:CPU device (bench's spec; xla_train/bench/sweep.py)."""
+    """A bench cell at the recipe's defaults on one XLA:CPU device (bench's spec; xla_train/bench/sweep.py), with the
+    training size bench gives it, so that steps_per_execution=auto decides as it does there."""
+    from xla_train.bench.data import train_size
+    from xla_train.config.build import build_parts
+
+    n_train, _ = train_size(build_parts(recipe, {})[1])
     return {
         "recipe": recipe,
         "overrides": {},
@@ -137,7 +142,7 @@ def cell(recipe: str, runtime: str, batch: int, warmup: int, steps: int) -> dict
         "warmup": warmup,
         "steps": steps,
         "data": "synthetic",
-        "train_size": 22500,
+        "train_size": n_train,
     }
 
 

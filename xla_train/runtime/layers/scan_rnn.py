@@ -308,8 +308,8 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None, chunk
             module
         )  # an RNN reading an embedding's output projects its table (runtime/layers/table_projection.py)
     if swapped and verbose:
-        k = next(iter(scans.values())).chunk
-        per = f", {k} time steps per loop iteration" if k > 1 else ""
+        k = scan_chunk(module)
+        per = f", {k} time steps per loop iteration" if k != "1" else ""
         print(
             f"XLA: {', '.join(swapped)} run{'s' if len(swapped) == 1 else ''} as a scan over time{per} "
             f"(compiled once whatever the length; same weights and state dict)",
