@@ -130,6 +130,20 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_bad_scan_chunk_in_the_environment_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """XLA_TRAIN_SCAN_CHUNK is read as the run is planned, not when the scans are built, by which time the run's
+    folder and config were written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setenv("XLA_TRAIN_SCAN_CHUNK", "zero")
+    assert main(["recipe=quickstart", "accelerator=xla", "epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (
+        "xla_train: error: XLA_TRAIN_SCAN_CHUNK='zero' is not a number of time steps (a whole number, 1 or more)"
+    ), err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+
+
 def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):
     proc = run_cli("recipe=cifar10", "epochz=3", cwd=tmp_path, check=False, timeout=300)
     assert proc.returncode == 2

@@ -158,7 +158,9 @@ def plan_hardware(
     chosen = resolve_runtime(runtime, kind)
     if chosen != "eager":
         from xla_train.runtime.engine.jax.compat import import_jax_keeping_numpy_rng
+        from xla_train.runtime.layers.scan_rnn import default_chunk
 
+        default_chunk()  # a bad XLA_TRAIN_SCAN_CHUNK stops the run here, before its folder is written
         import_jax_keeping_numpy_rng()  # not later, in torch_xla's loader thread, drawing from numpy's RNG
     imports = "imports" if chosen == "torch_xla" else "does not import"
     runtime_note = chosen if runtime != "auto" else f"{chosen} (auto: torch_xla {imports} here)"
