@@ -12,7 +12,7 @@ import torch
 from xla_train.data.base import keep
 from xla_train.data.batching import StreamedInputs
 from xla_train.objective import make_optimizer
-from xla_train.runtime.engine.jax.engine import JaxEngine
+from xla_train.runtime.jax.engine import JaxEngine
 from xla_train.training.module import Classifier
 
 DEVICES, CHECK = int(sys.argv[1]), sys.argv[2]
@@ -135,8 +135,8 @@ def rnn() -> dict:
     import jax.monitoring
 
     from xla_train.models.lstm import SentimentLSTM
-    from xla_train.runtime.engine.jax.backend import BACKEND_COMPILE_EVENT, PROGRAM_PREFIX
-    from xla_train.runtime.engine.jax.recurrence import jax_recurrence
+    from xla_train.runtime.jax.backend import BACKEND_COMPILE_EVENT, PROGRAM_PREFIX
+    from xla_train.runtime.jax.recurrence import jax_recurrence
     from xla_train.runtime.layers.scan_rnn import restore_rnn, use_scan_rnn
 
     compiled = []
@@ -199,8 +199,8 @@ def split() -> dict:
     merges the steps and the batch), and how far the two programs' gradients are apart."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from xla_train.runtime.engine.jax.compat import environment
-    from xla_train.runtime.engine.jax.recurrence import jax_recurrence
+    from xla_train.runtime.jax.compat import environment
+    from xla_train.runtime.jax.recurrence import jax_recurrence
     from xla_train.runtime.layers.rnn_cells import CELLS
 
     t, n, h = 6, 2 * DEVICES, 4

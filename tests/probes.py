@@ -16,8 +16,8 @@ from xla_train.data.cifar10 import CIFAR10DataModule
 from xla_train.data.digits import DigitsDataModule
 from xla_train.errors import require_positive
 from xla_train.models.lstm import SentimentLSTM
-from xla_train.runtime.accelerators import TracingAccelerator
-from xla_train.runtime.engine.torch_xla.engine import OneDevice, TorchXlaEngine
+from xla_train.runtime.torch_xla.accelerators import TracingAccelerator
+from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
 
 
 class AutocastProbe(pl.Callback):
@@ -295,7 +295,7 @@ class OneCore(TracingAccelerator):  # for tests/mp_host.py; picklable here, for 
 def _one_core_strategy():
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-    from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
+    from xla_train.runtime.torch_xla.multiprocess import XLAMultiProcessStrategy
 
     class MultiProcessOnOneCore(XLAMultiProcessStrategy):
         """Lightning's XLAStrategy.setup_distributed refuses one device, only because torch_xla would call the

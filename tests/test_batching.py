@@ -83,7 +83,7 @@ def test_the_xla_device_loader_lets_lightning_reshuffle_each_epoch():
     from lightning.fabric.utilities.data import _set_sampler_epoch
     from torch.utils.data import DataLoader
 
-    from xla_train.runtime.engine.torch_xla.strategy import device_loader
+    from xla_train.runtime.torch_xla.strategy import device_loader
 
     sampler = BatchSampler(64, 8, train=True, seed=0)
     loader = device_loader(

@@ -458,7 +458,7 @@ def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
 
 
 def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tmp_path):
-    """The fast path's knobs as lists (runtime/fast_path.py): one cell each, recording what it ran with. A conv net:
+    """The fast path's knobs as lists (runtime/eager/fast_path.py): one cell each, recording what it ran with. A conv net:
     channels_last is a convolution's memory format, and a CPU without native bf16 (no avx512_bf16) still runs a
     convolution under bf16 autocast, where oneDNN has no bf16 LSTM for it."""
     settings = "accelerators=cpu batch_sizes=8 precision=32,bf16-mixed steps=2 warmup=1".split()
@@ -607,7 +607,7 @@ def test_a_jax_cells_clock_times_each_execution_not_the_one_before_it():
     import time
 
     from xla_train.bench.timing import Stopwatch
-    from xla_train.runtime.engine.jax.backend import JaxBackend
+    from xla_train.runtime.jax.backend import JaxBackend
 
     run_s = 0.05  # one execution on the device
 

@@ -1,4 +1,4 @@
-"""accelerator=cpu|gpu at the hardware's speed (runtime/fast_path.py): the defaults per hardware, an explicit key
+"""accelerator=cpu|gpu at the hardware's speed (runtime/eager/fast_path.py): the defaults per hardware, an explicit key
 winning, torch.compile in the Lightning path, and checkpoints that still load as float32 eager nets."""
 
 import re
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers import run_cli
-from xla_train.runtime import backend, fast_path
+from xla_train.runtime import backend
+from xla_train.runtime.eager import fast_path
 from xla_train.runtime.plan import plan_hardware
 
 CPUINFO = """processor\t: 0

@@ -30,7 +30,7 @@ def xla_run(cifar_root, tmp_path_factory):
 
 def test_an_xla_step_opens_no_library_though_lightning_set_its_nvml_check(xla_run):
     """Lightning's import sets PYTORCH_NVML_BASED_CUDA_CHECK=1, with which every Adam step would dlopen
-    libnvidia-ml mid-trace (runtime/accelerators.py); the XLA accelerator lifts it for the run."""
+    libnvidia-ml mid-trace (runtime/torch_xla/accelerators.py); the XLA accelerator lifts it for the run."""
     run, _ = xla_run
     seen = json.loads((run.parents[2] / "loads.json").read_text())
     assert len(seen["steps"]) == 10, seen
@@ -49,7 +49,7 @@ def test_fit_trims_the_host_heap_after_its_first_steps_and_every_epoch(xla_run):
 
 def test_batch_norm_counters_moved_to_the_device_as_data_count_every_step(xla_run):
     """The net's 0-dim buffers go to the device as data, not as the IR constants .to() makes of a 0 or a 1
-    (runtime/engine/torch_xla/strategy.py); each BatchNorm's num_batches_tracked still counts the run's 10 steps."""
+    (runtime/torch_xla/strategy.py); each BatchNorm's num_batches_tracked still counts the run's 10 steps."""
     run, _ = xla_run
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     counters = {k: int(v) for k, v in state.items() if k.endswith("num_batches_tracked")}
@@ -66,7 +66,7 @@ def test_xla_fit_compiles_in_epoch_one_and_never_again(xla_run):
 
 def test_the_first_training_step_compiles_the_program_every_later_step_runs(xla_run):
     """One training program: auto runs every step through the program its first step traced, Adam's state sent as
-    data before it (runtime/engine/torch_xla/engine.py), where torch's first step made that state inside its own graph,
+    data before it (runtime/torch_xla/engine.py), where torch's first step made that state inside its own graph,
     a second program compiled for that step alone (Lightning's own step: tests/test_optimizer_state.py)."""
     _, proc = xla_run
     assert "steps per execution: 1 (auto" in proc.stdout, proc.stdout
@@ -228,7 +228,7 @@ def test_two_cpu_processes_validate_every_sample_once(tmp_path):
 
 
 def test_the_xla_accelerator_gives_lightning_its_nvml_check_back_at_teardown(monkeypatch):
-    from xla_train.runtime.accelerators import PJRTAccelerator
+    from xla_train.runtime.torch_xla.accelerators import PJRTAccelerator
 
     monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     monkeypatch.setenv("PJRT_DEVICE", "CPU")  # on its own, not left over from another test (pytest -n 2)

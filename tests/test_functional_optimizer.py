@@ -1,4 +1,4 @@
-"""steps_per_execution's optimizer update, written out as a pure function (runtime/engine/torch_xla/engine.py runs it), against torch.optim.
+"""steps_per_execution's optimizer update, written out as a pure function (runtime/torch_xla/engine.py runs it), against torch.optim.
 
 The K-step program cannot call `optimizer.step()`: it carries the update itself.
 These run that function on the CPU, step by step (K=1), beside the torch.optim
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from xla_train.errors import ConfigError
-from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 STEPS = 4  # Adam's bias correction and SGD's momentum buffer both change over the first steps
 

@@ -14,7 +14,7 @@ from functools import partial
 import torch.distributed as dist
 from lightning.pytorch.loggers import CSVLogger
 
-from xla_train.runtime.engine.torch_xla.multihost import HostChannel, HostTopology
+from xla_train.runtime.torch_xla.multihost import HostChannel, HostTopology
 from helpers import free_port
 
 
@@ -45,7 +45,7 @@ def _channels(world: int) -> list[HostChannel]:
 
 def _on_every_host(channels, requests: list[list[bool]]) -> list[list[bool]]:
     """Each host calls agree_to_stop once per step with its own requests; returns each host's answers."""
-    from xla_train.runtime.engine.torch_xla.spmd import SPMDStrategy
+    from xla_train.runtime.torch_xla.spmd import SPMDStrategy
 
     answers = [[] for _ in channels]
 
@@ -99,7 +99,7 @@ def _trainer(tmp_path, metrics=None):
 
 
 def test_an_xla_mp_workers_results_come_back_to_the_parent(tmp_path):
-    from xla_train.runtime.engine.torch_xla.multiprocess import restore_worker_results, worker_results
+    from xla_train.runtime.torch_xla.multiprocess import restore_worker_results, worker_results
 
     worker = _trainer(tmp_path, {"test_acc": 0.75, "val_loss": 0.5})
     (tmp_path / "run" / "version_0").mkdir(parents=True)  # an earlier run: the worker's logger takes version_1
@@ -140,7 +140,7 @@ def test_a_logger_state_round_trip_keeps_the_version_and_the_metrics_writer(tmp_
 def test_the_rendezvous_finds_host_0_from_the_worker_list_without_a_device_program(monkeypatch):
     """On a TPU without MASTER_ADDR, torch_xla would find host 0 with a transfer over every device; coordinator()
     takes it from the slice's worker list instead (here GKE's variables, as xpk sets them)."""
-    from xla_train.runtime.engine.torch_xla.multihost import coordinator
+    from xla_train.runtime.torch_xla.multihost import coordinator
 
     for key in ("MASTER_ADDR", "TPU_WORKER_HOSTNAMES", "TPU_SKIP_MDS_QUERY"):
         monkeypatch.delenv(key, raising=False)

@@ -438,7 +438,7 @@ def xla_run(cli_root, tmp_path_factory):
 @pytest.fixture(scope="module")
 def cpu_run(cli_root, tmp_path_factory):
     work = tmp_path_factory.mktemp("imdb_cpu")
-    # precision=32: compared with the XLA run's float32 losses (the CPU's default may be bf16, runtime/fast_path.py)
+    # precision=32: compared with the XLA run's float32 losses (the CPU's default may be bf16, runtime/eager/fast_path.py)
     run_cli(
         *FIT,
         "accelerator=cpu",

@@ -63,7 +63,7 @@ def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkey
     import jax
     from torch import nn
 
-    from xla_train.runtime.engine.jax.strategy import JaxStrategy
+    from xla_train.runtime.jax.strategy import JaxStrategy
     from xla_train.runtime.layers.scan_rnn import CHUNK_ENV, ScanRNN
 
     def chunks(platform: str) -> list[int]:
@@ -357,7 +357,7 @@ def test_bf16_on_jax_casts_what_torch_autocast_casts():
     concatenates, could not train in bf16)."""
     import torch.nn.functional as F
 
-    from xla_train.runtime.engine.jax import compat
+    from xla_train.runtime.jax import compat
 
     def ops(device):
         x, w, b = (torch.ones(*s, device=device) for s in ((2, 3), (4, 3), (4,)))
@@ -406,7 +406,7 @@ def test_compile_cache_auto_on_jax_is_the_machines_own_folder_on_a_tpu_or_gpu_an
     from jax.experimental.compilation_cache import compilation_cache
 
     from xla_train.errors import ConfigError
-    from xla_train.runtime.engine.jax.plan import configure_compile_cache
+    from xla_train.runtime.jax.plan import configure_compile_cache
     from xla_train.runtime.plan import default_compile_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -125,13 +125,13 @@ def test_the_import_graph_sees_relative_and_private_imports(tmp_path, monkeypatc
     fake = tmp_path / "xla_train" / "models"
     fake.mkdir(parents=True)
     (fake / "probe.py").write_text(
-        "from ..runtime.engine.torch_xla import spmd\nfrom . import cnn\nimport xla_train.runtime._x\n"
+        "from ..runtime.torch_xla import spmd\nfrom . import cnn\nimport xla_train.runtime._x\n"
         "def f():\n    from ..checkpoint import to_cpu\n"
     )
     monkeypatch.setitem(MODULES, "xla_train.models.probe", fake / "probe.py")
     monkeypatch.setitem(MODULES, "xla_train.runtime._x", fake / "probe.py")
     assert imports("xla_train.models.probe") == {
-        "xla_train.runtime.engine.torch_xla.spmd",
+        "xla_train.runtime.torch_xla.spmd",
         "xla_train.models.cnn",
         "xla_train.runtime._x",
         "xla_train.checkpoint",
@@ -167,7 +167,7 @@ def test_only_the_jax_engine_imports_jax_and_torchax():
     users = sorted(
         m
         for m in MODULES
-        if third_party(m) & {"jax", "jaxlib", "torchax"} and not m.startswith("xla_train.runtime.engine.jax")
+        if third_party(m) & {"jax", "jaxlib", "torchax"} and not m.startswith("xla_train.runtime.jax")
     )
     assert not users, users
 
@@ -286,7 +286,7 @@ def test_private_apis_of_other_packages_are_touched_only_in_compat():
     private = framework_private_names()
     findings = []
     for name, path in MODULES.items():
-        if name.rsplit(".", 1)[-1] == "compat":  # compat.py, and each runtime's own (runtime/engine/jax/compat.py)
+        if name.rsplit(".", 1)[-1] == "compat":  # compat.py, and each runtime's own (runtime/jax/compat.py)
             continue
         where = str(path.relative_to(PACKAGE.parent))
         for node in ast.walk(ast.parse(path.read_text())):

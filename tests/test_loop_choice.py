@@ -13,7 +13,7 @@ from torch import nn
 
 from xla_train.models import CifarCNN, SentimentLSTM
 from xla_train.runtime.backend import UNROLLED_K, WHILE_K, xla
-from xla_train.runtime.engine.grouped_steps import GroupedSteps, Grouping, loop_for_net
+from xla_train.runtime.grouped_steps import GroupedSteps, Grouping, loop_for_net
 
 
 class _Strategy(GroupedSteps):

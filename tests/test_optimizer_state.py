@@ -1,4 +1,4 @@
-"""runtime/engine/torch_xla/optimizer_state.py: the state made before the first step is torch's own, and on XLA the first step then
+"""runtime/torch_xla/optimizer_state.py: the state made before the first step is torch's own, and on XLA the first step then
 runs the program every later step runs."""
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from helpers import SCRIPTS, script_json
-from xla_train.runtime.engine.torch_xla.optimizer_state import prime_optimizer_state
+from xla_train.runtime.torch_xla.optimizer_state import prime_optimizer_state
 
 OPTIMIZERS = {
     "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),

@@ -108,7 +108,7 @@ def test_the_xla_device_loader_reads_its_sampler_only_at_the_first_batch():
         import time, numpy as np, torch_xla
         from torch.utils.data import DataLoader
         from xla_train.data.batching import ArrayDataset, BatchSampler
-        from xla_train.runtime.engine.torch_xla.strategy import device_loader
+        from xla_train.runtime.torch_xla.strategy import device_loader
         sampler = BatchSampler(64, 8, train=True, seed=3)
         loader = device_loader(DataLoader(ArrayDataset(np.arange(64), np.arange(64)), batch_size=None,
                                           sampler=sampler), torch_xla.device())

@@ -1,4 +1,4 @@
-"""runtime/engine/torch_xla/scan_loop.py and the chunked scans of runtime/layers/scan_rnn.py: K time steps per While iteration compute what
+"""runtime/torch_xla/scan_loop.py and the chunked scans of runtime/layers/scan_rnn.py: K time steps per While iteration compute what
 one step per iteration computes, forward and backward, also where K does not divide the sequence length (masked
 steps are put in front) and with front padding masked, and the loop is built once per body and shapes.
 

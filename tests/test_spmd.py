@@ -37,7 +37,7 @@ class Probe(pl.Callback):
 
     def setup(self, trainer, pl_module, stage) -> None:
         if self.frozen_batch_norm:  # one BatchNorm code on 1 and 8 devices (torch_xla's own has no eval backward)
-            from xla_train.runtime.engine.torch_xla.spmd import use_reduction_batch_norm
+            from xla_train.runtime.torch_xla.spmd import use_reduction_batch_norm
 
             use_reduction_batch_norm(pl_module)
 
@@ -117,7 +117,7 @@ class Probe(pl.Callback):
         x = trainer.datamodule.net_inputs(raw[:PREDICT_ROWS])
         mesh = getattr(trainer.strategy, "mesh", None)
         if mesh is not None:
-            from xla_train.runtime.engine.torch_xla.spmd import batch_sharding
+            from xla_train.runtime.torch_xla.spmd import batch_sharding
 
             x = xm.send_cpu_data_to_device(x, pl_module.device, batch_sharding(mesh))[0]
         else:
@@ -261,7 +261,7 @@ def test_dropout_masks_on_eight_devices_are_the_one_device_masks(tmp_path):
 def test_eight_devices_train_like_one_with_batch_norm_and_dropout_on(live_runs):
     """Not bit-exact, for one reason: float32 BatchNorm in training mode. The seed, the batches and the dropout
     masks are the same (test_dropout_masks_on_eight_devices_are_the_one_device_masks), but one device runs
-    XLA's fused BatchNorm and eight run the reduction form (runtime/engine/torch_xla/spmd.py), whose per-device partial sums
+    XLA's fused BatchNorm and eight run the reduction form (runtime/torch_xla/spmd.py), whose per-device partial sums
     are all-reduced in another order. The fixture's images have channels whose spread is small against their
     mean, where float32 BatchNorm gradients are 1e-6 to 1e-2 off float64 ones (see
     test_eight_devices_train_exactly_like_one): the BatchNorm layers' own tiny updates differ most, by a few
@@ -296,7 +296,7 @@ def test_eight_devices_train_like_one_with_batch_norm_and_dropout_on(live_runs):
 
 @pytest.mark.slow  # four ResNet fits on XLA:CPU; the float32 statistics under autocast: the fast test below
 def test_bf16_batch_norm_statistics_on_eight_devices_are_no_worse_than_on_one(tmp_path):
-    """precision=bf16, the ResNet's BatchNorm in training: 8 SPMD devices (the reduction form, runtime/engine/torch_xla/spmd.py)
+    """precision=bf16, the ResNet's BatchNorm in training: 8 SPMD devices (the reduction form, runtime/torch_xla/spmd.py)
     and 1 device (torch_xla's own batch_norm), each against the same run in float32. The running statistics a
     checkpoint keeps must be no further from float32's on 8 devices than on 1. Measured (XLA:CPU, 2026-11-24): worst
     layer 5.7e-3 relative on 1 device, 6.1e-3 on 8; with the statistics left in bf16, 0.96 on 8 devices."""
@@ -432,7 +432,7 @@ print(json.dumps(out))
     [(nn.BatchNorm2d, (16, 3, 5, 5), 0.1), (nn.BatchNorm1d, (16, 4), None), (nn.BatchNorm1d, (16, 4, 6), 0.3)],
 )
 def test_reduction_batch_norm_matches_torch_and_is_undone(cls, shape, momentum):
-    from xla_train.runtime.engine.torch_xla.spmd import restore_batch_norm, use_reduction_batch_norm
+    from xla_train.runtime.torch_xla.spmd import restore_batch_norm, use_reduction_batch_norm
 
     torch.manual_seed(0)
     ref = nn.Sequential(cls(shape[1], momentum=momentum))
@@ -463,8 +463,8 @@ def test_reduction_batch_norm_matches_torch_and_is_undone(cls, shape, momentum):
 
 def test_a_users_batch_norm_with_its_own_forward_keeps_it_over_the_reduction_form():
     """A user's subclass whose forward adds to BatchNorm's: its own code still runs, and its super().forward() is
-    the reduction form (runtime/engine/torch_xla/spmd.py), not torch's fused BatchNorm."""
-    from xla_train.runtime.engine.torch_xla.spmd import (
+    the reduction form (runtime/torch_xla/spmd.py), not torch's fused BatchNorm."""
+    from xla_train.runtime.torch_xla.spmd import (
         _reduction_batch_norm,
         restore_batch_norm,
         use_reduction_batch_norm,
@@ -494,7 +494,7 @@ def test_reduction_batch_norm_keeps_float32_statistics_under_bf16_autocast():
     must do the same, or its batch statistics (and the running ones a checkpoint keeps) are bf16 sums. Here on
     the CPU's autocast, which runs the same function: the output is float32, equal to stock float32 BatchNorm
     on the same activations, and the running statistics are float64's within 1e-6 relative."""
-    from xla_train.runtime.engine.torch_xla.spmd import use_reduction_batch_norm
+    from xla_train.runtime.torch_xla.spmd import use_reduction_batch_norm
 
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 8, 3)
@@ -569,7 +569,7 @@ def test_the_multi_process_strategy_sees_the_same_global_batches_as_spmd(monkeyp
     from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
     from xla_train.data.base import BaseDataModule
     from xla_train.data.batching import BatchSampler
-    from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
+    from xla_train.runtime.torch_xla.multiprocess import XLAMultiProcessStrategy
 
     def share(world, rank):
         dm = BaseDataModule(batch_size=8)

@@ -178,7 +178,7 @@ def set_type(parser, dest_prefix: str, typehint) -> None:
             action._typehint = typehint
 
 
-# --- torch (torch_xla's private uses: runtime/engine/torch_xla/compat.py) --------------------------------------
+# --- torch (torch_xla's private uses: runtime/torch_xla/compat.py) --------------------------------------
 
 
 def mark_optimizer_stepped(optimizer) -> None:
@@ -193,7 +193,7 @@ def mark_optimizer_stepped(optimizer) -> None:
 def swap_forward(module, classes: tuple, forward) -> dict:
     """Install: every layer of `module` that is an instance of `classes` gets, as its class, a subclass of its own
     class whose forward is `forward`; its state dict keys, parameters and isinstance checks stay as they were
-    (runtime/engine/torch_xla/spmd.py's reduction BatchNorm). A layer whose class has a forward of its own (a user's subclass) keeps
+    (runtime/torch_xla/spmd.py's reduction BatchNorm). A layer whose class has a forward of its own (a user's subclass) keeps
     it: `forward` goes beneath it, in place of the listed class's, so that its `super().forward()` runs `forward`.
     Returns {layer: its own class}. Undo: restore_classes()."""
     made = _SWAPPED.setdefault(forward, {})
@@ -229,7 +229,7 @@ def restore_classes(changed: dict) -> None:
 
 def set_rank_zero_only(rank: int) -> int:
     """Install: the process-wide rank of Lightning's and Fabric's `rank_zero_only` (a module global that gates their
-    loggers and messages), for a pod host that Lightning counts as rank 0 of 1 (runtime/engine/torch_xla/spmd.py). Returns the
+    loggers and messages), for a pod host that Lightning counts as rank 0 of 1 (runtime/torch_xla/spmd.py). Returns the
     previous rank; undo: set_rank_zero_only(previous)."""
     from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -241,7 +241,7 @@ def set_rank_zero_only(rank: int) -> int:
 
 def channels_last_inputs(net, hook) -> None:
     """Install: the user's net in channels_last memory format, with a forward pre-hook that converts its inputs
-    (runtime/fast_path.py); the hook's handle kept on the net as its tag, so that a second setup adds no second
+    (runtime/eager/fast_path.py); the hook's handle kept on the net as its tag, so that a second setup adds no second
     hook. Undo: undo_channels_last_inputs(net)."""
     import torch
 

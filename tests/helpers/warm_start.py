@@ -33,7 +33,7 @@ WARM_MODULES = (
     "jsonargparse",
     "sklearn.model_selection",
     "torch._inductor.fx_passes.post_grad",  # torch's, most of what importing torch_xla takes (its dynamo bridge)
-    "jax",  # where installed: every XLA run imports it (runtime/engine/jax/compat.py, import_jax_keeping_numpy_rng)
+    "jax",  # where installed: every XLA run imports it (runtime/jax/compat.py, import_jax_keeping_numpy_rng)
 )
 ENABLED = os.environ.get("XLA_TRAIN_TESTS_WARM", "1") != "0"
 

@@ -62,9 +62,9 @@ with torch.no_grad():
     assert (net(padded) - expected).abs().max().item() < 1e-5  # the device's weights, on nn.LSTM, on the CPU
 
 # Every XLA strategy swaps the scan in on the device and nn.LSTM back at teardown (xla_mp as in a spawned worker).
-from xla_train.runtime.accelerators import PJRTAccelerator
-from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
-from xla_train.runtime.engine.torch_xla.strategy import XLASingleDeviceStrategy
+from xla_train.runtime.torch_xla.accelerators import PJRTAccelerator
+from xla_train.runtime.torch_xla.multiprocess import XLAMultiProcessStrategy
+from xla_train.runtime.torch_xla.strategy import XLASingleDeviceStrategy
 from xla_train.training.module import Classifier
 
 for strategy in (XLASingleDeviceStrategy(0, PJRTAccelerator()), XLAMultiProcessStrategy(PJRTAccelerator())):

@@ -6,7 +6,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch import nn
-from xla_train.runtime.engine.torch_xla.optimizer_state import prime_optimizer_state
+from xla_train.runtime.torch_xla.optimizer_state import prime_optimizer_state
 
 
 def train(prime, width, amsgrad):

@@ -3,7 +3,7 @@
 import torch
 import torch_xla
 import torch_xla.distributed.spmd as xs
-from xla_train.runtime.engine.torch_xla.spmd import data_mesh, enable_spmd, require_replicated
+from xla_train.runtime.torch_xla.spmd import data_mesh, enable_spmd, require_replicated
 from xla_train.errors import HardwareError
 
 enable_spmd()

@@ -4,8 +4,8 @@ import json
 import torch
 import torch_xla
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
-from xla_train.runtime.engine.torch_xla import scan_loop as loop_module
-from xla_train.runtime.engine.torch_xla.scan_loop import scan_loop
+from xla_train.runtime.torch_xla import scan_loop as loop_module
+from xla_train.runtime.torch_xla.scan_loop import scan_loop
 from xla_train.runtime.layers.scan_rnn import ScanRNN
 
 torch.manual_seed(0)

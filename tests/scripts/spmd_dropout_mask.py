@@ -9,7 +9,7 @@ import torch_xla.runtime as xr
 devices = int(sys.argv[1])
 if devices > 1:
     xr.use_spmd()
-from xla_train.runtime.engine.torch_xla.spmd import batch_sharding, data_mesh
+from xla_train.runtime.torch_xla.spmd import batch_sharding, data_mesh
 
 x = torch.ones(64, 512)
 xm.set_rng_state(123)

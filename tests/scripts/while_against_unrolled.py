@@ -7,7 +7,7 @@ from xla_train.objective import masked_stats
 from xla_train.runtime.backend import xla
 
 device_data = xla().to_device
-from xla_train.runtime.engine.torch_xla.step_program import StepProgram
+from xla_train.runtime.torch_xla.step_program import StepProgram
 
 dev = torch_xla.device()
 torch.manual_seed(0)

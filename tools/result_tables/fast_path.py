@@ -92,7 +92,7 @@ def payback_samples() -> int:
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "COMPILE_PAYBACK_SAMPLES":
             return ast.literal_eval(node.value)
-    raise SystemExit("xla_train/runtime/fast_path.py no longer sets COMPILE_PAYBACK_SAMPLES")
+    raise SystemExit("xla_train/runtime/eager/fast_path.py no longer sets COMPILE_PAYBACK_SAMPLES")
 
 
 def break_even(at: dict) -> tuple[float, float]:
@@ -123,7 +123,7 @@ def payback() -> str:
         "",
         f"Compiled bf16 + channels_last saves {saved_ms:.2f} ms a sample over bf16 eager, so its first step "
         f"({float(compiled['first_step_s']):.1f} s) is repaid after **{even:,.0f} samples**; `compile=auto` compiles "
-        f"a run of at least {threshold:,} training samples (`runtime/fast_path.py`), "
+        f"a run of at least {threshold:,} training samples (`runtime/eager/fast_path.py`), "
         f"{threshold / even:.1f}x that, for margin.",
     ]
     return block(out, name)

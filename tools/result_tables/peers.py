@@ -105,7 +105,7 @@ def gpu() -> str:
     return block(out, *(name for name, _ in names), *GPU_DEFAULT_CHUNK.values())
 
 
-# The IMDB LSTM's JAX cells at the GPU's default chunk (runtime/engine/jax/strategy.py's SCAN_CHUNKS), from the sweep
+# The IMDB LSTM's JAX cells at the GPU's default chunk (runtime/jax/strategy.py's SCAN_CHUNKS), from the sweep
 # that chose it; gpu-imdb.csv's own JAX cells ran at 1. These CSVs predate bench's scan_chunk column, so the chunks
 # are named here.
 GPU_CHUNK = 4

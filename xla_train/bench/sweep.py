@@ -35,7 +35,7 @@ Setting = Union[bool, Literal["auto"]]
 Loop = Literal["auto", "unroll", "while"]
 Runtime = Literal["auto", "torch_xla", "jax"]
 StepsSetting = Union[PositiveInt, Literal["auto"]]  # auto: what fit would choose for the recipe, batch and device
-FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/fast_path.py's knobs, on cpu and gpu
+FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/eager/fast_path.py's knobs, on cpu and gpu
 COLUMNS = [
     "recipe",
     "accelerator",

@@ -220,7 +220,7 @@ class Loop:
         watch = self.steps(plan, model, dm)
         out = watch.result()
         fp = plan.fast_path
-        if fp is not None:  # what the cell ran with, its defaults resolved (runtime/fast_path.py)
+        if fp is not None:  # what the cell ran with, its defaults resolved (runtime/eager/fast_path.py)
             out.update(precision=fp.precision, compile=fp.compile, channels_last=fp.channels_last)
             if fp.compile:
                 out["compiles"], out["compile_s"] = inductor()
@@ -268,7 +268,7 @@ class LightningLoop(Loop):
         from typing_extensions import override
 
         from xla_train.runtime.backend import backend_of_strategy
-        from xla_train.runtime.fast_path import FastPathCallback
+        from xla_train.runtime.eager.fast_path import FastPathCallback
         from xla_train.runtime.layers.scan_rnn import scan_chunk
         from xla_train.training.compile_guard import CompileAccounting
         from xla_train.training.progress import KerasProgress
@@ -325,9 +325,9 @@ class PlainLoop(Loop):
 
     def steps(self, plan, model, dm) -> Stopwatch:
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
-        from xla_train.runtime.accelerators import keep_cuda_probe_off_the_trace
+        from xla_train.runtime.torch_xla.accelerators import keep_cuda_probe_off_the_trace
         from xla_train.runtime.layers.scan_rnn import scan_chunk, use_scan_rnn
-        from xla_train.runtime.engine.torch_xla.strategy import device_loader
+        from xla_train.runtime.torch_xla.strategy import device_loader
 
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device

@@ -33,7 +33,7 @@ from xla_train.config.startup_lines import StartupLines
 from xla_train.data.base import BaseDataModule
 from xla_train.errors import ConfigError
 from xla_train.models.reference import NetRef, build_with, import_class
-from xla_train.runtime.fast_path import FastPathCallback
+from xla_train.runtime.eager.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
 from xla_train.training.compile_guard import CompileAccounting

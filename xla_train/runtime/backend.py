@@ -117,7 +117,7 @@ class Backend:
         return "auto", ""
 
     def execution_loop(self, setting: str = "auto", accelerator: str = "") -> str:
-        """How K steps run as one program (runtime/engine/torch_xla/step_program.py): what execution_loop=auto means here."""
+        """How K steps run as one program (runtime/torch_xla/step_program.py): what execution_loop=auto means here."""
         if setting not in EXECUTION_LOOPS:
             raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
         return "unroll" if setting == "auto" else setting
@@ -183,7 +183,7 @@ class XLABackend(Backend):
     def execution_loop(self, setting: str = "auto", accelerator: str = "xla") -> str:
         """auto: an XLA While loop, whose program does not grow with K, except on XLA:CPU, which runs a conv net's
         step inside a While body many times slower than unrolled (docs/feeding.md): there the net decides
-        (runtime/engine/grouped_steps.py, loop_for_net), and the plan's K calls unroll until it does."""
+        (runtime/grouped_steps.py, loop_for_net), and the plan's K calls unroll until it does."""
         loop = super().execution_loop(setting)
         if setting != "auto":
             return loop
@@ -248,11 +248,11 @@ class XLABackend(Backend):
         Such a call hashes the graph, looks it up and dispatches it, but it also waits for the device while the
         previous step's execution still runs, and XLA:CPU sometimes runs the whole execution inside it, so a host
         clock around a step cannot tell the host's share from the device's without knowing this. The timing
-        wrappers are installed once, for the life of the process (runtime/engine/torch_xla/compat.py lists the patch)."""
+        wrappers are installed once, for the life of the process (runtime/torch_xla/compat.py lists the patch)."""
         global _SYNC_SECONDS
         which = 2 if compiling else 1 if cpu else 0
         if _SYNC_SECONDS is None:
-            from xla_train.runtime.engine.torch_xla import compat as xla_compat
+            from xla_train.runtime.torch_xla import compat as xla_compat
 
             _SYNC_SECONDS = xla_compat.time_xla_syncs()
         return lambda: _SYNC_SECONDS[which]

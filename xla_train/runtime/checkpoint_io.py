@@ -10,7 +10,7 @@ from typing import Any
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
-from xla_train.runtime.engine.torch_xla import compat as xla_compat
+from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.checkpoint import atomic_save, safe_load, tensors_in
 
 

@@ -126,7 +126,7 @@ class DeviceReport:
 _LIST_JAX = """
 import json
 from xla_train.errors import UserError
-from xla_train.runtime.engine.jax.devices import jax_devices
+from xla_train.runtime.jax.devices import jax_devices
 try:
     found = jax_devices({kind!r})
     print(json.dumps({{"count": len(found), "kind": found[0].device_kind, "platform": found[0].platform}}))
@@ -158,7 +158,7 @@ def jax_report(kind: str) -> DeviceReport:
     """The JAX devices accelerator=`kind` would train on with runtime=jax, counted in a short-lived process."""
     from importlib.metadata import version
 
-    from xla_train.runtime.engine.jax.devices import require_jax
+    from xla_train.runtime.jax.devices import require_jax
 
     require_jax()
     answer = _listed(_LIST_JAX.format(kind=kind), f"JAX for accelerator={kind}")

@@ -2,7 +2,7 @@
 
 `tpu` and `xla` get the PJRT accelerators and an XLA strategy: the single-device one, SPMD over every device
 (of every host on a pod slice), or on a TPU and on request Lightning's one process per device. `cpu` and `gpu`
-are plain Lightning (its DDP across nodes) with what runtime/fast_path.py picks for the hardware; `auto` takes a
+are plain Lightning (its DDP across nodes) with what runtime/eager/fast_path.py picks for the hardware; `auto` takes a
 TPU if the PCI bus has one, then a GPU, then the CPU. Every choice writes checkpoints through the same atomic
 writer (docs/hardware.md, "Each accelerator").
 """
@@ -14,8 +14,8 @@ import warnings
 from dataclasses import dataclass
 
 from xla_train import compat
-from xla_train.runtime.engine.torch_xla import compat as xla_compat
-from xla_train.runtime import fast_path as fast
+from xla_train.runtime.torch_xla import compat as xla_compat
+from xla_train.runtime.eager import fast_path as fast
 from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.backend import backend_for
@@ -93,7 +93,7 @@ def run_backend(kind: str, runtime: str = "auto"):
 def backend_of_runtime(kind: str, resolved: str):
     """The backend for accelerator=`kind` on a resolved runtime (torch_xla, jax or eager)."""
     if resolved == "jax":
-        from xla_train.runtime.engine.jax.backend import JAX_BACKEND
+        from xla_train.runtime.jax.backend import JAX_BACKEND
 
         return JAX_BACKEND
     return backend_for(kind)
@@ -112,7 +112,7 @@ def torch_xla_imports() -> bool:
 
 
 def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str, bool]:
-    """(K, what auto chose and why, whether the run's length still decides it: runtime/engine/grouped_steps.py,
+    """(K, what auto chose and why, whether the run's length still decides it: runtime/grouped_steps.py,
     fit_to_run). auto is the backend's answer for the loop; off XLA and under xla_mp, one step at a time as
     Lightning runs it."""
     if setting != "auto":
@@ -157,7 +157,7 @@ def plan_hardware(
     kind = resolve_accelerator(str(accelerator), runtime)
     chosen = resolve_runtime(runtime, kind)
     if chosen != "eager":
-        from xla_train.runtime.engine.jax.compat import import_jax_keeping_numpy_rng
+        from xla_train.runtime.jax.compat import import_jax_keeping_numpy_rng
         from xla_train.runtime.layers.scan_rnn import default_chunk
 
         default_chunk()  # a bad XLA_TRAIN_SCAN_CHUNK stops the run here, before its folder is written
@@ -165,8 +165,8 @@ def plan_hardware(
     imports = "imports" if chosen == "torch_xla" else "does not import"
     runtime_note = chosen if runtime != "auto" else f"{chosen} (auto: torch_xla {imports} here)"
     if chosen == "jax":
-        from xla_train.runtime.engine.jax.plan import configure_compile_cache as jax_compile_cache
-        from xla_train.runtime.engine.jax.plan import plan_jax
+        from xla_train.runtime.jax.plan import configure_compile_cache as jax_compile_cache
+        from xla_train.runtime.jax.plan import plan_jax
 
         kwargs = plan_jax(
             kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision
@@ -225,7 +225,7 @@ def plan_hardware(
         matmul_precision
     )  # before the first trace (the runtime is up, nothing traced); not after
     plan.matmul_precision, plan.runtime_note = matmul_precision, runtime_note
-    from xla_train.runtime.engine.grouped_steps import GroupedSteps, Grouping
+    from xla_train.runtime.grouped_steps import GroupedSteps, Grouping
 
     strat = plan.trainer_kwargs["strategy"]
     if isinstance(strat, GroupedSteps):  # not xla_mp's, which runs one step at a time
@@ -293,11 +293,11 @@ def _lightning_strategy(kind: str, strategy):
 
 
 def xla_precision_plugin(precision):
-    """None for float32; bf16 runs under autocast (runtime/precision.py). The rest does not suit XLA."""
+    """None for float32; bf16 runs under autocast (runtime/torch_xla/precision.py). The rest does not suit XLA."""
     p = str(precision) if precision is not None else "32-true"
     if p in ("32", "32-true"):
         return None
-    from xla_train.runtime.precision import BF16_NAMES, XLABf16Autocast
+    from xla_train.runtime.torch_xla.precision import BF16_NAMES, XLABf16Autocast
 
     if p in BF16_NAMES:
         return XLABf16Autocast()
@@ -339,9 +339,9 @@ def configure_compile_cache(setting: str | None) -> bool | None:
 
 
 def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, num_nodes=1) -> HardwarePlan:
-    from xla_train.runtime.accelerators import PJRTAccelerator, TPUAccelerator
+    from xla_train.runtime.torch_xla.accelerators import PJRTAccelerator, TPUAccelerator
     from xla_train.runtime.devices import configure_pjrt, parse_device_count
-    from xla_train.runtime.engine.torch_xla.multihost import host_topology
+    from xla_train.runtime.torch_xla.multihost import host_topology
 
     if strategy not in XLA_STRATEGIES:
         raise ConfigError(
@@ -372,7 +372,7 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
     n = parse_device_count(devices, topo.local_devices)
     accelerator = TPUAccelerator() if kind == "tpu" else PJRTAccelerator()
     if n == 1 and strategy != "spmd" and not topo.multi_host:
-        from xla_train.runtime.engine.torch_xla.strategy import XLASingleDeviceStrategy
+        from xla_train.runtime.torch_xla.strategy import XLASingleDeviceStrategy
 
         strat = XLASingleDeviceStrategy(0, accelerator=accelerator, precision_plugin=plugin)
     else:
@@ -383,7 +383,7 @@ def _plan_xla(kind: str, devices, strategy, precision=None, compile_cache=None, 
                 f"for several devices)" + ("" if topo.multi_host else " or devices=1")
             )
         _check_spmd_devices(n, topo)
-        from xla_train.runtime.engine.torch_xla.spmd import SPMDStrategy
+        from xla_train.runtime.torch_xla.spmd import SPMDStrategy
 
         strat = SPMDStrategy(n, accelerator=accelerator, precision_plugin=plugin, topology=topo)
     # The accelerator and the precision travel inside the strategy; Lightning refuses them twice.
@@ -418,8 +418,8 @@ def _plan_xla_multiprocess(kind: str, requested: int | None, plugin=None) -> Har
     """strategy=xla_mp: Lightning's XLAStrategy, one process per TPU core. TPU only, and the parent process
     must not start the runtime, which the spawned processes own; Lightning's XLAAccelerator (under
     TracingAccelerator) counts the cores without starting it."""
-    from xla_train.runtime.accelerators import TracingAccelerator
-    from xla_train.runtime.engine.torch_xla.multiprocess import XLAMultiProcessStrategy
+    from xla_train.runtime.torch_xla.accelerators import TracingAccelerator
+    from xla_train.runtime.torch_xla.multiprocess import XLAMultiProcessStrategy
 
     if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
         raise HardwareError(

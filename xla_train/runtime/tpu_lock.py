@@ -80,6 +80,6 @@ def runtime_started() -> bool:
 
     if "torch_xla" not in sys.modules:
         return False
-    from xla_train.runtime.engine.torch_xla import compat as xla_compat
+    from xla_train.runtime.torch_xla import compat as xla_compat
 
     return xla_compat.xla_runtime_started()

@@ -79,7 +79,7 @@ class KerasProgress(EpochCallback):
         if "xla_compile_s" in m:
             graphs = int(m.get("xla_compiles", 0))
             parts.append(f"compile {m['xla_compile_s']:.1f} s ({graphs} graph{'s' if graphs != 1 else ''})")
-        if m.get("inductor_compiles"):  # torch.compile on cpu/gpu (runtime/fast_path.py): the first epoch's
+        if m.get("inductor_compiles"):  # torch.compile on cpu/gpu (runtime/eager/fast_path.py): the first epoch's
             n = int(m["inductor_compiles"])
             parts.append(f"compile {m['inductor_compile_s']:.1f} s (inductor, {n} graph{'s' if n != 1 else ''})")
         if self.live:

@@ -42,7 +42,7 @@ class RunReport(EpochCallback):
             if self.runtime:
                 print(f"runtime: {self.runtime}", flush=True)
                 print(f"precision: {trainer.precision}", flush=True)  # XLA; off XLA the fast path's line says it
-            if self.fast_path is not None:  # cpu/gpu: what runtime/fast_path.py picked, and why
+            if self.fast_path is not None:  # cpu/gpu: what runtime/eager/fast_path.py picked, and why
                 print(f"fast path: {self.fast_path.summary()}", flush=True)
             if self.matmul_precision:  # XLA: what "float32" means on a TPU
                 print(

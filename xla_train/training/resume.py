@@ -119,7 +119,7 @@ class Preemption(pl.Callback):
     """On SIGTERM or SIGINT: finish the step, write last.ckpt, and let the CLI exit with a distinct code.
 
     On a pod slice the signal reaches the hosts at different steps, and every host
-    must stop after the same one (runtime/engine/torch_xla/spmd.py, `agree_to_stop`). There the
+    must stop after the same one (runtime/torch_xla/spmd.py, `agree_to_stop`). There the
     signals only note the request; after each execution (a training step, or K of
     them with steps_per_execution=K) the hosts agree, and only then is Lightning
     told to stop, on every host at once.

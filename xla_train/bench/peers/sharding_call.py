@@ -1,6 +1,6 @@
 """What it costs to mark a traced tensor replicated under SPMD: torch_xla's public `xs.mark_sharding`, which rebuilds
 the mesh's OpSharding and probes for jax/torchax on every call, against the call xla_train makes
-(runtime/engine/torch_xla/compat.py, `xla_mark_sharding`) with an OpSharding built once. xla_train marks every
+(runtime/torch_xla/compat.py, `xla_mark_sharding`) with an OpSharding built once. xla_train marks every
 state tensor of every K-step execution, so the difference is paid per tensor per execution. docs/results.md,
 "A sharding call's cost":
 
@@ -30,7 +30,7 @@ import torch_xla  # noqa: E402
 import torch_xla.distributed.spmd as xs  # noqa: E402
 import torch_xla.runtime as xr  # noqa: E402
 
-from xla_train.runtime.engine.torch_xla.compat import xla_mark_sharding  # noqa: E402
+from xla_train.runtime.torch_xla.compat import xla_mark_sharding  # noqa: E402
 
 TENSORS, ROUNDS = 200, 5
 

@@ -1,6 +1,6 @@
 """One time step of each recurrent cell, forward and backward, and the loop bodies that run K of them.
 
-runtime/layers/scan_rnn.py runs these bodies in XLA While loops (runtime/engine/torch_xla/scan_loop.py). A body runs a chunk of K steps,
+runtime/layers/scan_rnn.py runs these bodies in XLA While loops (runtime/torch_xla/scan_loop.py). A body runs a chunk of K steps,
 unrolled, so that a device whose While iterations have a fixed cost pays it once per K steps; the compiled graph
 grows with K, never with the sequence length.
 """

@@ -1,7 +1,7 @@
 """nn.LSTM, nn.GRU and nn.RNN as XLA While loops, swapped in when a model runs on XLA.
 
 XLA traces a recurrent layer step by step, so its compile time grows with the sequence length. Here each layer and
-direction projects its whole input in one matmul, and a While loop (runtime/engine/torch_xla/scan_loop.py) runs the cell's step
+direction projects its whole input in one matmul, and a While loop (runtime/torch_xla/scan_loop.py) runs the cell's step
 (runtime/layers/rnn_cells.py), `chunk` steps per iteration (the reverse direction loops over the time-flipped sequence).
 The backward is a second loop written out per cell, not torch_xla scan's own autograd, which caches graphs whatever
 requires_grad and needs torchax under SPMD; both loops are batch-parallel, and the weight gradients are one matmul
@@ -24,13 +24,13 @@ from torch.nn.utils.rnn import PackedSequence
 
 from xla_train.errors import ConfigError
 from xla_train.runtime.layers.rnn_cells import CELLS, backward_body, forward_body
-from xla_train.runtime.engine.torch_xla.scan_loop import scan_loop
+from xla_train.runtime.torch_xla.scan_loop import scan_loop
 from xla_train.runtime.layers.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
 
 # Time steps per While iteration: 1, by measurement on XLA:CPU (docs/hardware.md). An iteration of XLA:CPU's While
 # costs little beside the work in each iteration of the IMDB recipe's layer, so more steps per iteration saved
 # nothing and compiled several times as long: each unrolled step is more kernels to compile. A runtime gives its
-# own for another platform (runtime/engine/jax/strategy.py's SCAN_CHUNKS: a GPU's iterations cost more); on a TPU
+# own for another platform (runtime/jax/strategy.py's SCAN_CHUNKS: a GPU's iterations cost more); on a TPU
 # (not measured here) XLA_TRAIN_SCAN_CHUNK sets another.
 CHUNK = 1
 CHUNK_ENV = "XLA_TRAIN_SCAN_CHUNK"  # another chunk, for every scan a process builds (to measure one on a TPU)

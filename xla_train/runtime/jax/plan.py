@@ -30,8 +30,8 @@ def configure_compile_cache(setting: str | None, platform: str, default: str) ->
 
 
 def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision):
-    from xla_train.runtime.engine.jax.backend import JAX_BACKEND
-    from xla_train.runtime.engine.jax.devices import jax_devices
+    from xla_train.runtime.jax.backend import JAX_BACKEND
+    from xla_train.runtime.jax.devices import jax_devices
 
     if strategy not in ("auto", "spmd"):
         raise ConfigError(f"strategy={strategy!r} on runtime=jax; leave it at auto (one program drives every device)")
@@ -47,9 +47,9 @@ def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution,
     note, pending = "", False
     if steps_per_execution == "auto":
         steps_per_execution, note, pending = JAX_BACKEND.auto_steps(loop)
-    from xla_train.runtime.engine.jax.strategy import JaxStrategy
+    from xla_train.runtime.jax.strategy import JaxStrategy
 
-    from xla_train.runtime.engine.grouped_steps import Grouping
+    from xla_train.runtime.grouped_steps import Grouping
 
     strat = JaxStrategy(found, loop, p, matmul_precision)
     strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, execution_loop))

@@ -1,7 +1,7 @@
 """What every XLA runtime's engine does for a fit's training steps, as one interface: the Lightning strategies of both
-runtimes (runtime/engine/grouped_steps.py) keep Lightning's single steps and hand them to their engine, K at a time,
+runtimes (runtime/grouped_steps.py) keep Lightning's single steps and hand them to their engine, K at a time,
 so neither strategy knows how a runtime traces, places or runs a program. torch_xla's engine is
-runtime/engine/torch_xla/engine.py, JAX's runtime/engine/jax/engine.py."""
+runtime/torch_xla/engine.py, JAX's runtime/jax/engine.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 
 class Engine:

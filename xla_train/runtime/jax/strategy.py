@@ -1,5 +1,5 @@
 """The Lightning strategy of the JAX runtime: Lightning keeps the loop, the callbacks, the logging and the checkpoints'
-timing; the engine (runtime/engine/jax/engine.py) runs every step.
+timing; the engine (runtime/jax/engine.py) runs every step.
 
 To Lightning this is n devices in a world of one process, whose module stays on the host: batches are not moved,
 gradients are not reduced, and the optimizer's step() is not called, because each training step, its gradient and its
@@ -19,9 +19,9 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.engine.grouped_steps import GroupedSteps
-from xla_train.runtime.engine.jax.backend import JAX_BACKEND
-from xla_train.runtime.engine.jax.engine import JaxEngine
+from xla_train.runtime.grouped_steps import GroupedSteps
+from xla_train.runtime.jax.backend import JAX_BACKEND
+from xla_train.runtime.jax.engine import JaxEngine
 
 # The scan's time steps per loop iteration on a JAX platform, where not runtime/layers/scan_rnn.py's CHUNK (1, the
 # CPU's). On a GPU each iteration of a While loop has a fixed cost beside a time step of the tutorial's LSTM, a few
@@ -112,7 +112,7 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         windows runs as a reduction and dropout hashes its mask, as on torch_xla (runtime/layers/max_pool.py,
         runtime/layers/dropout.py): JAX's select-and-scatter and random bits cost XLA:CPU as much as torch_xla's do."""
         from xla_train.runtime.layers.dropout import use_hashed_dropout
-        from xla_train.runtime.engine.jax.recurrence import jax_recurrence
+        from xla_train.runtime.jax.recurrence import jax_recurrence
         from xla_train.runtime.layers.max_pool import use_tiled_max_pool
         from xla_train.runtime.layers.scan_rnn import use_scan_rnn
 

@@ -1,12 +1,12 @@
 """The engine on torch_xla: the model placed on an XLA device with the layer rewrites XLA needs, and K training steps
-traced once into one program (runtime/engine/torch_xla/step_program.py), its optimizer update inside
-(runtime/engine/functional_optimizer.py).
+traced once into one program (runtime/torch_xla/step_program.py), its optimizer update inside
+(runtime/functional_optimizer.py).
 
 Tracing a step in Python can cost the host more than the step costs a TPU, so a step is traced once, as a pure
 function of the state, and each kept step brings its batch, its learning-rate row and the device seed it would have
 traced with alone. A step that reads device values on the host while traced cannot be a program: its values would
 be the first batch's. Where the program's inputs and outputs go (one device, or split over a mesh) is the
-placement's: `OneDevice` here, the SPMD mesh's in runtime/engine/torch_xla/spmd.py.
+placement's: `OneDevice` here, the SPMD mesh's in runtime/torch_xla/spmd.py.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 
 from xla_train import compat
 from xla_train.runtime.backend import backend_of
-from xla_train.runtime.engine.interface import Engine
-from xla_train.runtime.engine.torch_xla import compat as xla_compat
-from xla_train.runtime.engine.torch_xla.step_program import Layout, StepProgram
-from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.interface import Engine
+from xla_train.runtime.torch_xla import compat as xla_compat
+from xla_train.runtime.torch_xla.step_program import Layout, StepProgram
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 
 class OneDevice:
@@ -111,11 +111,11 @@ class TorchXlaEngine(Engine):
                 setattr(module, name, tensor)
 
     def prime_optimizers(self, optimizers) -> None:
-        """Adam's and SGD's state made as data before the first step (runtime/engine/torch_xla/optimizer_state.py), after any resume
+        """Adam's and SGD's state made as data before the first step (runtime/torch_xla/optimizer_state.py), after any resume
         has restored its own: otherwise the first step compiles a program that no later step runs."""
         import torch_xla.core.xla_model as xm
 
-        from xla_train.runtime.engine.torch_xla.optimizer_state import prime_optimizer_state
+        from xla_train.runtime.torch_xla.optimizer_state import prime_optimizer_state
 
         for optimizer in optimizers:
             prime_optimizer_state(optimizer, lambda ts: xm.send_cpu_data_to_device(ts, self.device))
@@ -128,7 +128,7 @@ class TorchXlaEngine(Engine):
         compat.restore_classes(self._swapped)
         self._swapped = {}
 
-    # --- a group of steps (runtime/engine/interface.py) --------------------------------------------------------
+    # --- a group of steps (runtime/interface.py) --------------------------------------------------------
     def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
         if self._opt is None:
             self._opt = FunctionalOptimizer(optimizer)

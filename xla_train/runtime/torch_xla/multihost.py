@@ -65,7 +65,7 @@ def coordinator() -> str | None:
         return os.environ["MASTER_ADDR"]
     if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
         return None
-    from xla_train.runtime.engine.torch_xla import compat as xla_compat
+    from xla_train.runtime.torch_xla import compat as xla_compat
 
     os.environ["MASTER_ADDR"] = xla_compat.tpu_worker_hosts()[0]
     return os.environ["MASTER_ADDR"]

@@ -1,7 +1,7 @@
 """What the Lightning strategies of both runtimes share where K training steps run as one program.
 
 Lightning's loop, callbacks, scheduler, checkpoints and resume all count single steps, so the strategy keeps each
-step's batch with its learning-rate row and its random key, and hands every K to its engine (runtime/engine/
+step's batch with its learning-rate row and its random key, and hands every K to its engine (runtime/
 interface.py) to run as one program traced once, the optimizer's update inside; auto's K=1 is such a program too.
 A group runs early, with the steps it has, whenever the state must be true: at the end of an epoch or of max_steps,
 before a checkpoint, before validation (docs/feeding.md, "Keep a TPU fed"). The gradient and the update run inside the
@@ -17,7 +17,7 @@ from torch import nn
 from typing_extensions import override
 
 from xla_train.errors import ConfigError
-from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,9 @@ def loop_for_net(module: nn.Module) -> tuple[str, str]:
 
 class GroupedSteps:
     """For a Lightning strategy whose steps its engine runs as programs of K (`self.engine`: torch_xla's
-    runtime/engine/torch_xla/strategy.py, JAX's runtime/engine/jax/strategy.py)."""
+    runtime/torch_xla/strategy.py, JAX's runtime/jax/strategy.py)."""
 
-    engine = None  # the runtime's Engine (runtime/engine/interface.py)
+    engine = None  # the runtime's Engine (runtime/interface.py)
     fallback = True  # whether a step that cannot be a program can run as Lightning's own step (auto's K=1)
 
     steps_per_execution = 1

@@ -36,7 +36,7 @@ def xla_mark_sharding(tensor, op_sharding) -> None:
     torch_xla._XLAC._xla_mark_sharding(tensor, op_sharding)
 
 
-# The lazy-tensor internals behind runtime/engine/torch_xla/step_program.py and runtime/engine/torch_xla/scan_loop.py, as torch_xla's own
+# The lazy-tensor internals behind runtime/torch_xla/step_program.py and runtime/torch_xla/scan_loop.py, as torch_xla's own
 # experimental/gradient_accumulation.py and experimental/scan.py use them (2.9.0).
 
 
@@ -102,7 +102,7 @@ def xla_seed_after_step(seed: int) -> int:
 def xla_lowered(outputs, inputs) -> tuple[bytes, list[int], int]:
     """(HLO module, parameter number of each of `inputs` or -1 where unused, how many parameters) of the graph that
     computes `outputs`, lowered as torch_xla's scan lowers its body (experimental/scan.py, _scan_impl_flat, 2.9.0:
-    a LoweringContext, where every tensor without pending work becomes a parameter; runtime/engine/torch_xla/scan_loop.py)."""
+    a LoweringContext, where every tensor without pending work becomes a parameter; runtime/torch_xla/scan_loop.py)."""
     import torch_xla
 
     ctx = torch_xla._XLAC.lowering.LoweringContext("FnComputation")

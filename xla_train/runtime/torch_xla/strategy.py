@@ -1,5 +1,5 @@
 """The Lightning strategy of the torch_xla runtime: Lightning keeps the loop, the callbacks, the logging and the
-checkpoints' timing; the engine (runtime/engine/torch_xla/engine.py) places the model and runs K steps as one program.
+checkpoints' timing; the engine (runtime/torch_xla/engine.py) places the model and runs K steps as one program.
 
 The single-device strategy is Lightning's own, taking its device from the current torch_xla API and writing
 checkpoints through the atomic writer. Batches go through torch_xla's MpDeviceLoader, which overlaps
@@ -17,8 +17,8 @@ from typing_extensions import override
 from xla_train import compat
 from xla_train.runtime.backend import backend_of
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.engine.grouped_steps import GroupedSteps
-from xla_train.runtime.engine.torch_xla.engine import OneDevice, TorchXlaEngine
+from xla_train.runtime.grouped_steps import GroupedSteps
+from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
 
 
 class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):

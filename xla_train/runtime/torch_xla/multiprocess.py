@@ -14,8 +14,8 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
-from xla_train.runtime.engine.torch_xla.engine import OneDevice, TorchXlaEngine
-from xla_train.runtime.engine.torch_xla.strategy import device_loader
+from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
+from xla_train.runtime.torch_xla.strategy import device_loader
 
 
 class XLAMultiProcessStrategy(compat.OwnCheckpointIO, compat.ReturningXLALauncher, XLAStrategy):

@@ -21,12 +21,12 @@ from torch import nn
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.runtime.engine.torch_xla import compat as xla_compat
+from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
-from xla_train.runtime.engine.torch_xla.engine import OneDevice
-from xla_train.runtime.engine.torch_xla.multihost import HostChannel, HostTopology
-from xla_train.runtime.engine.torch_xla.strategy import XLASingleDeviceStrategy, device_loader
+from xla_train.runtime.torch_xla.engine import OneDevice
+from xla_train.runtime.torch_xla.multihost import HostChannel, HostTopology
+from xla_train.runtime.torch_xla.strategy import XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
 
@@ -156,7 +156,7 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
     single-device strategy (its checkpoint writer and MpDeviceLoader included) with
     a sharded input and the device list Lightning needs to count n devices. With
     several hosts it is also one rank of a world of hosts, and passes the few
-    host-side answers Lightning shares between ranks over runtime/engine/torch_xla/multihost.py's channel.
+    host-side answers Lightning shares between ranks over runtime/torch_xla/multihost.py's channel.
     """
 
     strategy_name = "spmd"

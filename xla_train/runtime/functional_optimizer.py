@@ -1,7 +1,7 @@
 """Adam and SGD as pure functions of the optimizer's own state, for a training step traced once as a program.
 
 A program traced once cannot call torch.optim's step, which updates tensors in place and keeps Adam's step count
-on the host, so the update is written here as torch.optim computes it (runtime/engine/torch_xla/engine.py runs it),
+on the host, so the update is written here as torch.optim computes it (runtime/torch_xla/engine.py runs it),
 and a checkpoint holds torch.optim's own state whatever ran it.
 """
 

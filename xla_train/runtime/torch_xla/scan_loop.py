@@ -13,7 +13,7 @@ import itertools
 
 import torch
 
-from xla_train.runtime.engine.torch_xla import compat as xla_compat
+from xla_train.runtime.torch_xla import compat as xla_compat
 
 _BUILT: dict = {}  # (body, k, reverse, shapes and dtypes) -> (While computation, the ys' shapes and dtypes)
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from torchax.interop import jax_view, torch_view
 
-from xla_train.runtime.engine.jax.compat import environment
+from xla_train.runtime.jax.compat import environment
 
 
 def _in_torch(fn):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from xla_train.runtime.engine.torch_xla import compat as xla_compat
+from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.backend import xla
 
 MASK64 = (1 << 64) - 1

@@ -80,7 +80,7 @@ def jax_devices(kind: str, devices="auto") -> list:
     require_jax()
     import jax
 
-    from xla_train.runtime.engine.jax import compat
+    from xla_train.runtime.jax import compat
 
     platform = PLATFORM.get(kind)
     if platform is None and os.environ.get("PJRT_DEVICE", "").strip().upper() == "CPU":

@@ -23,11 +23,11 @@ from torch import nn
 
 from xla_train.compat import mark_optimizer_stepped
 from xla_train.errors import ConfigError
-from xla_train.runtime.engine.jax import compat
-from xla_train.runtime.engine.jax.backend import JAX_BACKEND, PROGRAM_PREFIX
-from xla_train.runtime.engine.functional_optimizer import FunctionalOptimizer
-from xla_train.runtime.engine.grouped_steps import convolution_in
-from xla_train.runtime.engine.interface import Engine
+from xla_train.runtime.jax import compat
+from xla_train.runtime.jax.backend import JAX_BACKEND, PROGRAM_PREFIX
+from xla_train.runtime.functional_optimizer import FunctionalOptimizer
+from xla_train.runtime.grouped_steps import convolution_in
+from xla_train.runtime.interface import Engine
 
 DATA_AXIS = "data"
 
@@ -343,7 +343,7 @@ class JaxEngine(Engine):
 
         return jax.device_put(host_array(t), self.batch if t.dim() else self.replicated)
 
-    # --- a group of steps (runtime/engine/interface.py) --------------------------------------------------------
+    # --- a group of steps (runtime/interface.py) --------------------------------------------------------
     def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
         self.ensure_state(optimizer)
         return self.opt
