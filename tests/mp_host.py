@@ -4,7 +4,7 @@ On a TPU, Lightning's XLA launcher (xmp.spawn) trains in worker processes, one p
 core, and the parent gets back only what the launcher returns. torch_xla calls the
 function in-process when nprocs is 1, so here its multi-process path is taken for
 one device: one forked worker, which needs no collective. strategy=xla_mp is
-refused off a TPU (runtime/plan.py); here it is planned as on a TPU, over the one
+refused off a TPU (runtime/torch_xla/plan.py); here it is planned as on a TPU, over the one
 XLA:CPU device. Everything else (the strategy, its launcher, the CLI) runs as is.
 """
 
@@ -17,7 +17,7 @@ import torch_xla.distributed.xla_multiprocessing as xmp
 import torchvision.datasets.cifar as cifar
 import torchvision.datasets.utils as tv_utils
 
-import xla_train.runtime.plan as plan
+import xla_train.runtime.torch_xla.plan as plan
 from probes import MultiProcessOnOneCore, OneCore
 
 cifar.check_integrity = tv_utils.check_integrity = lambda fpath, md5=None: os.path.isfile(fpath)
@@ -31,9 +31,9 @@ def spawn(fn, args=(), nprocs=None, join=True, daemon=False, start_method="spawn
 xmp.spawn = spawn
 
 
-def as_on_a_tpu(kind, requested, plugin=None):
+def as_on_a_tpu(requested, plugin=None):
     strat = MultiProcessOnOneCore(accelerator=OneCore(), precision_plugin=plugin)
-    return plan.HardwarePlan(kind, {"accelerator": "auto", "strategy": strat, "devices": 1, "precision": None})
+    return {"accelerator": "auto", "strategy": strat, "devices": 1, "precision": None}
 
 
 plan._plan_xla_multiprocess = as_on_a_tpu

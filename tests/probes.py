@@ -380,7 +380,7 @@ class RngDraws(pl.Callback):
     JSON line to rng_draws.jsonl in the working folder: a resumed run's lines must be the uninterrupted run's."""
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        from xla_train.runtime.backend import backend_of
+        from xla_train.runtime.registry import backend_of
 
         device = trainer.strategy.root_device
         draws = {

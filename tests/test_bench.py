@@ -300,8 +300,6 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
     (probes.IdleLSTM), runs at the trace and in no timed step. steps_per_execution=1 is Lightning's own step, traced anew each step: the host's wall time holds
     the wait and its CPU time cannot, however loaded the machine is. The CSV keeps each setting next to what it
     became, and the host's CPU time per step."""
-    from xla_train.runtime.layers.scan_rnn import CHUNK_ENV
-
     idle_recipe = tmp_path / "idle_lstm.yaml"
     idle = tiny_recipe.read_text().replace("devices: 1}", "devices: 1, max_steps: 100}")
     idle = idle.replace("xla_train.models.SentimentLSTM", "probes.IdleLSTM")
@@ -315,9 +313,10 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
         *settings,
         "steps_per_execution=auto,1",
         "execution_loop=unroll",
+        "scan_chunk=3",  # the scan's time steps per iteration, as a user sets them for a TPU
         cwd=tmp_path,
         timeout=400,
-        env={**env, CHUNK_ENV: "3"},  # the scan's time steps per iteration, as a user sets them for a TPU
+        env=env,
     )
     (long,) = read_table(tmp_path / "runs" / "bench" / "version_0" / "bench.csv")[1]
     auto, one = read_table(tmp_path / "runs" / "bench" / "version_1" / "bench.csv")[1]
@@ -637,15 +636,3 @@ def test_a_jax_cells_clock_times_each_execution_not_the_one_before_it():
     times = clock.result()["step_times_ms"]
     assert len(times) == 2
     assert all(0.8 * run_s / k * 1e3 < t < 1.5 * run_s / k * 1e3 for t in times), times
-
-
-def test_the_scans_time_steps_per_iteration_lead_the_command_that_reproduces_a_cell(monkeypatch):
-    """XLA_TRAIN_SCAN_CHUNK changes an LSTM cell's figures (docs/results.md, "The scan's chunk on a GPU"), so a
-    bench command run under it carries it, as XLA_FLAGS."""
-    from xla_train.bench.report import settings_prefix
-    from xla_train.runtime.layers.scan_rnn import CHUNK_ENV
-
-    monkeypatch.setenv(CHUNK_ENV, "4")
-    assert f"{CHUNK_ENV}=4 " in settings_prefix()
-    monkeypatch.delenv(CHUNK_ENV)
-    assert CHUNK_ENV not in settings_prefix()

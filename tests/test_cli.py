@@ -130,17 +130,16 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_bad_scan_chunk_in_the_environment_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    """XLA_TRAIN_SCAN_CHUNK is read as the run is planned, not when the scans are built, by which time the run's
-    folder and config were written."""
+@pytest.mark.parametrize("key, value", [("scan_chunk", "zero"), ("scan_chunk", "0"), ("device_data_mb", "-1")])
+def test_a_bad_scan_chunk_or_data_budget_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, key, value):
+    """The knobs that were environment variables are settings keys, checked as the command is read, before the
+    run's folder and config are written."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    monkeypatch.setenv("XLA_TRAIN_SCAN_CHUNK", "zero")
-    assert main(["recipe=quickstart", "accelerator=xla", "epochs=1"]) == 2
+    assert main(["recipe=quickstart", "accelerator=xla", "epochs=1", f"{key}={value}"]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == (
-        "xla_train: error: XLA_TRAIN_SCAN_CHUNK='zero' is not a number of time steps (a whole number, 1 or more)"
-    ), err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"xla_train: error: {key}") and value in last, err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []
 
 
@@ -250,14 +249,14 @@ def test_limit_batches_of_1_is_one_batch_not_all(tmp_path, monkeypatch, capsys):
     ],
 )
 def test_good_cpu_and_gpu_devices_reach_lightning_as_it_reads_them(kind, devices, expected):
-    from xla_train.runtime.plan import _lightning_devices
+    from xla_train.runtime.eager.devices import lightning_devices as _lightning_devices
 
     assert _lightning_devices(kind, devices, gpus=2) == expected
 
 
 def test_bad_gpu_devices_are_one_line():
     from xla_train.errors import HardwareError
-    from xla_train.runtime.plan import _lightning_devices
+    from xla_train.runtime.eager.devices import lightning_devices as _lightning_devices
 
     for bad in ("abc", 0, "-3", [], ["x"], [-1], True):
         with pytest.raises(HardwareError, match="GPU indices like 0,1"):

@@ -88,12 +88,12 @@ def test_lightning_asks_no_tpu_metadata_where_the_bus_has_no_tpu_and_the_patch_u
     compat.lightning_tpu_probes_back()
     original = XLAAccelerator.__dict__["auto_device_count"]
     try:
-        compat.no_tpu_for_lightning()
-        compat.no_tpu_for_lightning()  # once only: the undo gives back Lightning's own
+        compat.no_tpu_for_lightning(0)
+        compat.no_tpu_for_lightning(0)  # once only: the undo gives back Lightning's own
         assert XLAAccelerator.__dict__["auto_device_count"] is not original
         assert XLAAccelerator.is_available() is False and XLAAccelerator.auto_device_count() == 0
         compat.lightning_tpu_probes_back()
         assert XLAAccelerator.__dict__["auto_device_count"] is original
     finally:
         if installed:
-            compat.no_tpu_for_lightning()
+            compat.no_tpu_for_lightning(0)

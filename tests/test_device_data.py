@@ -162,9 +162,10 @@ def test_on_device_true_over_the_budget_is_one_line_and_writes_nothing(cifar_roo
         "on_device=true",
         f"data_dir={cifar_root}",
         "download=false",
+        "device_data_mb=0.5",
         cwd=tmp_path,
         check=False,
-        env=cli_env(XLA_TRAIN_DEVICE_DATA_MB="0.5"),
+        env=cli_env(),
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("xla_train: error:")]

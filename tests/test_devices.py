@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from helpers import cli_env, script_json
-from xla_train.runtime.devices import _LIST
+from xla_train.runtime.torch_xla.devices import _LIST
 
 LIGHTNING = "lightning.pytorch", "lightning.fabric", "torchmetrics"
 

@@ -163,7 +163,7 @@ def test_on_a_pod_only_host_0_writes_the_shared_compile_cache(tmp_path, monkeypa
     read back, the second run compiling nothing, is a TPU's to show: XLA:CPU cannot read it.)"""
     import torch_xla.runtime as xr
 
-    from xla_train.runtime.plan import configure_compile_cache
+    from xla_train.runtime.torch_xla.plan import configure_compile_cache
 
     calls = []
     monkeypatch.setattr(xr, "initialize_cache", lambda path, readonly: calls.append((path, readonly)))
@@ -186,7 +186,7 @@ def test_the_compile_cache_is_on_by_default_on_a_tpu_each_host_its_own_and_off_o
 
     import torch_xla.runtime as xr
 
-    from xla_train.runtime.plan import configure_compile_cache
+    from xla_train.runtime.torch_xla.plan import configure_compile_cache
 
     calls = []
     monkeypatch.setattr(xr, "initialize_cache", lambda path, readonly: calls.append((path, readonly)))

@@ -58,16 +58,18 @@ def test_the_scans_weight_gradient_keeps_a_split_batch_split():
 
 
 def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkeypatch):
-    """4 on a GPU (docs/results.md, "The scan's chunk on a GPU"), 1 on the CPU and a TPU; XLA_TRAIN_SCAN_CHUNK wins.
+    """4 on a GPU (docs/results.md, "The scan's chunk on a GPU"), 1 on the CPU and a TPU; the scan_chunk setting wins.
     The platform is set on the engine: the strategy's swap reads it, whatever devices this machine has."""
     import jax
     from torch import nn
 
     from xla_train.runtime.jax.strategy import JaxStrategy
-    from xla_train.runtime.layers.scan_rnn import CHUNK_ENV, ScanRNN
+    from xla_train.runtime.grouping import Grouping
+    from xla_train.runtime.layers.scan_rnn import ScanRNN
 
-    def chunks(platform: str) -> list[int]:
+    def chunks(platform: str, setting: int | None = None) -> list[int]:
         strategy = JaxStrategy(jax.devices("cpu")[:1])
+        strategy.plan_grouping(Grouping(), setting)
         strategy.engine.platform = platform
         strategy.model = nn.Sequential(nn.LSTM(3, 4), nn.GRU(4, 4))
         strategy.model_to_device()
@@ -75,10 +77,8 @@ def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkey
         assert [m.recurrence.devices for m in scans] == [1, 1]  # built for the engine's one device
         return [m.chunk for m in scans]
 
-    monkeypatch.delenv(CHUNK_ENV, raising=False)
     assert chunks("gpu") == [4, 4] and chunks("cpu") == [1, 1] and chunks("tpu") == [1, 1]
-    monkeypatch.setenv(CHUNK_ENV, "2")
-    assert chunks("gpu") == [2, 2]
+    assert chunks("gpu", 2) == [2, 2] and chunks("cpu", 3) == [3, 3]
 
 
 def test_a_step_is_traced_as_one_program_and_a_net_without_a_convolution_compiles_at_level_2(rnn_check):
@@ -302,7 +302,7 @@ def test_runtime_auto_trains_on_jax_where_torch_xla_does_not_import(tmp_path):
     does): runtime=auto picks JAX, and says so."""
     env = cli_env(1, PYTHONPATH=f"{TESTS / 'no_torch_xla'}:{path_with_tests()}")
     proc = run_cli("recipe=quickstart", "model.net.class_path=probes.TinyNet", "epochs=1", cwd=tmp_path, env=env)
-    assert "runtime: jax (auto: torch_xla does not import here)" in proc.stdout, proc.stdout[-2000:]
+    assert "runtime: jax (auto: a CPU, with jax installed here)" in proc.stdout, proc.stdout[-2000:]
     assert "held-out test accuracy" in proc.stdout
 
 
@@ -407,10 +407,10 @@ def test_compile_cache_auto_on_jax_is_the_machines_own_folder_on_a_tpu_or_gpu_an
 
     from xla_train.errors import ConfigError
     from xla_train.runtime.jax.plan import configure_compile_cache
-    from xla_train.runtime.plan import default_compile_cache
+    from xla_train.runtime.cache_folder import default_compile_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    folder = default_compile_cache("jax")
+    folder = default_compile_cache("jax_compile_cache")
     assert folder == str(tmp_path / "xla_train" / "jax_compile_cache")  # not torch_xla's
     assert (
         configure_compile_cache("auto", "cpu", folder) is None and configure_compile_cache("off", "tpu", folder) is None

@@ -153,25 +153,6 @@ def test_rooms_that_must_not_know_a_framework(room_name, packages):
     assert not any(wrong.values()), wrong
 
 
-def test_only_runtime_imports_torch_xla():
-    users = sorted(
-        m
-        for m in MODULES
-        if "torch_xla" in third_party(m) and not m.startswith(("xla_train.runtime", "xla_train.compat"))
-    )
-    assert not users, users
-
-
-def test_only_the_jax_engine_imports_jax_and_torchax():
-    """The JAX runtime is one folder: nothing else imports jax or torchax, so a user without them loses nothing else."""
-    users = sorted(
-        m
-        for m in MODULES
-        if third_party(m) & {"jax", "jaxlib", "torchax"} and not m.startswith("xla_train.runtime.jax")
-    )
-    assert not users, users
-
-
 DEVICE_KINDS = {"xla", "tpu", "gpu", "cuda", "cpu"}
 
 
@@ -505,7 +486,11 @@ def test_every_dependency_whose_private_api_is_touched_has_an_upper_bound():
     assert touched <= set(audited), f"compat.py imports {touched - set(audited)} but its header audits none"
     assert {"lightning", "torch-xla", "torch", "jsonargparse"} <= set(audited), audited
     pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
-    requirements = {r.name: r for r in map(Requirement, pyproject["project"]["dependencies"])}
+    # a runtime's package lives in its extra (each runtime installs on its own)
+    listed = pyproject["project"]["dependencies"] + [
+        r for extra in ("torch-xla", "jax") for r in pyproject["project"]["optional-dependencies"][extra]
+    ]
+    requirements = {r.name: r for r in map(Requirement, listed)}
     for name, version in audited.items():
         spec = requirements[name].specifier
         assert any(s.operator in ("==", "===", "<", "<=", "~=") for s in spec), f"{name}{spec}: no upper bound"
@@ -549,3 +534,113 @@ def test_docstrings_hold_no_measurements():
                 doc = ast.get_docstring(node, clean=False) or ""
                 found += [f"{name}:{getattr(node, 'lineno', 1)}: {m.group()!r}" for m in re.finditer(MEASURED, doc)]
     assert not found, found
+
+
+# --- the runtimes as siblings (docs/layout.md, "Adding a runtime") -----------------------------------------------
+RUNTIME_FOLDERS = ("torch_xla", "jax", "eager")
+# runtime/'s top: the registry, and what reaches a runtime only through it
+RUNTIME_TOP = {"xla_train.runtime.registry", "xla_train.runtime.plan", "xla_train.runtime.devices"}
+
+
+def runtime_part(name: str) -> str | None:
+    """A runtime module's place: a runtime folder's name, "top", "floor", or None outside runtime/."""
+    parts = name.split(".")
+    if parts[:2] != ["xla_train", "runtime"]:
+        return None
+    if len(parts) > 2 and parts[2] in RUNTIME_FOLDERS:
+        return parts[2]
+    return "top" if name in RUNTIME_TOP else "floor"
+
+
+def runtime_arrows_back_up(graph: dict) -> list[str]:
+    """Imports that break runtime/'s order: the floor imports neither a runtime folder nor the top; a folder imports
+    no sibling and not the top; the top reaches a folder only through the registry, by name."""
+    wrong = []
+    for m, targets in graph.items():
+        here = runtime_part(m)
+        for n in targets:
+            there = runtime_part(n)
+            if here is None or there is None or there == here:
+                continue
+            if here == "floor" and there != "floor":
+                wrong.append(f"{m} -> {n} (the shared floor imports no runtime folder and not the top)")
+            elif here in RUNTIME_FOLDERS and there != "floor":
+                wrong.append(f"{m} -> {n} (a runtime folder imports only the floor)")
+            elif here == "top" and there in RUNTIME_FOLDERS:
+                wrong.append(f"{m} -> {n} (the top reaches a runtime through the registry)")
+    return wrong
+
+
+def test_runtimes_are_siblings_on_a_shared_floor():
+    assert set(RUNTIME_FOLDERS) <= {p.name for p in (PACKAGE / "runtime").iterdir() if p.is_dir()}
+    for folder in ("torch_xla", "jax"):  # the same file names for the same jobs
+        files = {p.stem for p in (PACKAGE / "runtime" / folder).glob("*.py")}
+        assert {"plan", "backend", "devices", "strategy", "engine", "compat"} <= files, (folder, files)
+    eager = {p.stem for p in (PACKAGE / "runtime" / "eager").glob("*.py")}
+    assert {"plan", "backend", "devices", "strategy"} <= eager, eager
+    assert not runtime_arrows_back_up(GRAPH), "\n".join(runtime_arrows_back_up(GRAPH))
+
+
+def test_the_sibling_check_finds_an_arrow_back_up():
+    planted = {
+        "xla_train.runtime.grouped_steps": {"xla_train.runtime.torch_xla.engine"},
+        "xla_train.runtime.jax.engine": {"xla_train.runtime.torch_xla.compat", "xla_train.runtime.grouping"},
+        "xla_train.runtime.torch_xla.plan": {"xla_train.runtime.registry"},
+        "xla_train.runtime.plan": {"xla_train.runtime.eager.plan", "xla_train.runtime.registry"},
+    }
+    assert len(runtime_arrows_back_up(planted)) == 4, runtime_arrows_back_up(planted)
+
+
+# each runtime's packages, imported only inside its own folder (and by bench/peers/' scripts, which run alone)
+RUNTIME_PACKAGES = {"torch_xla": {"torch_xla"}, "jax": {"jax", "jaxlib", "torchax"}}
+
+
+def test_each_runtime_is_imported_only_in_its_own_folder():
+    wrong = [
+        f"{m} imports {pkg}"
+        for m in MODULES
+        for folder, packages in RUNTIME_PACKAGES.items()
+        for pkg in sorted(third_party(m) & packages)
+        if runtime_part(m) != folder
+    ]
+    assert not wrong, wrong
+
+
+RUNTIME_NAMES = {"torch_xla", "jax", "eager"}
+OTHER_PLATFORM_SPELLINGS = {"CPU", "TPU", "GPU", "cuda"}  # the one spelling is runtime/probe.py's PLATFORMS
+
+
+def name_comparisons(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) for each comparison with a runtime's name or a platform's other spelling (a module looked up in
+    sys.modules is a package, not a runtime's name)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = (node.left, *node.comparators)
+        if any(isinstance(s, ast.Attribute) and s.attr == "modules" for s in sides):
+            continue
+        for side in sides:
+            parts = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            found += [
+                (node.lineno, p.value)
+                for p in parts
+                if isinstance(p, ast.Constant) and p.value in RUNTIME_NAMES | OTHER_PLATFORM_SPELLINGS
+            ]
+    return found
+
+
+def test_runtime_names_are_compared_only_in_the_registry():
+    """Everything downstream holds the registry's Runtime, not its name, and a platform has one spelling."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} compares {value!r}"
+        for name, path in MODULES.items()
+        if name != "xla_train.runtime.registry"
+        for line, value in name_comparisons(ast.parse(path.read_text()))
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_name_check_finds_each_form():
+    tree = ast.parse('a = r == "jax"\nb = x in ("torch_xla", "y")\nc = p.upper() == "TPU"\nd = "jax" in sys.modules\n')
+    assert sorted(v for _, v in name_comparisons(tree)) == ["TPU", "jax", "torch_xla"]

@@ -12,7 +12,8 @@ import pytest
 from torch import nn
 
 from xla_train.models import CifarCNN, SentimentLSTM
-from xla_train.runtime.backend import UNROLLED_K, WHILE_K, xla
+from xla_train.runtime.grouping import UNROLLED_K, WHILE_K
+from xla_train.runtime.torch_xla.backend import XLA
 from xla_train.runtime.grouped_steps import GroupedSteps, Grouping, loop_for_net
 
 
@@ -25,7 +26,7 @@ class _Strategy(GroupedSteps):
 
     @property
     def backend(self):
-        return xla()
+        return XLA
 
 
 def _lstm() -> SentimentLSTM:

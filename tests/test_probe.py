@@ -10,9 +10,10 @@ import sys
 import pytest
 
 from helpers import run_paced
-from xla_train import compat
-from xla_train.runtime import probe
-from xla_train.runtime.backend import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K, xla
+from xla_train.runtime import probe, registry
+from xla_train.runtime.torch_xla.devices import pjrt_device
+from xla_train.runtime.grouping import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K
+from xla_train.runtime.torch_xla.backend import XLA
 from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution, run_steps
 
 
@@ -23,7 +24,7 @@ def new_user(monkeypatch):
         monkeypatch.delenv(key)
 
     def with_chips(chips: int):
-        monkeypatch.setattr(compat, "tpu_chips_on_pci_bus", lambda: chips)
+        monkeypatch.setattr(probe, "tpu_chips", lambda root=None: chips)
 
     with_chips(0)
     return with_chips
@@ -35,16 +36,16 @@ def planned(accelerator="xla", loop="auto", setting="auto", strategy="auto"):
 
 
 def test_with_nothing_set_and_no_tpu_the_plan_is_xla_cpus(new_user):
-    assert probe.pjrt_device() == "CPU" and "PJRT_DEVICE" not in os.environ  # decided, and nothing written
+    assert pjrt_device() == "CPU" and "PJRT_DEVICE" not in os.environ  # decided, and nothing written
     assert planned() == ("unroll", UNROLLED_K, f"{UNROLLED_K} (auto)", True)  # unrolled; the run's length decides K
     assert planned("tpu")[:3] == ("while", WHILE_K, f"{WHILE_K} (auto)")  # accelerator=tpu is a TPU's plan
     # a benchmark cell gets the answer, not the unset variable, and its devices= sets the CPU device count
-    assert xla().child_env({"CPU_NUM_DEVICES": "8", "HOME": "/h"}) == {"PJRT_DEVICE": "CPU", "HOME": "/h"}
+    assert XLA.child_env({"CPU_NUM_DEVICES": "8", "HOME": "/h"}) == {"PJRT_DEVICE": "CPU", "HOME": "/h"}
 
 
 def test_a_tpu_on_the_pci_bus_gets_the_while_loop(new_user):
     new_user(4)
-    assert probe.pjrt_device() == "TPU"
+    assert pjrt_device() == "TPU"
     assert planned() == ("while", WHILE_K, f"{WHILE_K} (auto)", False)
 
 
@@ -52,12 +53,12 @@ def test_a_tpu_on_the_pci_bus_gets_the_while_loop(new_user):
 def test_the_users_pjrt_device_wins_over_the_probe(new_user, monkeypatch, setting, chips, device, loop):
     new_user(chips)
     monkeypatch.setenv("PJRT_DEVICE", setting)
-    assert probe.pjrt_device() == device and planned()[0] == loop
+    assert pjrt_device() == device and planned()[0] == loop
 
 
 def test_a_second_run_in_the_process_is_planned_alike(new_user):
     """configure_pjrt writes the answer it was planned from, so a notebook's second fit reads the same one."""
-    from xla_train.runtime.devices import configure_pjrt
+    from xla_train.runtime.torch_xla.devices import configure_pjrt
 
     first = planned()
     configure_pjrt("xla")
@@ -68,14 +69,14 @@ def test_a_second_run_in_the_process_is_planned_alike(new_user):
 def test_auto_k_on_unrolled_steps_pays_back_its_compile_else_runs_one_step_a_program():
     """A While program does not grow with K; an unrolled one does, so K=8 only for a run long enough to repay it,
     and a shorter run one step a program, traced once (docs/results.md)."""
-    k, note, pending = xla().auto_steps("unroll", UNROLL_LONG_STEPS)
+    k, note, pending = XLA.auto_steps("unroll", UNROLL_LONG_STEPS)
     assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note and UNROLLED_K == 8
-    k, note, pending = xla().auto_steps("unroll", UNROLL_LONG_STEPS - 1)
+    k, note, pending = XLA.auto_steps("unroll", UNROLL_LONG_STEPS - 1)
     assert (k, pending) == (1, False) and note.endswith(
         "too few to pay back the longer compile of 8 unrolled steps; one step a program, traced once)"
     ), note
-    assert xla().auto_steps("unroll", float("inf"))[0] == UNROLLED_K
-    assert xla().auto_steps("while", 1)[:2] == (WHILE_K, f"{WHILE_K} (auto)")  # a While program does not grow with K
+    assert XLA.auto_steps("unroll", float("inf"))[0] == UNROLLED_K
+    assert XLA.auto_steps("while", 1)[:2] == (WHILE_K, f"{WHILE_K} (auto)")  # a While program does not grow with K
     # the run's length as the Trainer reads max_epochs and max_steps
     assert run_steps(40, 12, -1) == 480 and run_steps(40, 12, 100) == 100
     assert run_steps(40, None, -1) == 40_000 and run_steps(40, None, 16) == 16 and run_steps(40, -1, -1) == float("inf")
@@ -107,7 +108,7 @@ def test_accelerator_auto_with_a_runtime_named_trains_on_xla_never_eager(
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert probe.resolve_accelerator("auto", runtime) == expected
+    assert registry.resolve_accelerator("auto", runtime) == expected
 
 
 @pytest.mark.parametrize(
@@ -119,4 +120,4 @@ def test_a_runtime_that_cannot_run_the_accelerator_is_refused(accelerator, runti
     from xla_train.errors import ConfigError
 
     with pytest.raises(ConfigError, match=words):
-        probe.resolve_accelerator(accelerator, runtime)
+        registry.resolve_accelerator(accelerator, runtime)

@@ -46,19 +46,16 @@ def test_the_chunked_graph_does_not_grow_with_the_sequence_length(on_xla):
         assert sizes["100"] > 1.5 * sizes["chunk 1"], (cell, sizes)
 
 
-def test_xla_train_scan_chunk_sets_the_chunk_of_every_scan_built_after(monkeypatch):
+def test_scan_chunk_is_a_setting_checked_as_the_run_is_planned():
     from torch import nn
 
     from xla_train.errors import ConfigError
-    from xla_train.runtime.layers.scan_rnn import CHUNK, CHUNK_ENV, ScanRNN
+    from xla_train.runtime.layers.scan_rnn import CHUNK, ScanRNN
+    from xla_train.runtime.settings import PlanSettings
 
-    monkeypatch.delenv(CHUNK_ENV, raising=False)
     assert ScanRNN(nn.LSTM(3, 4)).chunk == CHUNK
-    assert ScanRNN(nn.LSTM(3, 4), chunk=4).chunk == 4  # a runtime's chunk for its platform
-    monkeypatch.setenv(CHUNK_ENV, "8")
-    assert ScanRNN(nn.GRU(3, 4)).chunk == 8
-    assert ScanRNN(nn.GRU(3, 4), chunk=4).chunk == 8  # the user's setting wins
-    for bad in ("0", "-2", "eight", "2.5"):
-        monkeypatch.setenv(CHUNK_ENV, bad)
-        with pytest.raises(ConfigError, match=f"{CHUNK_ENV}={bad!r} is not a number of time steps"):
-            ScanRNN(nn.LSTM(3, 4))
+    assert ScanRNN(nn.LSTM(3, 4), chunk=4).chunk == 4  # a runtime's chunk, or the setting
+    assert PlanSettings(scan_chunk=8).scan_chunk == 8 and PlanSettings().scan_chunk is None
+    for bad in (0, -2, "eight", 2.5, True):
+        with pytest.raises(ConfigError, match=f"scan_chunk={bad!r} is not a number of time steps"):
+            PlanSettings(scan_chunk=bad)

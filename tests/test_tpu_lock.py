@@ -42,7 +42,7 @@ def test_a_second_process_cannot_take_the_emulated_tpu(tmp_path):
     open /dev/accel0), and the product makes that one line, exit 2, as it would on a TPU VM."""
     env = cli_env(1, **{EMULATE_ENV: str(tmp_path / "libtpu_lockfile")})
     hold = (
-        "from xla_train.runtime.devices import configure_pjrt; configure_pjrt('xla'); "
+        "from xla_train.runtime.torch_xla.devices import configure_pjrt; configure_pjrt('xla'); "
         "import sys; print('held', flush=True); sys.stdin.read()"
     )
     holder = subprocess.Popen(

@@ -2,7 +2,7 @@
 # The GPU figures of docs/results.md, in one call on a lent GPU machine (an H200 here): JAX's XLA on the GPU
 # (accelerator=gpu runtime=jax) beside plain PyTorch on the same GPU (accelerator=gpu: eager, and torch.compile),
 # in float32 and bf16-mixed, for the IMDB LSTM, the CIFAR-10 CNN and the quickstart CNN; then the IMDB LSTM on JAX
-# with each of CHUNKS time steps per iteration of its scan (XLA_TRAIN_SCAN_CHUNK), and in bf16 at the fastest.
+# with each of CHUNKS time steps per iteration of its scan (bench's scan_chunk=), and in bf16 at the fastest.
 #
 #     bash tools/gpu_bench.sh OUT_DIR          # RECIPES="imdb chunks" for some of them; STEPS, WARMUP, CHUNKS
 #
@@ -60,12 +60,12 @@ for part in ${RECIPES:-imdb cifar10 quickstart chunks}; do
     imdb) run gpu-imdb recipe=imdb $both compile=false ;;
     chunks)
         for c in $chunks; do
-            XLA_TRAIN_SCAN_CHUNK=$c run "gpu-imdb-chunk$c" recipe=imdb accelerators="$accelerators" runtimes=jax \
+            run "gpu-imdb-chunk$c" recipe=imdb accelerators="$accelerators" runtimes=jax scan_chunk=$c \
                 precision=32-true $steps
         done
         best=$(fastest_chunk $chunks)
         echo "== fastest chunk in float32: $best"
-        XLA_TRAIN_SCAN_CHUNK=$best run "gpu-imdb-chunk$best-bf16" recipe=imdb \
+        run "gpu-imdb-chunk$best-bf16" recipe=imdb scan_chunk=$best \
             accelerators="$accelerators" runtimes=jax precision=bf16-mixed $steps
         ;;
     cifar10) run gpu-cifar10 recipe=cifar10 $both compile=false ;;

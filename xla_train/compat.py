@@ -305,18 +305,11 @@ def untime_inductor_compiles() -> None:
         _INDUCTOR_CALLBACKS = None
 
 
-def tpu_chips_on_pci_bus() -> int:
-    """TPU chips attached to this host: torch_xla._internal.tpu reads /sys only, never the network."""
-    from torch_xla._internal import tpu
-
-    return tpu.num_available_chips()
-
-
 _LIGHTNING_TPU_PROBES: dict | None = None
 
 
-def no_tpu_for_lightning() -> None:
-    """Install, where the PCI bus has no TPU chip: Lightning's XLAAccelerator.is_available and auto_device_count
+def no_tpu_for_lightning(chips: int) -> None:
+    """Install, where the PCI bus has no TPU chip (`chips`, runtime/probe.py's count): Lightning's XLAAccelerator.is_available and auto_device_count
     (lightning/fabric/accelerators/xla.py, 2.6.6; lru-cached static methods) answer 0 without asking torch_xla.
     Lightning asks them for every Trainer (its device banner, setup.py _log_device_info); torch_xla's
     num_available_devices multiplies the chips (0) by the cores per chip, for which it asks the TPU metadata
@@ -325,10 +318,6 @@ def no_tpu_for_lightning() -> None:
     global _LIGHTNING_TPU_PROBES
     from lightning.fabric.accelerators.xla import XLAAccelerator
 
-    try:
-        chips = tpu_chips_on_pci_bus()
-    except ImportError:  # no torch_xla: Lightning's probes answer 0 themselves
-        return
     if _LIGHTNING_TPU_PROBES is None and chips == 0:
         _LIGHTNING_TPU_PROBES = {n: XLAAccelerator.__dict__[n] for n in ("is_available", "auto_device_count")}
         XLAAccelerator.is_available = staticmethod(lambda: False)

@@ -6,7 +6,7 @@ import torch
 import torch_xla
 import torch_xla.debug.metrics as met
 from xla_train.models import CifarCNN
-from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
+from xla_train.runtime.torch_xla.strategy import XLASingleDeviceStrategy
 
 device = torch_xla.device()
 net = CifarCNN().to(device)
@@ -25,9 +25,9 @@ def transfers():
 
 
 before = transfers()
-AtomicCheckpointIO().save_checkpoint(state, sys.argv[1])
+XLASingleDeviceStrategy.default_checkpoint_io(None).save_checkpoint(state, sys.argv[1])
 after = transfers()
-saved = AtomicCheckpointIO().load_checkpoint(sys.argv[1])
+saved = XLASingleDeviceStrategy.default_checkpoint_io(None).load_checkpoint(sys.argv[1])
 moments = [s["exp_avg"] for s in saved["optimizer_states"][0]["state"].values()]
 print(
     json.dumps(

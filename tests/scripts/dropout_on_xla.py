@@ -5,10 +5,13 @@ import re
 import torch
 import torch_xla
 from torch import nn
+from xla_train.runtime.layers import dropout
 from xla_train.runtime.layers.dropout import use_hashed_dropout
+from xla_train.runtime.torch_xla.backend import XLA
 from probes import swaps_in_fit
 
 dev = torch_xla.device()
+dropout.DEVICE_DATA["xla"] = XLA.to_device  # as torch_xla's engine hands it to the rewrites
 found = {}
 n = 1 << 20
 

@@ -2,6 +2,7 @@
 
 import torch
 import torch_xla
+from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.models.lstm import MaskedLSTM, SentimentLSTM
 from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 
@@ -27,7 +28,7 @@ for m in (mask, None):
     cpu = MaskedLSTM(5, 7, batch_first=True)
     xla = MaskedLSTM(5, 7, batch_first=True)
     xla.load_state_dict(cpu.state_dict())
-    scan = ScanRNN(xla).to(dev)
+    scan = ScanRNN(xla, torch_xla_recurrence).to(dev)
     assert list(scan.state_dict()) == list(cpu.state_dict())
     with torch.no_grad():  # as Lightning's sanity check does: must not leave a gradient-less graph in scan's cache
         scan(x.to(dev), mask=None if m is None else m.to(dev))
@@ -49,7 +50,11 @@ with torch.no_grad():
         torch.nn.LSTM.forward(net.lstm, net.embedding(torch.nn.functional.pad(ids, (p, 0))))[1][0] for p in (0, 6)
     ]
     assert (unmasked[0] - unmasked[1]).abs().amax(-1).min().item() > 1e-3  # hard data: padding stepped through shows
-    assert use_scan_rnn(net) == ["lstm"] and isinstance(net.lstm, ScanRNN) and list(net.state_dict()) == keys
+    assert (
+        use_scan_rnn(net, recurrence=torch_xla_recurrence) == ["lstm"]
+        and isinstance(net.lstm, ScanRNN)
+        and list(net.state_dict()) == keys
+    )
     net.to(dev)
     for pad in (0, 6, 30):
         got = net(torch.nn.functional.pad(ids, (pad, 0)).to(dev)).cpu()

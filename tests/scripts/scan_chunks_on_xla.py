@@ -4,6 +4,7 @@ import json
 import torch
 import torch_xla
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
+from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.runtime.torch_xla import scan_loop as loop_module
 from xla_train.runtime.torch_xla.scan_loop import scan_loop
 from xla_train.runtime.layers.scan_rnn import ScanRNN
@@ -92,13 +93,13 @@ CASES = {  # T = 11 and 7: chunk 3 leaves 2 and 1 steps over
 }
 found["chunks"] = {}
 for name, (make, x, hx, mask) in CASES.items():
-    one = ScanRNN(make()).to(dev).eval()
+    one = ScanRNN(make(), torch_xla_recurrence).to(dev).eval()
     one.chunk = 1
     reference = run(one, x, hx, mask)
     weights = [torch.randn_like(v) for v in reference.values()]
     reference = run(one, x, hx, mask, weights)
     for chunk in (3, 16):  # 16: longer than the sequence
-        twin = ScanRNN(make()).to(dev).eval()
+        twin = ScanRNN(make(), torch_xla_recurrence).to(dev).eval()
         twin.load_state_dict(one.state_dict())
         twin.chunk = chunk
         got = run(twin, x, hx, mask, weights)
@@ -110,7 +111,7 @@ for name, (make, x, hx, mask) in CASES.items():
 
 # The graph of a 2-layer LSTM's, GRU's and RNN's forward and backward, chunk 4, at lengths it divides and does not.
 def hlo_size(make, length, chunk=4):
-    net = ScanRNN(make()).to(dev)
+    net = ScanRNN(make(), torch_xla_recurrence).to(dev)
     net.chunk = chunk
     x = torch.randn(4, length, 8).to(dev).requires_grad_()  # made on the CPU: no device RNG ops in the graph
     out, state = net(x)

@@ -7,12 +7,13 @@ import re
 import torch
 import torch_xla
 from torch.nn.modules import rnn
+from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.runtime.layers.scan_rnn import ScanRNN
 
 dev, (t, n, h) = torch_xla.device(), (50, 8, 16)
 found = {}
 for name, gates in (("LSTM", 4), ("GRU", 3)):
-    net = ScanRNN(getattr(rnn, name)(8, h)).to(dev)
+    net = ScanRNN(getattr(rnn, name)(8, h), torch_xla_recurrence).to(dev)
     out, state = net(torch.randn(t, n, 8).to(dev))
     (state[0] if name == "LSTM" else state).sum().backward()
     torch_xla.sync()

@@ -8,6 +8,7 @@ import torch_xla.debug.metrics as met
 from torch import nn
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
 from torch.nn.utils.rnn import pack_padded_sequence
+from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 
 torch.manual_seed(0)
@@ -69,7 +70,7 @@ found["equal"], scans = {}, {}
 for name, (make, x, hx) in CASES.items():
     ref, twin = make().eval(), make()
     twin.load_state_dict(ref.state_dict())
-    scan = ScanRNN(twin).to(dev).eval()
+    scan = ScanRNN(twin, torch_xla_recurrence).to(dev).eval()
     assert list(scan.state_dict()) == list(ref.state_dict()), name
     with torch.no_grad():  # as Lightning's sanity check does first
         run(scan, x, hx, dev)
@@ -129,7 +130,7 @@ found["packed"] = [(got.data.cpu() - r_out.data).abs().max().item(), (h.cpu() - 
 
 # Under bf16 autocast (precision=bf16 on XLA) the recurrence keeps float32 (no bias to promote the projection).
 ref, x = rnn.LSTM(5, 7, bias=False, batch_first=True), torch.randn(3, 9, 5)
-scan, hx = ScanRNN(rnn.LSTM(5, 7, bias=False, batch_first=True)).to(dev), None
+scan, hx = ScanRNN(rnn.LSTM(5, 7, bias=False, batch_first=True), torch_xla_recurrence).to(dev), None
 scan.load_state_dict(ref.state_dict())
 weights = [torch.randn_like(t) for t in run(ref, x, hx, cpu).values()]
 try:
@@ -149,7 +150,7 @@ holder.gru = nn.GRU(5, 7)
 xla_gru = type(holder.gru)
 found["torch_xla's GRU"] = [
     xla_gru is not rnn.GRU,
-    use_scan_rnn(holder, verbose=False),
+    use_scan_rnn(holder, verbose=False, recurrence=torch_xla_recurrence),
     restore_rnn(holder),
     type(holder.gru) is xla_gru,
 ]
@@ -172,7 +173,7 @@ class Net(nn.Module):
 net = Net()
 lstm, gru, keys = net.lstm, net.gru, list(net.state_dict())
 initial = {k: v.clone() for k, v in net.state_dict().items()}
-kept = {"swapped": use_scan_rnn(net, verbose=False)}
+kept = {"swapped": use_scan_rnn(net, verbose=False, recurrence=torch_xla_recurrence)}
 kept["keys after the swap"] = list(net.state_dict()) == keys
 net.to(dev).train()
 opt = torch.optim.SGD(net.parameters(), lr=0.5)
@@ -207,7 +208,7 @@ class UserNet(nn.Module):
 def graph(scan, length):
     net = UserNet()
     if scan:
-        use_scan_rnn(net, verbose=False)
+        use_scan_rnn(net, verbose=False, recurrence=torch_xla_recurrence)
     net.to(dev)
     loss = net(torch.randn(4, length, 8, device=dev)).sum()
     loss.backward()

@@ -6,6 +6,7 @@ import torch_xla
 from torch import nn
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
 import xla_train.runtime.layers.scan_rnn as scan_rnn
+from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.models.lstm import SentimentLSTM
 
 dev = torch_xla.device()
@@ -49,7 +50,7 @@ def compare(make, ids):
     twin = make()
     twin.load_state_dict(ref.state_dict())
     twin = twin.to(dev)
-    scan_rnn.use_scan_rnn(twin, verbose=False)
+    scan_rnn.use_scan_rnn(twin, verbose=False, recurrence=torch_xla_recurrence)
     projected.clear()
     want, got = run(ref, ids, "cpu"), run(twin, ids, dev)
     hooks = len(twin.embedding._forward_hooks)
@@ -78,7 +79,7 @@ found = {
     "more rows than tokens": compare(lambda: Net(40, rnn.LSTM), ids),
 }
 net = Net(20, rnn.LSTM, "dropout").to(dev).train()
-scan_rnn.use_scan_rnn(net, verbose=False)
+scan_rnn.use_scan_rnn(net, verbose=False, recurrence=torch_xla_recurrence)
 projected.clear()
 net(ids.to(dev))
 found["dropout between"] = list(projected)

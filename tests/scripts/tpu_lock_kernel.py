@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 import xla_train
-from xla_train.runtime.tpu_lock import runtime_started
+from xla_train.runtime.registry import runtime_started
 
 out = {"devices_before": str(xla_train.devices()), "held_after_devices": runtime_started()}
 run = xla_train.fit(

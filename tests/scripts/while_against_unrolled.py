@@ -4,9 +4,9 @@ import torch
 import torch_xla
 from torch_xla.debug import metrics as met
 from xla_train.objective import masked_stats
-from xla_train.runtime.backend import xla
+from xla_train.runtime.torch_xla.backend import XLA
 
-device_data = xla().to_device
+device_data = XLA.to_device
 from xla_train.runtime.torch_xla.step_program import StepProgram
 
 dev = torch_xla.device()

@@ -88,7 +88,7 @@ def bf16_profile() -> str:
 
 def payback_samples() -> int:
     """compile=auto's threshold as the code sets it, read from the source: importing the package would import torch."""
-    tree = ast.parse((ROOT / "xla_train" / "runtime" / "fast_path.py").read_text())
+    tree = ast.parse((ROOT / "xla_train" / "runtime" / "eager" / "fast_path.py").read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "COMPILE_PAYBACK_SAMPLES":
             return ast.literal_eval(node.value)

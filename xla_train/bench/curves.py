@@ -20,8 +20,7 @@ from xla_train.bench.timing import run_logged
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
-from xla_train.runtime.backend import backend_for
-from xla_train.runtime.tpu_lock import runtime_started
+from xla_train.runtime.registry import backend_for, runtime_started
 from xla_train.training.metrics_log import epoch_history
 
 METRICS = ("train_loss", "train_acc", "val_loss", "val_acc", "train_seconds")

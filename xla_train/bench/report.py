@@ -81,7 +81,6 @@ SETTINGS = (
     "CPU_NUM_DEVICES",
     "OMP_NUM_THREADS",
     "GLIBC_TUNABLES",
-    "XLA_TRAIN_SCAN_CHUNK",  # runtime/layers/scan_rnn.py: the scan's time steps per iteration
 )
 
 

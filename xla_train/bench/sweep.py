@@ -26,14 +26,14 @@ from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.errors import ConfigError
 from xla_train.runtime.backend import Accelerator
-from xla_train.runtime.plan import run_backend
+from xla_train.runtime.registry import run_backend, runtime_names
 from xla_train.runtime.probe import own_accelerator, require_available
 
 DeviceCount = Union[PositiveInt, Literal["auto"]]
 Data = Literal["synthetic", "real"]
 Setting = Union[bool, Literal["auto"]]
 Loop = Literal["auto", "unroll", "while"]
-Runtime = Literal["auto", "torch_xla", "jax"]
+Runtime = Literal[runtime_names()]
 StepsSetting = Union[PositiveInt, Literal["auto"]]  # auto: what fit would choose for the recipe, batch and device
 FAST_KEYS = ("precision", "compile", "channels_last")  # runtime/eager/fast_path.py's knobs, on cpu and gpu
 COLUMNS = [
@@ -159,6 +159,7 @@ def sweep(
     recipe: str,
     accelerators: Optional[list[Accelerator]] = None,
     runtimes: list[Runtime] = ["auto"],
+    scan_chunk: Optional[PositiveInt] = None,
     batch_sizes: list[PositiveInt] = [32, 128, 512, 1024],
     devices: list[DeviceCount] = [1],
     progress_every: list[NonNegativeInt] = [0],
@@ -236,6 +237,7 @@ def sweep(
             "progress_every": p,
             "steps_per_execution": k,
             "execution_loop": loop,
+            "scan_chunk_set": scan_chunk,
             "precision": prec,
             "compile": comp,
             "channels_last": cl,
@@ -409,6 +411,7 @@ def lstm(
     maxlens: list[PositiveInt] = [100, 200, 500],
     accelerators: list[Accelerator] = ["xla"],
     runtimes: list[Runtime] = ["auto"],
+    scan_chunk: Optional[PositiveInt] = None,
     batch_sizes: list[PositiveInt] = [128],
     steps: PositiveInt = 10,
     warmup: PositiveInt = 3,

@@ -20,9 +20,7 @@ import traceback
 from pathlib import Path
 
 from xla_train.errors import UserError
-from xla_train.runtime.backend import backend_for, backend_of
-from xla_train.runtime.plan import run_backend
-from xla_train.runtime.tpu_lock import runtime_started
+from xla_train.runtime.registry import backend_for, backend_of, run_backend, runtime_started
 
 
 def units(warmup: int, steps: int, backend, k: int = 1) -> tuple[int, int, int]:
@@ -206,6 +204,7 @@ class Loop:
             compile=s.get("compile", "auto"),
             channels_last=s.get("channels_last", "auto"),
             runtime=s.get("runtime", "auto"),
+            scan_chunk=s.get("scan_chunk_set"),
             compile_cache="off",  # a cell times its compile: a cache would hand it the last run's programs
         )
         model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
@@ -240,7 +239,7 @@ class Loop:
             data=data,
             samples_per_s=s["batch"] * n / (out["step_ms"] / 1e3),
             device_peak_mb=watch.backend.peak_mb(watch.device),
-            runtime=plan.runtime if plan.is_xla else None,
+            runtime=plan.runtime.name if plan.is_xla else None,
         )
         return out
 
@@ -267,7 +266,7 @@ class LightningLoop(Loop):
         import lightning.pytorch as pl
         from typing_extensions import override
 
-        from xla_train.runtime.backend import backend_of_strategy
+        from xla_train.runtime.registry import backend_of_strategy
         from xla_train.runtime.eager.fast_path import FastPathCallback
         from xla_train.runtime.layers.scan_rnn import scan_chunk
         from xla_train.training.compile_guard import CompileAccounting
@@ -327,12 +326,15 @@ class PlainLoop(Loop):
         from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
         from xla_train.runtime.torch_xla.accelerators import keep_cuda_probe_off_the_trace
         from xla_train.runtime.layers.scan_rnn import scan_chunk, use_scan_rnn
+        from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
         from xla_train.runtime.torch_xla.strategy import device_loader
 
         s, hp, net = self.spec, model.hparams, model.net
         device = plan.trainer_kwargs["strategy"].root_device
         keep_cuda_probe_off_the_trace()  # as xla_train's XLA runs do, and as a process without Lightning is
-        use_scan_rnn(net, verbose=False)  # as the XLA strategies do, so both sides run the same graph
+        use_scan_rnn(
+            net, verbose=False, recurrence=torch_xla_recurrence
+        )  # as the XLA strategies do, so both sides run the same graph
         net.to(device).train()
         opt = make_optimizer(hp, net.parameters())
         total = self.total  # Lightning's estimated_stepping_batches for this run

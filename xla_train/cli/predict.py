@@ -16,6 +16,7 @@ from jsonargparse.typing import PositiveInt
 
 from xla_train.cli.keys import read_keys, with_net_args
 from xla_train.errors import ConfigError
+from xla_train.runtime.registry import runtime_names
 
 
 def parse(pairs: dict[str, str], flags: list[str]) -> tuple:
@@ -99,7 +100,7 @@ def predict_split(
     out: str | None = None,
     probs: bool = False,
     net: str | None = None,
-    runtime: Literal["auto", "torch_xla", "jax"] = "auto",
+    runtime: Literal[runtime_names()] = "auto",
 ) -> int:
     """A whole split through a Trainer (config/saved_run.py); says where the table went."""
     from xla_train.config.saved_run import predict_split as run  # Lightning: a split runs through a Trainer

@@ -180,6 +180,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             compile=self.setting("compile"),
             channels_last=self.setting("channels_last"),
             runtime=self.setting("runtime") or "auto",
+            scan_chunk=self.setting("scan_chunk"),
+            device_data_mb=self.setting("device_data_mb"),
         )
         kwargs.update(plan.trainer_kwargs)
         self.plan = plan

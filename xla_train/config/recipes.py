@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 import yaml
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import NonNegativeFloat, PositiveInt
 
 from xla_train.errors import ConfigError
+from xla_train.runtime.registry import runtime_names
 
 ALIASES = {
     "accelerator": "trainer.accelerator",
@@ -64,9 +65,10 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
     ),
     "checkpoint_every": (int, 0, "also write last.ckpt every N training steps (0: at epoch ends only)"),
     "runtime": (
-        Literal["auto", "torch_xla", "jax"],
+        Literal[runtime_names()],
         "auto",
-        "the XLA runtime: torch_xla, or JAX through torchax (auto: torch_xla where it imports, else JAX)",
+        "the XLA runtime: torch_xla, or JAX through torchax (auto: on a TPU the one whose TPU build is installed, on a "
+        "GPU JAX, on a CPU torch_xla where installed, else JAX)",
     ),
     "steps_per_execution": (
         Union[PositiveInt, Literal["auto"]],
@@ -77,6 +79,17 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
         Literal["auto", "unroll", "while"],
         "auto",
         "on XLA with steps_per_execution > 1: an XLA While loop over the step, or K unrolled calls (auto: While, except on XLA:CPU)",
+    ),
+    "scan_chunk": (
+        Optional[PositiveInt],
+        None,
+        "XLA: an LSTM's, GRU's or RNN's time steps per loop iteration of its scan (default: the runtime's for its "
+        "platform, 1, or 4 on a GPU with runtime=jax)",
+    ),
+    "device_data_mb": (
+        NonNegativeFloat,
+        1024,
+        "XLA: what data.on_device=auto may hold on each device, in MB (every split, replicated)",
     ),
     "matmul_precision": (
         Literal["default", "high", "highest"],

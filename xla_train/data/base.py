@@ -299,8 +299,8 @@ class BaseDataModule(pl.LightningDataModule):
         if self.on_device is True and size > budget_bytes:
             raise ConfigError(
                 f"data.on_device=true: the splits take {mb} on each device, over the {budget} "
-                f"budget for device-resident data; use on_device=auto or false (streamed from the "
-                f"host)"
+                f"budget for device-resident data (device_data_mb); use on_device=auto or false (streamed "
+                f"from the host), or a larger device_data_mb"
             )
         if self.on_device is True:
             self.resident, self.placement = True, f"on the device ({mb} per device; on_device=true)"
@@ -314,10 +314,15 @@ class BaseDataModule(pl.LightningDataModule):
         elif size > budget_bytes:
             self.resident, self.placement = (
                 False,
-                (f"streamed from the host as stored (on_device=auto: {mb} is over the {budget} budget)"),
+                (
+                    f"streamed from the host as stored (on_device=auto: {mb} is over the {budget} budget, device_data_mb)"
+                ),
             )
         else:
-            self.resident, self.placement = True, f"on the device ({mb} per device, within the {budget} budget)"
+            self.resident, self.placement = (
+                True,
+                f"on the device ({mb} per device, within the {budget} budget, device_data_mb)",
+            )
         return self.placement
 
     def batch_inputs(self) -> BatchInputs:

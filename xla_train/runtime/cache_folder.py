@@ -8,13 +8,11 @@ import os
 from xla_train.errors import ConfigError
 
 
-def default_compile_cache(runtime: str = "torch_xla") -> str:
-    """Where compile_cache=auto keeps compiled programs: this machine's own cache folder, one per runtime (their
-    files are not each other's)."""
+def default_compile_cache(name: str) -> str:
+    """Where compile_cache=auto keeps compiled programs: a folder `name` in this machine's own cache folder, one per
+    runtime (their files are not each other's)."""
     home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(
-        home, "xla_train", "xla_compile_cache" if runtime == "torch_xla" else f"{runtime}_compile_cache"
-    )
+    return os.path.join(home, "xla_train", name)
 
 
 def cache_folder(path: str, setting: str) -> str:

@@ -10,51 +10,13 @@ program, so Lightning's backward and optimizer step do nothing for a kept step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from typing_extensions import override
 
 from xla_train.errors import ConfigError
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
-
-
-@dataclass(frozen=True)
-class Grouping:
-    """How a run groups its steps, as the hardware plan decides it (runtime/plan.py)."""
-
-    k: int = 1  # steps_per_execution
-    loop: str = "unroll"  # or "while"
-    note: str = ""  # what auto chose, and why; empty where K was set by hand
-    pending: bool = False  # auto, and the run's length still decides K (fit_to_run)
-    loop_setting: str = ""  # execution_loop as the user set it: auto, unroll or while
-
-    @property
-    def net_decides_loop(self) -> bool:
-        """execution_loop=auto, which both runtimes resolve to an unrolled plan only on XLA:CPU: there the net decides
-        (loop_for_net), once it is known."""
-        return self.loop_setting == "auto" and self.loop == "unroll"
-
-
-CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-
-
-def convolution_in(module: nn.Module) -> str | None:
-    """The class name of the first convolution module in the net, or None."""
-    return next((type(m).__name__ for m in module.modules() if isinstance(m, CONVOLUTIONS)), None)
-
-
-def loop_for_net(module: nn.Module) -> tuple[str, str]:
-    """(loop, why) for execution_loop=auto on XLA:CPU. XLA:CPU runs a convolution's step inside a While body many
-    times slower than unrolled, so a net with a convolution unrolls its K steps; any other net runs them as a While
-    loop, which there compiled several times faster and ran its steps no slower (the IMDB LSTM and an MLP, on both
-    runtimes: docs/results.md, "The While loop against unrolled"). A convolution called as a function, not as a
-    module, is not seen: execution_loop=unroll is then the setting to give."""
-    conv = convolution_in(module)
-    if conv:
-        return "unroll", f"auto: the net has an nn.{conv}, which XLA:CPU runs far slower inside a While loop"
-    return "while", "auto: no convolution in the net, which XLA:CPU compiles and runs faster as a loop"
+from xla_train.runtime.grouping import Grouping, loop_for_net
 
 
 class GroupedSteps:
@@ -65,6 +27,7 @@ class GroupedSteps:
     fallback = True  # whether a step that cannot be a program can run as Lightning's own step (auto's K=1)
 
     steps_per_execution = 1
+    scan_chunk: int | None = None  # the scan's time steps per loop iteration, as set (None: the runtime's)
     execution_loop = "unroll"  # or "while"; runtime/plan.py resolves auto
     auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
     trace_once = False  # auto: K=1 still runs as a program traced once, a group of one, not traced at every step
@@ -76,8 +39,10 @@ class GroupedSteps:
     _group: list | tuple = ()  # the kept steps of the group in progress: (batch, row, key)
     _signature = None  # the shapes and dtypes of the group's batches
 
-    def plan_grouping(self, grouping: Grouping) -> None:
-        """The plan's K and loop; with a note, auto chose them, and even a group of one is traced once."""
+    def plan_grouping(self, grouping: Grouping, scan_chunk: int | None = None) -> None:
+        """The plan's K and loop; with a note, auto chose them, and even a group of one is traced once. scan_chunk:
+        the setting, where the user gave one (the runtime's own for its platform otherwise)."""
+        self.scan_chunk = scan_chunk
         self.steps_per_execution, self.execution_loop = grouping.k, grouping.loop
         self.auto_steps = bool(grouping.note)
         self.trace_once = self.trace_once or self.auto_steps

@@ -14,14 +14,14 @@ import re
 from contextlib import contextmanager
 
 from xla_train.errors import HardwareError
+from xla_train.runtime.probe import EMULATE_ENV, emulating_tpu
 
-EMULATE_ENV = "XLA_TRAIN_EMULATE_TPU_LOCK"
 
 _held = None  # the open, locked file: closed (and so released) only when the process ends
 
 
 def emulating() -> bool:
-    return bool(os.environ.get(EMULATE_ENV)) and os.environ.get("PJRT_DEVICE", "CPU").upper() == "CPU"
+    return emulating_tpu()
 
 
 def claim_device() -> None:
@@ -72,14 +72,3 @@ def starting_runtime():
             f"can: end the other one (a notebook kernel that has trained: restart it; `sudo lsof "
             f"{found.group(2)}` names it) and run again"
         ) from None
-
-
-def runtime_started() -> bool:
-    """Whether this process has started the XLA runtime (and so, on a TPU, holds its chips)."""
-    import sys
-
-    if "torch_xla" not in sys.modules:
-        return False
-    from xla_train.runtime.torch_xla import compat as xla_compat
-
-    return xla_compat.xla_runtime_started()

@@ -16,7 +16,7 @@ import warnings
 from typing_extensions import override
 
 from xla_train.errors import UserError
-from xla_train.runtime.backend import backend_of_strategy
+from xla_train.runtime.registry import backend_of_strategy
 from xla_train.training.metrics_log import EpochCallback, publish
 
 GUARD_MODES = ("warn", "strict", "off")

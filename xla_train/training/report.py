@@ -10,7 +10,8 @@ import time
 
 from typing_extensions import override
 
-from xla_train.runtime.backend import MATMUL_MEANING, backend_of_strategy
+from xla_train.runtime.backend import MATMUL_MEANING
+from xla_train.runtime.registry import backend_of_strategy
 from xla_train.training.metrics_log import EpochCallback, publish
 
 

@@ -23,7 +23,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.runtime.backend import backend_of_strategy
+from xla_train.runtime.registry import backend_of_strategy
 from xla_train.training.finite_loss import check_finite
 from xla_train.training.run_folder import RunFolder
 

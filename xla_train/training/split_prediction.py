@@ -21,7 +21,7 @@ from typing_extensions import override
 from xla_train.data.batching import PAD_LABEL, ArrayDataset, BatchInputs, BatchSampler, IndexBatches
 from xla_train.errors import ConfigError
 from xla_train.objective import probabilities
-from xla_train.runtime.backend import backend_of_strategy
+from xla_train.runtime.registry import backend_of_strategy
 
 
 class IndexedBatches(Dataset):

@@ -18,23 +18,10 @@ from torch.nn.utils.rnn import PackedSequence
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.errors import ConfigError
-from xla_train.runtime.backend import backend_for
+from xla_train.runtime.eager.backend import backend_for
+from xla_train.runtime.settings import CompileSetting, parse_setting
 
 COMPILE_PAYBACK_SAMPLES = 100_000  # break-even samples, doubled (docs/hardware.md, "The CPU and GPU fallback")
-CompileSetting = bool | str  # True, False or "auto"
-
-
-def parse_setting(key: str, value) -> CompileSetting:
-    """True, False or "auto" from a key's value (the CLI gives strings, Python bools)."""
-    if isinstance(value, bool) or value == "auto":
-        return value
-    if value is None:
-        return "auto"
-    lowered = str(value).strip().lower()
-    if lowered in ("true", "false", "auto"):
-        return {"true": True, "false": False}.get(lowered, "auto")
-    raise ConfigError(f"{key}={value!r} is not a setting; use {key}=true, false or auto")
 
 
 @dataclass
@@ -60,21 +47,11 @@ class FastPath:
 
 def choose(
     kind: str, precision=None, compile: CompileSetting = "auto", channels_last: CompileSetting = "auto"
-) -> FastPath | None:
+) -> FastPath:
     """The precision, memory format and compile setting of an eager run on accelerator=`kind`, from what its
-    backend answers; an explicit key always wins. None for a backend that compiles every step itself, which
-    refuses both knobs."""
+    backend answers; an explicit key always wins."""
     backend = backend_for(kind)
     compile, channels_last = parse_setting("compile", compile), parse_setting("channels_last", channels_last)
-    if backend.compiles_steps:
-        for key, value in (("compile", compile), ("channels_last", channels_last)):
-            if value is True:
-                what = "torch.compile (inductor)" if key == "compile" else "a memory format for eager convolutions"
-                raise ConfigError(
-                    f"{key}=true is {what} for accelerator=cpu or gpu; accelerator={kind} already "
-                    f"compiles each step with XLA, so leave {key} unset"
-                )
-        return None
     why = {}
     native, lacks = backend.native_bf16()
     if precision is not None:

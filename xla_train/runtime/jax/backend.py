@@ -4,7 +4,8 @@ step's key is derived from it and the step's number), its device and its memory.
 
 from __future__ import annotations
 
-from xla_train.runtime.backend import Backend, XLABackend
+from xla_train.runtime.backend import Backend
+from xla_train.runtime.grouping import auto_steps
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py, 0.10.2
 # A program found in the persistent compile cache (jax/_src/compiler.py, 0.10.2). It names no program, but the
@@ -24,58 +25,41 @@ class JaxBackend(Backend):
     # read about 0 and twice the step (bench/timing.py).
     waits_each_step = True
 
-    def __init__(self) -> None:
-        self.compiles, self.compile_s = 0, 0.0
-        self.reads = 0  # device-to-host reads the engine made
-        self.dispatched = 0  # programs dispatched (the engine counts them as it calls them)
-        self.hits = 0  # programs read back from the persistent compile cache
-        self._listening = False
-        self.waited = [0.0, 0.0]  # wall and this thread's CPU seconds spent waiting for the device (JaxEngine.wait)
-        self.engine = None  # the engine of the run in progress (its seed is the RNG state)
+    def __init__(self, engine=None) -> None:
+        self.engine = engine  # the engine of the strategy that holds this backend (its seed is the RNG state)
 
-    auto_steps = XLABackend.auto_steps  # K from the loop and the run's length, as on torch_xla
+    @property
+    def compiles(self) -> int:
+        return COUNTS.compiles
+
+    @property
+    def reads(self) -> int:
+        return COUNTS.reads
+
+    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
+        return auto_steps(loop, run_steps)  # K from the loop and the run's length, as on torch_xla
 
     def listen(self) -> None:
-        """Count compiles from now on (once per process)."""
-        if self._listening:
-            return
-        import jax.monitoring
-
-        hit = [False]  # the next backend compile is a read from the persistent cache
-
-        def on_duration(event: str, seconds: float, **kwargs) -> None:
-            if event == BACKEND_COMPILE_EVENT:
-                ours = f"({PROGRAM_PREFIX}" in str(kwargs.get("fun_name", ""))  # "jit(xla_train_...)"
-                self.compiles += ours
-                self.hits += ours and hit[0]
-                self.compile_s += seconds
-                hit[0] = False
-
-        def on_event(event: str, **kwargs) -> None:
-            hit[0] = hit[0] or event == CACHE_HIT_EVENT
-
-        jax.monitoring.register_event_duration_secs_listener(on_duration)
-        jax.monitoring.register_event_listener(on_event)
-        self._listening = True
+        COUNTS.listen()
 
     def sync_clock(self, cpu: bool = False, compiling: bool = False):
         """The seconds spent waiting for the device so far (as torch_xla's clock counts its syncs): a step's host time
         leaves them out. Compiles happen as a program is first called, outside any wait."""
         if compiling:
             return lambda: 0.0
-        return lambda: self.waited[1 if cpu else 0]
+        return lambda: COUNTS.waited[1 if cpu else 0]
 
     def counters(self) -> tuple[int, float, int]:
-        return self.compiles, self.compile_s, self.reads
+        return COUNTS.compiles, COUNTS.compile_s, COUNTS.reads
 
     def compile_seconds(self) -> float:
-        return self.compile_s
+        return COUNTS.compile_s
 
     def executions(self) -> int:
-        return self.dispatched
+        return COUNTS.dispatched
 
     def read_back(self) -> int:
-        return self.hits
+        return COUNTS.hits
 
     def wait(self, device) -> None:
         engine = self.engine
@@ -107,4 +91,49 @@ class JaxBackend(Backend):
         return f"JAX {d.platform.upper()} ({kind})"
 
 
-JAX_BACKEND = JaxBackend()
+class Counts:
+    """This process's JAX compiles, reads, dispatches and waits: jax.monitoring's listeners are the process's, so
+    the counts are too; every run's backend reads them."""
+
+    def __init__(self) -> None:
+        self.compiles, self.compile_s = 0, 0.0
+        self.reads = 0  # device-to-host reads the engine made
+        self.dispatched = 0  # programs dispatched (the engine counts them as it calls them)
+        self.hits = 0  # programs read back from the persistent compile cache
+        self.waited = [0.0, 0.0]  # wall and this thread's CPU seconds spent waiting for the device (JaxEngine.wait)
+        self._listening = False
+
+    def listen(self) -> None:
+        """Count compiles from now on (once per process)."""
+        if self._listening:
+            return
+        import jax.monitoring
+
+        hit = [False]  # the next backend compile is a read from the persistent cache
+
+        def on_duration(event: str, seconds: float, **kwargs) -> None:
+            if event == BACKEND_COMPILE_EVENT:
+                ours = f"({PROGRAM_PREFIX}" in str(kwargs.get("fun_name", ""))  # "jit(xla_train_...)"
+                self.compiles += ours
+                self.hits += ours and hit[0]
+                self.compile_s += seconds
+                hit[0] = False
+
+        def on_event(event: str, **kwargs) -> None:
+            hit[0] = hit[0] or event == CACHE_HIT_EVENT
+
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        jax.monitoring.register_event_listener(on_event)
+        self._listening = True
+
+
+COUNTS = Counts()
+
+
+def backend_for(accelerator: str) -> JaxBackend:
+    """A run's backend before its strategy exists (a benchmark cell's): the process's counts, no engine yet."""
+    return JaxBackend()
+
+
+def backend_of(device_type: str) -> JaxBackend:
+    return JaxBackend()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 from xla_train.errors import ConfigError, HardwareError
+from xla_train.runtime.device_report import DeviceReport, listed
 
 PLATFORM = {"tpu": "tpu", "gpu": "cuda"}
 
@@ -20,30 +22,69 @@ TORCHAX = "0.0.13"  # pyproject.toml's jax extras pin it
 REINSTALL = f"pip install --force-reinstall --no-deps torchax=={TORCHAX}"
 
 
-def require_jax() -> None:
-    """jax and torchax 0.0.13 importable, or one line saying how. torch_xla 2.9.0's wheel carries its own older copy
-    of torchax (it needs flax), so installing both leaves whichever pip wrote last, and uninstalling torch_xla
-    deletes torchax's files (docs/hardware.md, "Runtimes")."""
+def missing() -> str | None:
+    """Why runtime=jax cannot run here, or None: jax and torchax 0.0.13 installed, found without importing them.
+    torch_xla 2.9.0's wheel carries its own older copy of torchax (it needs flax), so installing both leaves whichever
+    pip wrote last, and uninstalling torch_xla deletes torchax's files (docs/hardware.md, "Runtimes")."""
     from importlib import metadata
 
     if importlib.util.find_spec("jax") is None or not _installed("torchax"):
-        raise ConfigError(
-            "runtime=jax needs jax and torchax, which are not installed: pip install 'xla_train[jax]' "
-            "(or 'xla_train[jax-tpu]', 'xla_train[jax-cuda]'), or use runtime=torch_xla"
-        )
+        return "needs jax and torchax, which are not installed"
     spec = importlib.util.find_spec("torchax")  # finds the package without importing it
     if spec is None:
-        raise ConfigError(
-            f"runtime=jax: torchax's files are gone (uninstalling torch_xla 2.9 deletes them: its wheel carries a "
-            f"copy of torchax); reinstall it: {REINSTALL}"
+        return (
+            f"needs torchax, whose files are gone (uninstalling torch_xla 2.9 deletes them: its wheel carries a copy "
+            f"of torchax); reinstall it: {REINSTALL}"
         )
     record = {str(f): f.hash.value for f in metadata.files("torchax") or [] if f.hash is not None}
     on_disk = os.path.join(list(spec.submodule_search_locations)[0], "tensor.py")
     if record.get("torchax/tensor.py") and record["torchax/tensor.py"] != _sha256(on_disk):
-        raise ConfigError(
-            f"runtime=jax: the torchax on disk is torch_xla 2.9's own older copy, which overwrote torchax "
-            f"{TORCHAX}'s files as pip installed both; put {TORCHAX}'s back: {REINSTALL}"
+        return (
+            f"needs torchax {TORCHAX}, but the torchax on disk is torch_xla 2.9's own older copy, which overwrote its "
+            f"files as pip installed both; put {TORCHAX}'s back: {REINSTALL}"
         )
+    return None
+
+
+def require_jax() -> None:
+    """jax and torchax importable, or one line saying how."""
+    why = missing()
+    if why is not None:
+        how = "" if "pip install" in why else ": pip install 'xla_train[jax]' (or '[jax-tpu]', '[jax-cuda]')"
+        raise ConfigError(f"runtime=jax {why}{how}")
+
+
+def started() -> bool:
+    """Whether this process has started JAX's backends (the CPU device count is fixed from then on)."""
+    if "jax" not in sys.modules:
+        return False
+    from xla_train.runtime.jax import compat
+
+    return compat.backends_started()
+
+
+_LIST = """
+import json
+from xla_train.errors import UserError
+from xla_train.runtime.jax.devices import jax_devices
+try:
+    found = jax_devices({kind!r})
+    print(json.dumps({{"count": len(found), "kind": found[0].device_kind, "platform": found[0].platform}}))
+except UserError as e:
+    print(json.dumps({{"error": str(e)}}))
+"""
+
+
+def report(kind: str) -> DeviceReport:
+    """The JAX devices accelerator=`kind` would train on with runtime=jax, counted in a short-lived process."""
+    from importlib.metadata import version
+
+    require_jax()
+    answer = listed(_LIST.format(kind=kind), f"JAX for accelerator={kind}")
+    names = tuple(f"{answer['platform']}:{i}" for i in range(answer["count"]))
+    return DeviceReport(
+        kind, f"JAX {answer['kind']}", names, f"runtime=jax, jax {version('jax')}, torchax {version('torchax')}", "jax"
+    )
 
 
 def _installed(name: str) -> bool:
@@ -83,7 +124,7 @@ def jax_devices(kind: str, devices="auto") -> list:
     from xla_train.runtime.jax import compat
 
     platform = PLATFORM.get(kind)
-    if platform is None and os.environ.get("PJRT_DEVICE", "").strip().upper() == "CPU":
+    if platform is None and os.environ.get("PJRT_DEVICE", "").strip().lower() == "cpu":
         platform = "cpu"
     if not compat.backends_started():
         if platform == "cpu" or (platform is None and _wanted_cpu_devices(devices)):

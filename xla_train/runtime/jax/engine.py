@@ -24,10 +24,11 @@ from torch import nn
 from xla_train.compat import mark_optimizer_stepped
 from xla_train.errors import ConfigError
 from xla_train.runtime.jax import compat
-from xla_train.runtime.jax.backend import JAX_BACKEND, PROGRAM_PREFIX
+from xla_train.runtime.jax.backend import COUNTS, PROGRAM_PREFIX
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
-from xla_train.runtime.grouped_steps import convolution_in
+from xla_train.runtime.grouping import convolution_in
 from xla_train.runtime.interface import Engine
+from xla_train.runtime.probe import platform_named
 
 DATA_AXIS = "data"
 
@@ -50,7 +51,7 @@ class HostSums:
         self.array = array
 
     def cpu(self) -> torch.Tensor:
-        JAX_BACKEND.reads += 1
+        COUNTS.reads += 1
         return torch.from_numpy(np.array(self.array, dtype=np.float32))
 
 
@@ -70,7 +71,7 @@ class JaxEngine(Engine):
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         self.devices, self.loop = list(devices), loop
-        self.platform = self.devices[0].platform
+        self.platform = platform_named(self.devices[0].platform)  # cpu, gpu or tpu
         self.mesh = Mesh(np.array(self.devices), (DATA_AXIS,))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.batch = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
@@ -166,7 +167,7 @@ class JaxEngine(Engine):
         """The devices' state back into the torch module and optimizer (host tensors, each its own dtype)."""
         if self.state is None:
             return
-        JAX_BACKEND.reads += 1
+        COUNTS.reads += 1
         with torch.no_grad():
             for (_, p), a in zip(self.module.named_parameters(), self.state["params"]):
                 p.copy_(torch.from_numpy(np.array(a)))
@@ -291,7 +292,7 @@ class JaxEngine(Engine):
         from torchax.tensor import OperatorNotFound
 
         program = self._jit(name, fn, **kwargs)
-        JAX_BACKEND.dispatched += 1
+        COUNTS.dispatched += 1
         try:
             return program(*args)
         except (OperatorNotFound, NotImplementedError) as e:
@@ -334,8 +335,8 @@ class JaxEngine(Engine):
 
         t0, cpu0 = time.perf_counter(), time.thread_time()
         jax.block_until_ready(self.state)
-        JAX_BACKEND.waited[0] += time.perf_counter() - t0
-        JAX_BACKEND.waited[1] += time.thread_time() - cpu0
+        COUNTS.waited[0] += time.perf_counter() - t0
+        COUNTS.waited[1] += time.thread_time() - cpu0
 
     def place(self, t: torch.Tensor):
         """One batch tensor on the mesh, split along dimension 0 (a scalar replicated)."""
@@ -414,5 +415,5 @@ class JaxEngine(Engine):
             placed,
             self.resident(train=False),
         )
-        JAX_BACKEND.reads += 1
+        COUNTS.reads += 1
         return jax.tree.map(lambda a: torch.from_numpy(np.array(a)), out)

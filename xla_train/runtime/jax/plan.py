@@ -1,11 +1,14 @@
-"""runtime=jax: from accelerator=/devices=/strategy= to the Trainer's arguments, as runtime/plan.py decides them for
-torch_xla. One process drives every device of the host through one program (as SPMD does on torch_xla); K steps
+"""runtime=jax: from accelerator=/devices=/strategy= to the Trainer's arguments, as runtime/torch_xla/plan.py decides
+them for torch_xla. One process drives every device of the host through one program (as SPMD does on torch_xla); K steps
 are one program, unrolled on the CPU (whose loop runs a conv net's step many times slower) and a loop elsewhere."""
 
 from __future__ import annotations
 
 from xla_train.errors import ConfigError, HardwareError
-from xla_train.runtime.cache_folder import cache_folder
+from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
+from xla_train.runtime.grouping import Grouping, auto_steps, execution_loop
+from xla_train.runtime.probe import platform_named
+from xla_train.runtime.settings import HardwarePlan, PlanSettings
 
 PRECISIONS = ("32", "32-true", "bf16", "bf16-mixed")
 
@@ -29,28 +32,27 @@ def configure_compile_cache(setting: str | None, platform: str, default: str) ->
     return path
 
 
-def plan_jax(kind, devices, strategy, precision, num_nodes, steps_per_execution, execution_loop, matmul_precision):
-    from xla_train.runtime.jax.backend import JAX_BACKEND
+def plan(kind: str, settings: PlanSettings, runtime, note: str = "") -> HardwarePlan:
     from xla_train.runtime.jax.devices import jax_devices
-
-    if strategy not in ("auto", "spmd"):
-        raise ConfigError(f"strategy={strategy!r} on runtime=jax; leave it at auto (one program drives every device)")
-    if num_nodes != 1:
-        raise HardwareError("runtime=jax runs on one host here; leave num_nodes unset")
-    p = str(precision) if precision is not None else "32"
-    if p not in PRECISIONS:
-        raise ConfigError(f"precision={p!r} is not for runtime=jax; use precision=32 or precision=bf16")
-    found = jax_devices(kind, devices)
-    loop = JAX_BACKEND.execution_loop(execution_loop)
-    if execution_loop == "auto":  # XLA:CPU: the net decides, unrolled until it does (grouped_steps.loop_for_net)
-        loop = "unroll" if found[0].platform == "cpu" else "while"
-    note, pending = "", False
-    if steps_per_execution == "auto":
-        steps_per_execution, note, pending = JAX_BACKEND.auto_steps(loop)
     from xla_train.runtime.jax.strategy import JaxStrategy
 
-    from xla_train.runtime.grouped_steps import Grouping
-
-    strat = JaxStrategy(found, loop, p, matmul_precision)
-    strat.plan_grouping(Grouping(steps_per_execution, loop, note, pending, execution_loop))
-    return {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
+    s = settings
+    s.refuse_eager_knobs(kind)
+    if s.strategy not in ("auto", "spmd"):
+        raise ConfigError(f"strategy={s.strategy!r} on runtime=jax; leave it at auto (one program drives every device)")
+    if s.num_nodes != 1:
+        raise HardwareError("runtime=jax runs on one host here; leave num_nodes unset")
+    p = str(s.precision) if s.precision is not None else "32"
+    if p not in PRECISIONS:
+        raise ConfigError(f"precision={p!r} is not for runtime=jax; use precision=32 or precision=bf16")
+    found = jax_devices(kind, s.devices)
+    platform = platform_named(found[0].platform)
+    loop = execution_loop(s.execution_loop, host_platform=platform == "cpu")  # XLA:CPU: the net decides, unrolled
+    k, k_note, pending = s.steps_per_execution, "", False  # until it does (grouping.loop_for_net)
+    if k == "auto":
+        k, k_note, pending = auto_steps(loop)
+    strat = JaxStrategy(found, loop, p, s.matmul_precision)
+    strat.plan_grouping(Grouping(k, loop, k_note, pending, s.execution_loop), s.scan_chunk)
+    cache = configure_compile_cache(s.compile_cache, platform, default_compile_cache("jax_compile_cache"))
+    kwargs = {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
+    return HardwarePlan(kind, kwargs, runtime, strat.backend, s, compile_cache=cache, runtime_note=note)

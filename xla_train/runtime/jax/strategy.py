@@ -17,10 +17,9 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceStrategy
 from typing_extensions import override
 
-from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
 from xla_train.runtime.grouped_steps import GroupedSteps
-from xla_train.runtime.jax.backend import JAX_BACKEND
+from xla_train.runtime.jax.backend import JaxBackend
 from xla_train.runtime.jax.engine import JaxEngine
 
 # The scan's time steps per loop iteration on a JAX platform, where not runtime/layers/scan_rnn.py's CHUNK (1, the
@@ -55,10 +54,13 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
         self.cluster_environment = LightningEnvironment()
         self.engine = engine
+        self._backend = JaxBackend(engine)  # what the rest of the package asks of this run's devices
         self.execution_loop = loop
         self._group: list = []
 
-    backend = JAX_BACKEND
+    @property
+    def backend(self) -> JaxBackend:
+        return self._backend
 
     # One process, whatever the devices: plain attributes, as SPMD's single host has them.
     global_rank, local_rank, node_rank, world_size = 0, 0, 0, 1
@@ -111,18 +113,14 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         """The module stays on the host; its state goes to the devices as arrays. On XLA:CPU, max pooling over tiling
         windows runs as a reduction and dropout hashes its mask, as on torch_xla (runtime/layers/max_pool.py,
         runtime/layers/dropout.py): JAX's select-and-scatter and random bits cost XLA:CPU as much as torch_xla's do."""
-        from xla_train.runtime.layers.dropout import use_hashed_dropout
         from xla_train.runtime.jax.recurrence import jax_recurrence
-        from xla_train.runtime.layers.max_pool import use_tiled_max_pool
-        from xla_train.runtime.layers.scan_rnn import use_scan_rnn
+        from xla_train.runtime.layers import rewrites
 
         # every nn.LSTM, nn.GRU, nn.RNN as a scan, with the platform's time steps per loop iteration
         recurrence = jax_recurrence(len(self.engine.devices))
-        use_scan_rnn(self.model, recurrence=recurrence, chunk=SCAN_CHUNKS.get(self.engine.platform))
-        self._swapped = {}
-        if self.engine.platform == "cpu":
-            self._swapped.update(use_tiled_max_pool(self.model))
-            self._swapped.update(use_hashed_dropout(self.model))
+        chunk = self.scan_chunk or SCAN_CHUNKS.get(self.engine.platform, 1)
+        on_host = self.engine.platform == "cpu"
+        self._swapped = rewrites.apply(self.model, rewrites.Rewrites(recurrence, chunk, False, on_host))
 
     @override
     def batch_to_device(self, batch, device=None, dataloader_idx: int = 0):
@@ -131,8 +129,7 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     @override
     def setup(self, trainer) -> None:
         super().setup(trainer)
-        JAX_BACKEND.listen()
-        JAX_BACKEND.engine = self.engine
+        self._backend.listen()
         self.engine.bind(self.lightning_module, torch.initial_seed())
 
     # --- the steps: training steps are GroupedSteps', run by the engine; evaluation one batch a program ---------
@@ -174,10 +171,8 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     @override
     def teardown(self) -> None:
         self.flush(materialize=True)
-        JAX_BACKEND.engine = None
         super().teardown()
-        from xla_train.runtime.layers.scan_rnn import restore_rnn
+        from xla_train.runtime.layers import rewrites
 
-        restore_rnn(self.model)
-        compat.restore_classes(getattr(self, "_swapped", {}))
+        rewrites.undo(self.model, getattr(self, "_swapped", {}))
         self._swapped = {}

@@ -30,21 +30,23 @@ def _shr(h: torch.Tensor, n: int) -> torch.Tensor:
     return (h >> n) & ((1 << (32 - n)) - 1)
 
 
-_POSITIONS: dict = {}  # (shape, device) -> each element's index times the golden-ratio step, on a torch_xla device
+_POSITIONS: dict = {}  # (shape, device) -> each element's index times the golden-ratio step, as device data
+# torch device type -> how a host tensor becomes device data there, for a runtime that traces a step anew at every
+# step (torch_xla's, handed in by runtime/layers/rewrites.py); elsewhere the positions are an iota in the program
+DEVICE_DATA: dict = {}
 
 
 def _positions(shape: tuple, n: int, device) -> torch.Tensor:
     """Each element's index times the first mixing constant. On torch_xla it is device data made once: a step traced
     anew (Lightning's own, one step at a time) otherwise built the (n,) index tensor on the host at every step,
     most of that step's host time (docs/results.md, "Lightning's overhead"). Elsewhere (JAX) an iota in the program."""
-    if torch.device(device).type != "xla":
+    to_device = DEVICE_DATA.get(torch.device(device).type)
+    if to_device is None:
         return torch.arange(n, dtype=torch.int32, device=device).view(shape) * _s32(_MIX[0])
     key = (shape, str(device))
     if key not in _POSITIONS:
-        from xla_train.runtime.backend import xla
-
         host = torch.arange(n, dtype=torch.int32).view(shape) * _s32(_MIX[0])
-        _POSITIONS[key] = xla().to_device(host, device)
+        _POSITIONS[key] = to_device(host, device)
     return _POSITIONS[key]
 
 
@@ -63,7 +65,7 @@ def keep_mask(shape, p: float, seed: torch.Tensor) -> torch.Tensor:
 
 
 def _forward(self, x: torch.Tensor) -> torch.Tensor:
-    if not self.training or self.p == 0 or x.device.type not in ("xla", "jax"):
+    if not self.training or self.p == 0 or x.device.type == "cpu":  # swapped in on XLA alone
         return nn.Dropout.forward(self, x)
     if self.p == 1:
         return x.mul_(0) if self.inplace else x * 0

@@ -72,7 +72,7 @@ class _TiledMaxPool(torch.autograd.Function):
 
 def _forward(self, x: torch.Tensor) -> torch.Tensor:
     k = tiles(self)
-    if x.device.type not in ("xla", "jax") or k is None or x.dim() not in (3, 4):
+    if x.device.type == "cpu" or k is None or x.dim() not in (3, 4):  # swapped in on XLA alone
         return nn.MaxPool2d.forward(self, x)
     return _TiledMaxPool.apply(x, k)
 

@@ -13,7 +13,6 @@ forward) stays as it is, with one warning naming it (docs/hardware.md, "The LSTM
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
@@ -23,31 +22,19 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from xla_train.errors import ConfigError
-from xla_train.runtime.layers.rnn_cells import CELLS, backward_body, forward_body
-from xla_train.runtime.torch_xla.scan_loop import scan_loop
+from xla_train.runtime.layers.rnn_cells import CELLS
 from xla_train.runtime.layers.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
 
-# Time steps per While iteration: 1, by measurement on XLA:CPU (docs/hardware.md). An iteration of XLA:CPU's While
+# Time steps per loop iteration: 1, by measurement on XLA:CPU (docs/hardware.md). An iteration of XLA:CPU's While
 # costs little beside the work in each iteration of the IMDB recipe's layer, so more steps per iteration saved
 # nothing and compiled several times as long: each unrolled step is more kernels to compile. A runtime gives its
-# own for another platform (runtime/jax/strategy.py's SCAN_CHUNKS: a GPU's iterations cost more); on a TPU
-# (not measured here) XLA_TRAIN_SCAN_CHUNK sets another.
+# own for another platform (runtime/jax/strategy.py's SCAN_CHUNKS: a GPU's iterations cost more), and the
+# scan_chunk setting wins over both (to measure one on a TPU).
 CHUNK = 1
-CHUNK_ENV = "XLA_TRAIN_SCAN_CHUNK"  # another chunk, for every scan a process builds (to measure one on a TPU)
 _ONES: dict = {}
 
 
-def default_chunk(platform_chunk: int | None = None) -> int:
-    """XLA_TRAIN_SCAN_CHUNK where set, else the runtime's chunk for its platform, else CHUNK."""
-    value = os.environ.get(CHUNK_ENV, "").strip()
-    if not value:
-        return platform_chunk or CHUNK
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(f"{CHUNK_ENV}={value!r} is not a number of time steps (a whole number, 1 or more)")
-    return int(value)
-
-
-def _ones(t: torch.Tensor, shape: tuple = (1, 1)) -> torch.Tensor:
+def device_ones(t: torch.Tensor, shape: tuple = (1, 1)) -> torch.Tensor:
     """Ones of `shape` on t's device, made once: a graph input, which XLA cannot fold away as it folds a constant."""
     key = (str(t.device), t.dtype, tuple(shape))
     if key not in _ONES:
@@ -55,15 +42,15 @@ def _ones(t: torch.Tensor, shape: tuple = (1, 1)) -> torch.Tensor:
     return _ONES[key]
 
 
-def _sum_steps(t: torch.Tensor) -> torch.Tensor:
+def sum_steps(t: torch.Tensor) -> torch.Tensor:
     """t (T, N, G) summed over steps and batch, as a product with ones: XLA:CPU's reduce over both read t at a third
     of the speed at the IMDB recipe's shapes. Contracting dims, not a reshape of
     (T, N) into one, so a batch split over devices stays split."""
-    return torch.einsum("tn,tng->g", _ones(t, t.shape[:2]), t)
+    return torch.einsum("tn,tng->g", device_ones(t, t.shape[:2]), t)
 
 
 class _AddBias(torch.autograd.Function):
-    """gx (T, N, G) + b (G,), whose backward sums the gradient with _sum_steps."""
+    """gx (T, N, G) + b (G,), whose backward sums the gradient with sum_steps."""
 
     @staticmethod
     def forward(ctx, gx, b):
@@ -71,58 +58,13 @@ class _AddBias(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d):
-        return d, _sum_steps(d)
+        return d, sum_steps(d)
 
 
-def _pad(t: torch.Tensor, pad: int) -> torch.Tensor:
+def pad_front(t: torch.Tensor, pad: int) -> torch.Tensor:
     """`pad` steps of zeros (False) in front of t (T, ...); F.pad lowers to one op even when pad is 0, so the graph
     is the same size whatever T % chunk is."""
     return F.pad(t, (0, 0) * (t.dim() - 1) + (pad, 0))
-
-
-class _Recurrence(torch.autograd.Function):
-    """One layer, one direction: (cell, chunk, gx (T, N, G*H), keep (T, N, 1), *state0, *weights) -> (out (T, N, H),
-    *final state), weights being (W_hh,) or, for GRU with bias, (W_hh, b_hh).
-
-    Each While iteration runs `chunk` steps. A T the chunk does not divide gets masked steps in front: there the
-    state passes through exactly unchanged (the mask's where(), not arithmetic) and the gradients are zero, so
-    outputs, final states and gradients are those of the T steps. In front, because that is where the data's own
-    padding is; the final state and the last outputs, which a classifier reads, come after the real steps either
-    way.
-    """
-
-    @staticmethod
-    def forward(ctx, cell, chunk, gx, keep, *tensors):
-        t = gx.shape[0]
-        k = min(chunk, t)
-        pad = -t % k
-        gx, keep = _pad(gx, pad), _pad(keep, pad)
-        weights = tensors[cell.states :]
-        carry, saved = scan_loop(forward_body(cell, k), k, (*tensors, _ones(gx)), (gx, keep))
-        ctx.cell, ctx.n_weights, ctx.k, ctx.pad, ctx.state_shape = cell, len(weights), k, pad, carry[0].shape
-        ctx.set_materialize_grads(False)  # outputs nothing reads get None, not a tensor of zeros to scan
-        ctx.save_for_backward(keep, *weights, *saved, gx)
-        return (cell.outputs(saved, keep, carry)[pad:], *carry[: cell.states])
-
-    @staticmethod
-    def backward(ctx, d_out, *d_state):
-        cell, k, pad = ctx.cell, ctx.k, ctx.pad
-        keep, *rest, gx = ctx.saved_tensors
-        weights, saved = rest[: ctx.n_weights], rest[ctx.n_weights :]
-        d_state = [weights[0].new_zeros(ctx.state_shape) if d is None else d for d in d_state]
-        xs = (keep, *cell.back_inputs(saved)) if d_out is None else (_pad(d_out, pad), keep, *cell.back_inputs(saved))
-        with torch.no_grad():
-            body = backward_body(cell, k, d_out is not None)
-            # d_gx is written over gx, which nothing reads after the forward loop: no zeros made for it, and one
-            # (T, N, G) buffer fewer at the peak
-            carry, (d_gx,) = scan_loop(body, k, (*d_state, weights[0], _ones(weights[0])), xs, reverse=True, into=(gx,))
-        d_gh = cell.hidden_grads(d_gx, saved)  # the padding's gradients are zero
-        # One matmul over all steps. This operand order makes XLA:CPU transpose h_prev (T, N, H) for it, where
-        # "tng,tnh->gh" transposed d_gh (T, N, 4H), four times the data, and took about three times as long.
-        d_weights = [torch.einsum("tnh,tng->hg", cell.h_prev(saved), d_gh).t()]
-        if ctx.n_weights == 2:
-            d_weights.append(_sum_steps(d_gh[pad:]))  # the steps' own length: b_ih's sum takes the same ones
-        return (None, None, d_gx[pad:], None, *carry[: cell.states], *d_weights)
 
 
 class ScanRNN(nn.Module):
@@ -147,13 +89,14 @@ class ScanRNN(nn.Module):
             rnn.bidirectional,
         )
         self.training = rnn.training
-        self.chunk = default_chunk(chunk)
+        self.chunk = chunk or CHUNK
         self.names = list(rnn._flat_weights_names)
         for name in self.names:
             setattr(self, name, getattr(rnn, name))  # the same Parameter, not a copy, in nn's order
         self.__dict__["replaced"] = rnn  # kept for restore_rnn, outside the module tree and the state dict
-        # _Recurrence's contract, run by torch_xla's While loops here, or by the JAX engine's lax.scan
-        self.__dict__["recurrence"] = recurrence or _Recurrence.apply
+        # one layer and direction as the runtime scans it: torch_xla's While loops (runtime/torch_xla/recurrence.py)
+        # or JAX's lax.scan (runtime/jax/recurrence.py), to one contract (recurrence.py's docstrings)
+        self.__dict__["recurrence"] = recurrence
 
     def extra_repr(self) -> str:
         return (
@@ -235,6 +178,11 @@ class ScanRNN(nn.Module):
                 gx = _AddBias.apply(gx, b_ih + b_hh)
         if state0 is None:
             state0 = [gx.new_zeros(x.shape[1], self.hidden_size) for _ in range(self.cell.states)]
+        if self.recurrence is None:
+            raise ConfigError(
+                "ScanRNN runs on an XLA runtime's recurrence; use_scan_rnn(module, recurrence=...) is given it by the "
+                "runtime that swaps it in (runtime/torch_xla/recurrence.py, runtime/jax/recurrence.py)"
+            )
         out, *final = self.recurrence(self.cell, self.chunk, gx, keep, *(s.to(gx.dtype) for s in state0), *weights)
         return out, final
 
@@ -279,7 +227,7 @@ def unrolled(module: nn.Module) -> tuple[str, str] | None:
 
 def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None, chunk: int | None = None) -> list[str]:
     """Replace, in place, every nn.LSTM, nn.GRU and nn.RNN inside `module` that ScanRNN can run; returns their paths.
-    `chunk`: the runtime's time steps per iteration on its platform (XLA_TRAIN_SCAN_CHUNK still wins).
+    `recurrence`: the runtime's scan of one layer and direction; `chunk`: its time steps per loop iteration.
 
     Any other recurrent module (a cell, an LSTM with proj_size, a subclass with its own forward) is left as it is,
     with one warning naming it: XLA traces it step by step, so its compile time grows with the sequence length.

@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.accelerators import XLAAccelerator
 from typing_extensions import override
 
-from xla_train.runtime.devices import parse_device_count, runtime_device_count
+from xla_train.runtime.torch_xla.devices import parse_device_count, runtime_device_count
 
 
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"

@@ -190,3 +190,39 @@ def untime_xla_syncs() -> None:
 
         torch_xla.sync, xm.mark_step = _SYNC_ORIGINALS
         _SYNC_ORIGINALS = None
+
+
+_JAX_LOOKUPS: dict | None = None
+_NO_JAX_MODULES = ("torch_xla.debug.profiler", "torch_xla.distributed.spmd.xla_sharding")
+
+
+def no_jax_for_torch_xla() -> None:
+    """Install: torch_xla 2.9.0 imports jax wherever it is installed, through _internal/jax_workarounds.py's
+    maybe_get_jax: in debug/profiler.py's Trace.__enter__ (to enter jax's named scope too, for torchax's lowering) and
+    in distributed/spmd/xla_sharding.py (to shard a torchax tensor), neither of which a torch_xla run has. Imported,
+    jax starts an XLA client of its own beside torch_xla's (resident memory), and its import draws from numpy's
+    global RNG, in MpDeviceLoader's thread at the first batch, so a run's numpy draws hung on when that thread got
+    there. Here both modules' maybe_get_jax answer None for the life of the process, and jax is never imported by a
+    torch_xla run. Undo: jax_for_torch_xla_back()."""
+    global _JAX_LOOKUPS
+    if _JAX_LOOKUPS is not None:
+        return
+    import importlib
+
+    modules = [importlib.import_module(name) for name in _NO_JAX_MODULES]
+    _JAX_LOOKUPS = {m: m.maybe_get_jax for m in modules}
+    for m in modules:
+        m.maybe_get_jax = _no_jax
+
+
+def _no_jax(log: bool = True):
+    return None
+
+
+def jax_for_torch_xla_back() -> None:
+    """Undo no_jax_for_torch_xla()."""
+    global _JAX_LOOKUPS
+    if _JAX_LOOKUPS is not None:
+        for m, lookup in _JAX_LOOKUPS.items():
+            m.maybe_get_jax = lookup
+        _JAX_LOOKUPS = None

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from xla_train import compat
-from xla_train.runtime.backend import backend_of
+from xla_train.runtime.torch_xla.backend import XLA
 from xla_train.runtime.interface import Engine
 from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.torch_xla.step_program import Layout, StepProgram
@@ -34,7 +33,7 @@ class OneDevice:
     def pad_like(self, t: torch.Tensor) -> torch.Tensor:
         """A padding batch tensor for the unused steps of a short group: device data, sent as a loader sends a
         batch (`.to()` would make a 0-dim zero, a padding step number, a constant of the graph)."""
-        return backend_of(self.device).to_device(torch.zeros(t.shape, dtype=t.dtype), t.device)
+        return XLA.to_device(torch.zeros(t.shape, dtype=t.dtype), t.device)
 
     def shard_steps(self, stacked: torch.Tensor) -> torch.Tensor:
         """Place K stacked batches."""
@@ -59,7 +58,7 @@ class TorchXlaEngine(Engine):
 
     @property
     def backend(self):
-        return backend_of(self.device)
+        return XLA
 
     def reset(self) -> None:
         """No program, no optimizer: the next group traces anew."""
@@ -72,7 +71,7 @@ class TorchXlaEngine(Engine):
         self.reset()
 
     # --- the model on the device -------------------------------------------------------------------------------
-    def place_model(self, model: torch.nn.Module, move) -> None:
+    def place_model(self, model: torch.nn.Module, move, chunk: int = 1) -> None:
         """`move` (Lightning's own model_to_device) with the layers XLA needs swapped in first.
 
         nn.LSTM, nn.GRU and nn.RNN would be unrolled over time on XLA, so scans run them as loops, with the same
@@ -87,11 +86,8 @@ class TorchXlaEngine(Engine):
         step (`prime_optimizers`)."""
         import torch_xla.core.xla_model as xm
 
-        from xla_train.runtime.backend import xla
-        from xla_train.runtime.layers.dropout import use_hashed_dropout
-        from xla_train.runtime.layers.linear_grad import use_xla_linear
-        from xla_train.runtime.layers.max_pool import use_tiled_max_pool
-        from xla_train.runtime.layers.scan_rnn import use_scan_rnn
+        from xla_train.runtime.layers import rewrites
+        from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 
         scalars = [
             (m, name, b)
@@ -99,11 +95,11 @@ class TorchXlaEngine(Engine):
             for name, b in m.named_buffers(recurse=False)
             if b.dim() == 0 and b.device.type == "cpu"
         ]
-        use_scan_rnn(model)
-        self._swapped = use_xla_linear(model)  # {layer: its own class}, for restore_model
-        if xla().platform() == "CPU":  # a TPU has select-and-scatter and a random-bit generator of its own
-            self._swapped.update(use_tiled_max_pool(model))
-            self._swapped.update(use_hashed_dropout(model))
+        on_host = XLA.platform() == "cpu"
+        device_data = ("xla", XLA.to_device)
+        self._swapped = rewrites.apply(
+            model, rewrites.Rewrites(torch_xla_recurrence, chunk, True, on_host, device_data)
+        )
         move()
         if scalars:
             on_device = xm.send_cpu_data_to_device([b for _, _, b in scalars], self.device)
@@ -122,10 +118,9 @@ class TorchXlaEngine(Engine):
 
     def restore_model(self, model: torch.nn.Module) -> None:
         """The nn modules back, where the CPU runs them (after Lightning moved the model to the CPU)."""
-        from xla_train.runtime.layers.scan_rnn import restore_rnn
+        from xla_train.runtime.layers import rewrites
 
-        restore_rnn(model)
-        compat.restore_classes(self._swapped)
+        rewrites.undo(model, self._swapped)
         self._swapped = {}
 
     # --- a group of steps (runtime/interface.py) --------------------------------------------------------

@@ -63,7 +63,7 @@ def coordinator() -> str | None:
 
     if os.environ.get("MASTER_ADDR"):
         return os.environ["MASTER_ADDR"]
-    if os.environ.get("PJRT_DEVICE", "").upper() != "TPU":
+    if os.environ.get("PJRT_DEVICE", "").strip().lower() != "tpu":
         return None
     from xla_train.runtime.torch_xla import compat as xla_compat
 

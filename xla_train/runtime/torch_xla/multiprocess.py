@@ -14,6 +14,7 @@ from typing_extensions import override
 
 from xla_train import compat
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
+from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
 from xla_train.runtime.torch_xla.strategy import device_loader
 
@@ -48,7 +49,7 @@ class XLAMultiProcessStrategy(compat.OwnCheckpointIO, compat.ReturningXLALaunche
         restore_worker_results(trainer, results)
 
     def default_checkpoint_io(self) -> AtomicCheckpointIO:
-        return AtomicCheckpointIO()
+        return AtomicCheckpointIO("xla", xla_compat.xla_to_cpu)
 
     @override
     def process_dataloader(self, dataloader):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from xla_train.runtime.torch_xla import compat as xla_compat
-from xla_train.runtime.backend import xla
+from xla_train.runtime.torch_xla.backend import XLA
 
 MASK64 = (1 << 64) - 1
 LOOPS = ("unroll", "while")
@@ -211,7 +211,7 @@ class StepProgram:
         stacked = [shard(torch.stack([b[j] for b in batches])) for j in range(len(batches[0]))]
         per_step = torch.tensor(scalars, dtype=torch.float32).to(device)
         seed_t = torch.tensor([signed64(s) for s in seeds], dtype=torch.int64).to(device)
-        count = xla().to_device(torch.tensor(n, dtype=torch.int32), device)  # data: 1 would be a constant
+        count = XLA.to_device(torch.tensor(n, dtype=torch.int32), device)  # data: 1 would be a constant
         params = self.layout.join(
             count=[count],
             state=state,

@@ -15,8 +15,9 @@ from lightning.pytorch.strategies import SingleDeviceXLAStrategy
 from typing_extensions import override
 
 from xla_train import compat
-from xla_train.runtime.backend import backend_of
+from xla_train.runtime.torch_xla.backend import XLA
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
+from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.grouped_steps import GroupedSteps
 from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
 
@@ -32,10 +33,10 @@ class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDevice
 
     @property
     def backend(self):
-        return backend_of(self.root_device)
+        return XLA
 
     def default_checkpoint_io(self) -> AtomicCheckpointIO:
-        return AtomicCheckpointIO()
+        return AtomicCheckpointIO("xla", xla_compat.xla_to_cpu)
 
     @override
     def setup(self, trainer) -> None:
@@ -44,7 +45,7 @@ class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDevice
 
     @override
     def model_to_device(self) -> None:
-        self.engine.place_model(self.model, super().model_to_device)
+        self.engine.place_model(self.model, super().model_to_device, self.scan_chunk or 1)
 
     @override
     def on_train_start(self) -> None:

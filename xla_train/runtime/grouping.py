@@ -1,0 +1,93 @@
+"""How a run on an XLA runtime groups its training steps: K steps as one program, unrolled or as a While loop.
+
+Both XLA runtimes decide alike, so the rule is written once here: what steps_per_execution=auto chooses for a loop
+and a run's length, and what execution_loop=auto chooses for a net on XLA:CPU (docs/feeding.md, "Keep a TPU fed").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from xla_train.errors import ConfigError
+
+EXECUTION_LOOPS = ("auto", "unroll", "while")
+# steps_per_execution=auto. Where the K steps run as a While loop, WHILE_K: an estimate for a TPU (docs/feeding.md),
+# which still leaves an epoch of CIFAR-10 at a v5e-8's global batch of 1,024 at least one full group. Where they
+# run unrolled (XLA:CPU), measured there against one step a program traced once: K=8 compiles longer and holds
+# more memory for steps only a little shorter, so it repays itself only over a long run. So UNROLLED_K from
+# UNROLL_LONG_STEPS training steps, else one step a program (the figures: docs/results.md, "What
+# steps_per_execution=auto chooses").
+WHILE_K = 32
+UNROLLED_K = 8
+UNROLL_LONG_STEPS = 1000
+
+
+def execution_loop(setting: str, host_platform: bool) -> str:
+    """What execution_loop= means on a platform: auto is a While loop, whose program does not grow with K, except on
+    XLA:CPU (`host_platform`), which runs a conv net's step inside a While body many times slower than unrolled
+    (docs/feeding.md): there the net decides (loop_for_net), and the plan's K calls unroll until it does."""
+    if setting not in EXECUTION_LOOPS:
+        raise ConfigError(f"execution_loop={setting!r}; use one of {', '.join(EXECUTION_LOOPS)}")
+    if setting != "auto":
+        return setting
+    return "unroll" if host_platform else "while"
+
+
+def auto_steps(loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
+    """A While program's compile time and host memory do not grow with K, so K is chosen for the device alone.
+    An unrolled program's grow with K, so K=UNROLLED_K only where the run is long enough to pay back its longer
+    compile and first execution (UNROLL_LONG_STEPS); a shorter run takes one step a program, still traced once,
+    so that Lightning's loop traces no step again (docs/results.md, "What steps_per_execution=auto chooses").
+    Before the run's length is known, UNROLLED_K."""
+    if loop == "while":
+        return WHILE_K, f"{WHILE_K} (auto)", False
+    if run_steps is None:
+        return UNROLLED_K, f"{UNROLLED_K} (auto)", True
+    steps = "an unbounded number of" if run_steps == float("inf") else f"{int(run_steps):,}"
+    if run_steps >= UNROLL_LONG_STEPS:
+        why = f"{steps} training steps >= {UNROLL_LONG_STEPS:,}, enough to pay back the longer compile"
+        return UNROLLED_K, f"{UNROLLED_K} (auto: {why})", False
+    why = (
+        f"{steps} training steps < {UNROLL_LONG_STEPS:,}, too few to pay back the longer compile of "
+        f"{UNROLLED_K} unrolled steps; one step a program, traced once"
+    )
+    return 1, f"1 (auto: {why})", False
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a run groups its steps, as the hardware plan decides it (runtime/plan.py)."""
+
+    k: int = 1  # steps_per_execution
+    loop: str = "unroll"  # or "while"
+    note: str = ""  # what auto chose, and why; empty where K was set by hand
+    pending: bool = False  # auto, and the run's length still decides K (fit_to_run)
+    loop_setting: str = ""  # execution_loop as the user set it: auto, unroll or while
+
+    @property
+    def net_decides_loop(self) -> bool:
+        """execution_loop=auto, which both runtimes resolve to an unrolled plan only on XLA:CPU: there the net decides
+        (loop_for_net), once it is known."""
+        return self.loop_setting == "auto" and self.loop == "unroll"
+
+
+CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+
+
+def convolution_in(module: nn.Module) -> str | None:
+    """The class name of the first convolution module in the net, or None."""
+    return next((type(m).__name__ for m in module.modules() if isinstance(m, CONVOLUTIONS)), None)
+
+
+def loop_for_net(module: nn.Module) -> tuple[str, str]:
+    """(loop, why) for execution_loop=auto on XLA:CPU. XLA:CPU runs a convolution's step inside a While body many
+    times slower than unrolled, so a net with a convolution unrolls its K steps; any other net runs them as a While
+    loop, which there compiled several times faster and ran its steps no slower (the IMDB LSTM and an MLP, on both
+    runtimes: docs/results.md, "The While loop against unrolled"). A convolution called as a function, not as a
+    module, is not seen: execution_loop=unroll is then the setting to give."""
+    conv = convolution_in(module)
+    if conv:
+        return "unroll", f"auto: the net has an nn.{conv}, which XLA:CPU runs far slower inside a While loop"
+    return "while", "auto: no convolution in the net, which XLA:CPU compiles and runs faster as a loop"
