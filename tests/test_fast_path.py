@@ -131,6 +131,8 @@ def test_compile_auto_compiles_only_a_run_long_enough_to_pay_back(monkeypatch, c
     cb = fast_path.FastPathCallback(fast_path.choose("cpu", "32"))
     module = Module(CifarCNN())
     cb.setup(None, module, "fit")
+    assert not cb.compiled and cb.fast_path.compile == "auto"  # counted once a resumed run's data is restored
+    cb.on_fit_start(None, module)
     assert cb.compiled is expected and cb.fast_path.compile is expected
     assert (module.net._compiled_call_impl is not None) is expected
     assert module.net.features[1].weight.is_contiguous(memory_format=torch.channels_last)  # a conv net

@@ -101,6 +101,57 @@ def test_a_resumed_loader_with_a_worker_serves_the_resumed_epoch():
     assert np.array_equal(np.concatenate(served), np.concatenate(list(full)[5:]))
 
 
+@pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch ended")  # the
+# data module resumes its own order (its state_dict); Lightning's warning is about the DataLoader
+def test_compile_auto_counts_a_resumed_run_after_its_data_order_is_restored(tmp_path):
+    """compile=auto counts the run's training samples (runtime/fast_path.py), which has Lightning build the training
+    loader and start iterating it. Counted in the callbacks' setup, before Lightning restores the data module from
+    the checkpoint, the resumed run kept that loader and trained from the first batch of an epoch's order (on a CPU
+    with AMX, where compile=auto counts: the SIGKILL test above ended 1e-3 off there)."""
+    import lightning.pytorch as pl
+
+    from xla_train.data.arrays import ArraysDataModule
+    from xla_train.runtime.fast_path import FastPath, FastPathCallback
+    from xla_train.training.module import Classifier
+
+    x, y = np.arange(64, dtype=np.float32)[:, None], np.arange(64) % 2  # a sample's input is its index
+    ckpt = tmp_path / "mid_epoch_2.ckpt"
+
+    class Record(pl.Callback):
+        def __init__(self):
+            self.seen = {}
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.seen[trainer.global_step] = batch[0].flatten().tolist()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.current_epoch == 1 and batch_idx == 1 and not ckpt.exists():
+                trainer.save_checkpoint(ckpt)
+
+    def fit(ckpt_path=None) -> dict:
+        dm = ArraysDataModule(batch_size=8, seed=0, val_fraction=0)
+        dm.hold(x, y, validation_data=(x[:8], y[:8]))
+        record = Record()
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            max_epochs=2,
+            callbacks=[FastPathCallback(FastPath("32-true", False, "auto")), record],
+            limit_val_batches=0,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            default_root_dir=tmp_path,
+        )
+        trainer.fit(Classifier(torch.nn.Linear(1, 2)), datamodule=dm, ckpt_path=ckpt_path)
+        return record.seen
+
+    full = fit()
+    resumed = fit(ckpt)
+    after = len(full) // 2 + 2  # the checkpoint's global step: 2 batches into epoch 2
+    assert resumed == {step: full[step] for step in range(after, len(full))}
+
+
 def test_the_xla_device_loader_reads_its_sampler_only_at_the_first_batch():
     """Lightning calls iter() on the train loader before set_epoch() when it resumes a run; like a DataLoader,
     the device loader must serve the epoch set in between (torch_xla's MpDeviceLoader reads ahead in iter())."""

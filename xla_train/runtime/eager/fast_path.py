@@ -123,8 +123,21 @@ class FastPathCallback(pl.Callback):
             self._float32_lstms = compat.swap_forward(net, (torch.nn.LSTM,), _lstm_in_float32)
             if self._float32_lstms:
                 fp.why["precision"] += "; nn.LSTM in float32, as oneDNN has no bf16 LSTM without native bf16"
+        if stage != "fit" or fp.compile != "auto":  # compile=auto on fit is decided in on_fit_start
+            self._compile(net, 0)  # given, or nothing trains: compile=auto has nothing to pay back
+        fp.channels_last = self.channels_last
+
+    @override
+    def on_fit_start(self, trainer, pl_module) -> None:
+        """compile=auto counts the run's samples, for which Lightning builds the training loader and starts it: not
+        in setup, which runs before a resumed run's data module is restored (that loader would start the epoch's
+        order from its first batch, and Lightning keeps it), but here, after."""
+        if self.fast_path.compile == "auto":
+            self._compile(pl_module.net, self._training_samples(trainer))
+
+    def _compile(self, net, samples: int) -> None:
+        fp = self.fast_path
         if fp.compile == "auto":
-            samples = self._training_samples(trainer) if stage == "fit" else 0
             pays = samples >= COMPILE_PAYBACK_SAMPLES
             fp.why["compile"] = (
                 f"default: {samples:,} training samples {'>=' if pays else '<'} "
@@ -134,7 +147,6 @@ class FastPathCallback(pl.Callback):
         if fp.compile and not self.compiled:
             net.compile()  # in place: the state dict keeps its keys, no _orig_mod.
             self.compiled = True
-        fp.channels_last = self.channels_last
 
     @override
     def teardown(self, trainer, pl_module, stage: str) -> None:
