@@ -11,6 +11,7 @@ the weights by about 1e-3.
 """
 
 import csv
+import math
 
 import pytest
 import torch
@@ -162,8 +163,13 @@ def tiny_runs(request, cifar_root, tmp_path_factory):
         )
         # a conv net's path on XLA:CPU (auto's K against the run's length, unrolled), with TinyNet's quick compile
         runs["auto_unroll"] = ["execution_loop=unroll", "--trainer.callbacks+=probes.NetCalls"]
+        # the losses a callback reads on JAX, against Lightning's own step on torch_xla: the two runtimes draw
+        # other random crops, so neither augments
+        runs["k1_plain"] = ["steps_per_execution=1", "augment=false"]
+        runs["jax_unroll"] = ["runtime=jax", "augment=false", *TINY_RUNS["unroll"]]
+    losses = ("--trainer.callbacks+=probes.LossRecord", "--trainer.callbacks.init_args.out=losses.json")
     procs = {
-        name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *args, devices=devices)
+        name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *losses, *args, devices=devices)
         for name, args in runs.items()
     }
     return {name: work / name for name in procs}, procs
@@ -248,6 +254,33 @@ def test_adam_and_dropout_in_the_while_loop_train_as_one_step_at_a_time(tiny_run
     runs, _ = tiny_runs
     assert last_checkpoint(runs["adam_while"])["xla_train"]["init_args"]["dropout"] == 0.25
     assert_same_training(runs["adam_k1"], runs["adam_while"], steps=18)
+
+
+LOSS_RUNS = {  # a grouped run, and the K=1 run it is held to
+    "torch_xla_unroll": ("unroll", "k1"),
+    "torch_xla_while": ("while", "k1"),
+    "jax_unroll": ("jax_unroll", "k1_plain"),
+}
+
+
+@pytest.mark.parametrize("run", LOSS_RUNS)
+def test_a_callback_reads_each_groups_last_loss_and_no_number_before_it(tiny_runs, run):
+    """A user's callback reading outputs["loss"] in on_train_batch_end, K=4: at the step that ends a group (the
+    fourth, eighth and twelfth of epoch 1; then 16, and 18 where max_steps cuts a group of two) that step's own
+    loss, as Lightning's K=1 step gives it; before it, a tensor with no element, not a NaN that looked like a
+    diverged run."""
+    import json
+
+    runs, _ = tiny_runs
+    name, reference = LOSS_RUNS[run]
+    if name not in runs:
+        pytest.skip("runtime=jax runs on one device here")
+    grouped, one = (json.loads((runs[n] / "losses.json").read_text()) for n in (name, reference))
+    ends = [4, 8, 12, 16, 18]
+    assert len(one) == len(grouped) == 18 and all(math.isfinite(v) for v in one), (one, grouped)
+    assert [i + 1 for i, v in enumerate(grouped) if v is not None] == ends, grouped
+    # another step's loss is 10% or more away; JAX against torch_xla drifts by up to 3e-5 over 18 steps at lr=0.1
+    assert [grouped[i - 1] for i in ends] == pytest.approx([one[i - 1] for i in ends], rel=1e-4)
 
 
 def lstm_fit(data, *size: str) -> tuple[str, ...]:

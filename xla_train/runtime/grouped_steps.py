@@ -19,6 +19,15 @@ from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.grouping import Grouping, loop_for_net
 
 
+def no_loss() -> torch.Tensor:
+    """What a kept step gives Lightning as its loss where it has none to give: no element, so no number that
+    could pass for a loss (a NaN looked like a diverged run). Its step runs when its group does, so its loss is not
+    computed yet; and the step that ends a group gets none where its engine would have to read the loss on the
+    host to give it (docs/feeding.md, "Steps per execution"). Not None: Lightning refuses a None step on several
+    hosts, and a callback's outputs["loss"] would not be there."""
+    return torch.empty(0)
+
+
 class GroupedSteps:
     """For a Lightning strategy whose steps its engine runs as programs of K (`self.engine`: torch_xla's
     runtime/torch_xla/strategy.py, JAX's runtime/jax/strategy.py)."""
@@ -157,9 +166,12 @@ class GroupedSteps:
                 return super().training_step(*args, **kwargs)  # auto, and the step cannot be a program
         # global_step already counts the group's kept steps (each marks its optimizer stepped): this step's number
         self._group.append((batch, row, self.engine.step_key(trainer.global_step)))
-        if self.group_ends_at(batch_idx):
-            self.flush()
-        return torch.tensor(float("nan"))  # the loss of a single step is not read back: it stays on the device
+        if not self.group_ends_at(batch_idx):
+            return no_loss()
+        self.flush()
+        # the finite-loss check reads each execution's sums where K>1 (training/finite_loss.py)
+        loss = self.engine.step_loss(read=self.steps_per_execution > 1)
+        return no_loss() if loss is None else loss
 
     def _traced_step_reads_host(self, reads: int) -> None:
         what = (

@@ -37,6 +37,13 @@ class Engine:
         """Run len(batches) <= k kept steps as one program of k; the state stays on the devices, dispatched."""
         raise NotImplementedError
 
+    def step_loss(self, read: bool) -> torch.Tensor | None:
+        """The loss of the last step the last program ran, for Lightning's `outputs["loss"]`: a tensor that asks
+        no host read of its own. `read`: the host reads this execution's metric sums anyway (the finite-loss check
+        after each program of K>1 steps), so an engine whose loss must be read to be a torch tensor may read it
+        then; else such an engine gives None."""
+        raise NotImplementedError
+
     def after_step(self, optimizer, at_execution_end: bool) -> None:
         """Lightning's optimizer step for a kept step, whose update runs inside the program."""
         raise NotImplementedError

@@ -45,14 +45,17 @@ class _Hook(nn.Module):
 
 
 class HostSums:
-    """A stage's metric sums, kept on the device and read on the host only when asked (`.cpu()`, as for a tensor)."""
+    """A stage's metric sums, kept on the device and read on the host only when asked (`.cpu()`, as for a tensor),
+    or already read with the step's loss (`host`: JaxEngine.step_loss), so asking again reads nothing."""
 
-    def __init__(self, array) -> None:
-        self.array = array
+    def __init__(self, array, host: np.ndarray | None = None) -> None:
+        self.array, self.host = array, host
 
     def cpu(self) -> torch.Tensor:
-        COUNTS.reads += 1
-        return torch.from_numpy(np.array(self.array, dtype=np.float32))
+        if self.host is None:
+            COUNTS.reads += 1
+            self.host = np.array(self.array, dtype=np.float32)
+        return torch.from_numpy(self.host.copy())
 
 
 def host_array(t: torch.Tensor) -> np.ndarray:
@@ -113,12 +116,15 @@ class JaxEngine(Engine):
 
     def take_state(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """The module's (and the optimizer's) torch state to the devices; again after torch's side changed."""
+        import jax
+
         module = self.module
         self.state = {
             "params": self._put([p for _, p in module.named_parameters()]),
             "buffers": self._put([b for _, b in module.named_buffers()]),
             "opt": [],
             "sums": {},
+            "loss": jax.device_put(np.float32(0), self.replicated),  # the last step's (step_loss)
         }
         if optimizer is not None:
             self.opt = FunctionalOptimizer(optimizer)
@@ -227,7 +233,7 @@ class JaxEngine(Engine):
                 sums = self.module.step_state("train")["train"]
                 return jax_view(loss), (jax_view(buffers), jax_view(sums))
 
-        (_, (buffers, sums)), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
+        (loss, (buffers, sums)), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
         with self._torch(key, train=True):
             params, opt = self.opt.update(
                 list(torch_view(state["params"])),
@@ -235,7 +241,8 @@ class JaxEngine(Engine):
                 list(torch_view(state["opt"])),
                 torch_view(scalars),
             )
-        return {"params": jax_view(params), "buffers": buffers, "opt": jax_view(opt), "sums": {"train": sums}}
+        new = {"params": jax_view(params), "buffers": buffers, "opt": jax_view(opt), "sums": {"train": sums}}
+        return {**new, "loss": loss.astype("float32")}
 
     def _train_steps(self, state: dict, batches, scalars, steps, n, key0, resident):
         """The first n of K steps (the rest are padding), as one program."""
@@ -357,6 +364,21 @@ class JaxEngine(Engine):
 
     def after_step(self, optimizer, at_execution_end: bool) -> None:
         mark_optimizer_stepped(optimizer)
+
+    def step_loss(self, read: bool) -> torch.Tensor | None:
+        """A host tensor, read with the epoch's sums in one transfer, which the finite-loss check then takes without
+        another; where no read is made anyway (`read` False) none, since a read here would wait for the program that
+        JAX otherwise leaves running while the host readies the next (train). The wait is `wait`'s, so a step's host
+        time (JaxBackend.sync_clock) leaves it out."""
+        if not read:
+            return None
+        import jax
+
+        self.wait()
+        COUNTS.reads += 1
+        loss, sums = jax.device_get((self.state["loss"], self.state["sums"]["train"]))
+        self.module.load_step_state({"train": HostSums(self.state["sums"]["train"], np.asarray(sums, np.float32))})
+        return torch.tensor(float(loss))
 
     def train(self, batches, rows: Sequence[Sequence[float]], steps: Sequence[int], k: int) -> None:
         """Run len(batches) <= k training steps as one program of k; the state stays on the devices, dispatched."""

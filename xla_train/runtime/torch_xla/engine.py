@@ -63,6 +63,7 @@ class TorchXlaEngine(Engine):
     def reset(self) -> None:
         """No program, no optimizer: the next group traces anew."""
         self._programs, self._opt, self._signature, self._shared, self._pending = {}, None, None, [], False
+        self._loss = None  # the last step's loss, carried with the state (step_loss)
 
     def bind(self, module, step_context, loop: str) -> None:
         """The LightningModule whose steps run, the context each traced step runs in (the precision plugin's), and
@@ -149,6 +150,11 @@ class TorchXlaEngine(Engine):
         self._store([self.placement.place_state(t) for t in new], n)
         self._pending = True
 
+    def step_loss(self, read: bool) -> torch.Tensor:
+        """A device tensor, as Lightning's own step on XLA returns: it is computed by the group's program, so a
+        callback that reads it waits for that program and no other; nothing reads it otherwise."""
+        return self._loss
+
     def after_step(self, optimizer, at_execution_end: bool) -> None:
         if at_execution_end:  # dispatches the execution, as XLAPrecision.optimizer_step does a step
             self.backend.cut_graph(self.device)
@@ -175,7 +181,15 @@ class TorchXlaEngine(Engine):
             buffers=[getattr(m, name) for m, name in self._buffers()],
             optimizer=self._opt.state(),
             sums=list(self.module.step_state().values()),
+            loss=[self._loss_state()],
         )
+
+    def _loss_state(self) -> torch.Tensor:
+        """The last step's loss as state: float32 whatever the step computes in (a While loop's carry keeps its
+        dtype), and device data before the first step, as a batch is sent (a 0 sent with `.to()` is a constant)."""
+        if self._loss is None:
+            self._loss = self.backend.to_device(torch.zeros((), dtype=torch.float32), self.device)
+        return self._loss
 
     def _layout(self) -> Layout:
         """The sizes of `_state()`'s groups, counted without making any state."""
@@ -185,6 +199,7 @@ class TorchXlaEngine(Engine):
             buffers=len(self._buffers()),
             optimizer=n_params * len(self._opt.keys),
             sums=len(self.module.step_state()),
+            loss=1,
         )
 
     def _split(self, state: list) -> tuple[list, list, list, list]:
@@ -211,7 +226,8 @@ class TorchXlaEngine(Engine):
                 setattr(m, name, b)
             module.load_step_state(dict(zip(names, sums)))
         new_params, new_opt = self._opt.update(params, grads, opt_state, scalars)
-        return self._layout().join(params=new_params, buffers=clones, optimizer=new_opt, sums=new_sums)
+        loss = [loss.detach().to(torch.float32)]
+        return self._layout().join(params=new_params, buffers=clones, optimizer=new_opt, sums=new_sums, loss=loss)
 
     def _build(self, first: tuple, row, k: int) -> int:
         """Trace the step on `first` (a batch of this group's shapes) into a program of k steps; the number of
@@ -242,3 +258,4 @@ class TorchXlaEngine(Engine):
                 getattr(m, name).copy_(t)
         self._opt.store(opt_state, steps)
         module.load_step_state(dict(zip(module.step_state(), sums)))
+        self._loss = self._layout().split(new)["loss"][0]
