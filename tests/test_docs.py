@@ -134,3 +134,24 @@ def test_a_bad_key_or_a_broken_link_would_fail(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n[there](#nowhere) [here](#title)\n")
     assert [t for t in links(page) if t[1:] not in anchors(page)] == ["#nowhere"]
+
+
+RESULTS = ROOT / "docs" / "results"
+
+# A clause that says JAX has not run on a GPU: a negation, JAX and "on a GPU" within one clause, in either order.
+NO_JAX_GPU = re.compile(
+    r"\b(?:never|not|nor|no)\b[^.;:()]*?\bJAX\b[^.;:()]*?\bon (?:an? |the )?GPUs?\b"
+    r"|\bJAX\b[^.;:()]*?\b(?:never|not|nor|no)\b[^.;:()]*?\bon (?:an? |the )?GPUs?\b"
+)
+
+
+def test_no_page_says_jax_has_not_run_on_a_gpu_where_a_csv_measured_it_there():
+    """docs/hardware.md once said "nor JAX on a GPU" beside results.md's H200 runs. While a CSV's hardware line says
+    JAX was measured on a GPU (`measured on: JAX GPU (NAME)`), no page says otherwise."""
+    gpus = {
+        m[1] for p in RESULTS.glob("*.csv") for m in re.finditer(r"measured on: JAX GPU \(([^)]+)\)", p.read_text())
+    }
+    assert gpus, "no CSV records JAX on a GPU"
+    assert NO_JAX_GPU.search("Neither runtime has been run on a TPU here, nor JAX on a GPU")  # the check can fail
+    said = [f"{p.name}: {m[0]}" for p in PAGES for m in NO_JAX_GPU.finditer(" ".join(p.read_text().split()))]
+    assert not said, f"JAX was measured on {sorted(gpus)}, but: {said}"
