@@ -67,8 +67,12 @@ def links(path: Path):
 
 def commands(path: Path) -> list[list[str]]:
     """Every `python -m xla_train ...` the page shows, as argv after `xla_train` (up to a shell operator)."""
+    return commands_in(path.read_text())
+
+
+def commands_in(text: str) -> list[list[str]]:
     found = []
-    text = path.read_text().replace("\\\n", " ")
+    text = text.replace("\\\n", " ")
     for m in re.finditer(r"-m xla_train ([^`\"\n]*)", text):
         line = m.group(1).split("#", 1)[0]
         line = re.split(r"\s(?:&&|\||;|>)\s", line)[0].strip()
@@ -137,6 +141,37 @@ def test_a_bad_key_or_a_broken_link_would_fail(tmp_path):
 
 
 RESULTS = ROOT / "docs" / "results"
+WHERE_ONLY = ("runs_dir=", "timeout=")  # where a run wrote and how long a cell could take: not what it measured
+SAME_CELLS = ("recipe", "accelerators", "accelerator", "runtimes")  # what a bench measured
+
+
+def recorded(name: str) -> str:
+    lines = (RESULTS / name).read_text().splitlines()
+    return next((line[11:] for line in lines if line.startswith("# command: ")), "")
+
+
+def shown_as(argv: list[str]) -> tuple[tuple, dict[str, str]]:
+    """(what a command runs: its words and the cells it measures, with the keys it sets; its settings)."""
+    settings = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith(WHERE_ONLY))
+    words = tuple(a for a in argv if "=" not in a)
+    return (words, tuple(settings.get(k) for k in SAME_CELLS), frozenset(settings)), settings
+
+
+def test_a_command_shown_for_a_csvs_cells_is_the_command_that_csv_records():
+    """A page that shows a command of the cells a CSV measured, with the keys its command set, shows the values
+    that command set: results.md's runtimes section once showed rounds=2 beside figures of a run of 3. Settings that only
+    say where a run wrote (runs_dir=, timeout=) are left out on both sides."""
+    csvs = {p.name: shown_as(argv) for p in sorted(RESULTS.glob("*.csv")) for argv in commands_in(recorded(p.name))}
+    assert len(csvs) >= 20, csvs  # the CSVs record that many bench commands; a broken reader finds none
+    differ = []
+    for page in PAGES:
+        for argv in commands(page):
+            what, settings = shown_as(argv)
+            same = {name: s for name, (w, s) in csvs.items() if w == what}
+            if same and settings not in same.values():
+                differ += [f"{page.name}: {shlex.join(argv)} where {name} records {s}" for name, s in same.items()]
+    assert not differ, "\n".join(differ)
+
 
 # A clause that says JAX has not run on a GPU: a negation, JAX and "on a GPU" within one clause, in either order.
 NO_JAX_GPU = re.compile(

@@ -34,6 +34,7 @@ TABLES = {
     "gpu": peers.gpu,
     "gpu-chunks": peers.gpu_chunks,
     "runtimes": peers.runtimes,
+    "runtimes-commands": peers.runtimes_commands,
     "kernels-imdb": kernels.kernels_imdb,
     "overhead": peers.overhead,
     "overhead-settings": peers.overhead_settings,

@@ -35,6 +35,17 @@ def source(*names: str) -> str:
     return "\n".join(out) + "\n"
 
 
+# Where a run wrote its cells and how long a cell could take: the machine's, not what was measured.
+WHERE_ONLY = ("runs_dir=", "timeout=")
+
+
+def commands(*names: str) -> str:
+    """The commands that wrote these CSVs, as a page shows them to run again (WHERE_ONLY's settings left out): a
+    page's copy of a command cannot then differ from the command its figures came from."""
+    lines = [" ".join(w for w in read(name)[0]["command"].split() if not w.startswith(WHERE_ONLY)) for name in names]
+    return "```bash\n" + "\n".join(lines) + "\n```\n"
+
+
 def block(lines: list[str], *names: str) -> str:
     """A generated block: its table's lines, then the provenance of the CSVs they came from."""
     return "\n".join(lines) + "\n\n" + source(*names)

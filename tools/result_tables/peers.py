@@ -6,12 +6,20 @@ from __future__ import annotations
 import statistics
 
 from result_tables.claims import Claim, f, one, x
-from result_tables.csvs import block, mb, ms, read, source
+from result_tables.csvs import block, commands, mb, ms, read, source
 
 
 def _grouping(r: dict) -> str:
     """A cell's K, and its loop where K > 1: "32, while", "1"."""
     return r["steps_per_execution_used"] + (f", {r['execution_loop_used']}" if r["execution_loop_used"] else "")
+
+
+RUNTIMES = ("runtimes-quickstart.csv", "runtimes-imdb.csv", "runtimes-lstm-maxlen.csv")
+
+
+def runtimes_commands() -> str:
+    """The commands of the runtimes' table, from its CSVs."""
+    return commands(*RUNTIMES)
 
 
 def runtimes() -> str:
@@ -61,12 +69,7 @@ def runtimes() -> str:
         f"| the same, per time step + the rest, ms (maxlen {maxlens[0]} to {maxlens[-1]}) | | {ts:.3f} + {tr:.1f} | "
         f"{js:.3f} + {jr:.1f} | {ts / js:.2f}x per time step | | |"
     )
-    return (
-        head
-        + "\n".join(rows)
-        + "\n\n"
-        + source("runtimes-quickstart.csv", "runtimes-imdb.csv", "runtimes-lstm-maxlen.csv")
-    )
+    return head + "\n".join(rows) + "\n\n" + source(*RUNTIMES)
 
 
 def gpu() -> str:
