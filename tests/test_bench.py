@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import cli_env, run_cli, path_with_tests
+from helpers import cli_env, path_with_tests, require, run_cli
 from helpers.processes import SUITE_XLA_FLAGS
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference
@@ -123,6 +123,32 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         "xla-d1-b16-k2-while-on_devicetrue",
     ):  # each in its own process and log
         assert (run / "cells" / f"{cell}.log").is_file()
+
+
+@pytest.mark.parametrize("runtime", ["torch_xla", "jax"])
+def test_overhead_runs_quickstart_with_xla_trains_layers_on_both_sides(runtime, tmp_path):
+    """bench overhead end to end on the quickstart CNN, shrunk to one timed step of batch 8, on either runtime: both
+    cells run (a cell had asked for a training-set size only the sweep gives it), and the plain loop swaps in the
+    layers xla_train's side runs on XLA:CPU (hashed dropout, max pooling as a reduction), so the two first-step losses
+    are one computation's; a plain loop with the runtime's own dropout drew other masks, another loss, and the
+    command fails."""
+    if runtime == "jax":
+        require("torchax")
+    settings = ["recipe=quickstart", "steps=1", "warmup=1", "batch_size=8", f"runtime={runtime}"]
+    proc = run_cli("bench", "overhead", *settings, cwd=tmp_path)
+    printed = re.search(r"xla_train / plain steady step time: ([\d.]+)", proc.stdout)
+    assert printed, proc.stdout
+    assert re.search(r"first-step losses: plain ([\d.]+), xla_train \1: equal, the same work", proc.stdout), proc.stdout
+    prov, rows = read_table(tmp_path / "runs" / "bench" / "version_0" / "overhead.csv")
+    assert set(prov) == set(PROVENANCE) and prov["command"].endswith("bench overhead " + " ".join(settings))
+    sides = {r["side"]: r for r in rows}
+    plain, ours = sides["plain"], sides["xla_train"]
+    assert {r["runtime"] for r in rows} == {runtime} and {r["global_batch"] for r in rows} == {"8"}
+    ratio = float(ours["step_ms"]) / float(plain["step_ms"])
+    assert float(ours["ratio"]) == pytest.approx(ratio, rel=1e-4)
+    assert float(printed[1]) == pytest.approx(ratio, abs=1e-3)  # the line's ratio is the table's, to 3 places
+    assert float(plain["first_loss"]) == pytest.approx(float(ours["first_loss"]), rel=1e-5)
+    assert 1.5 < float(plain["first_loss"]) < 3.5  # ten classes: a cross-entropy near ln 10, not a placeholder
 
 
 @pytest.mark.slow  # default-suite time; a benchmark's own check, not a product path
@@ -261,6 +287,7 @@ def test_int8_lstm_keeps_the_masked_recurrence():
         (["accelerators=cpu"], "bench sweep needs recipe="),
         (["curves", "recipe=quickstart", "data=real"], "bench curves: unknown key 'data'"),
         (["overhead", "recipe=quickstart", "accelerator=cpu"], "accelerator: expected one of 'xla', 'tpu', got 'cpu'"),
+        (["overhead", "recipe=quickstart", "runtime=tf"], "runtime: expected one of 'auto', 'torch_xla', 'jax'"),
         (["predict", "repeats=3"], "bench predict needs ckpt="),
         (["text", "reviewz=10"], "did you mean reviews?"),
         (["replicas", "devices=1,none"], "devices:"),

@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 from xla_train.errors import UserError
+from xla_train.runtime import registry
 from xla_train.runtime.registry import backend_for, backend_of, run_backend, runtime_started
 
 
@@ -90,7 +91,7 @@ class Stopwatch:
 
     def step_done(self, step: int, loss=None) -> None:
         if step == 0 and loss is not None and self.reads_loss and self.k == 1:  # a program's step loss stays there
-            self.first_loss = loss.detach()
+            self.first_loss = loss.detach() if hasattr(loss, "detach") else loss  # a torch tensor, or a JAX array
         if step % self.k != self.k - 1:
             return
         i = step // self.k
@@ -250,10 +251,13 @@ class Loop:
     def steps_per_execution(strategy, spec: dict, length: tuple, devices: int, model=None) -> int:
         """K (and the loop) as fit would run this recipe: auto decided against the recipe's own run (its epochs of
         its training set at this global batch, the spec's train_size) and its net, not against the few steps a cell
-        times."""
+        times. A spec without train_size sets its K (bench overhead's 1): only the net is left to decide the loop."""
         if getattr(strategy, "auto_pending", False) or getattr(strategy, "loop_pending", False):
             from xla_train.runtime.plan import run_steps
 
+            if "train_size" not in spec:
+                strategy.fit_to_run(strategy.steps_per_execution, None, model)
+                return strategy.steps_per_execution
             epoch = max(1, spec["train_size"] // (spec["batch"] * devices))
             strategy.fit_to_run(epoch, run_steps(epoch, *length), model)
         return getattr(strategy, "steps_per_execution", 1)
@@ -294,6 +298,8 @@ class LightningLoop(Loop):
             @override
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
                 self.watch.step_done(batch_idx, outputs["loss"] if isinstance(outputs, dict) else outputs)
+                if batch_idx == 0 and k == 1 and self.watch.first_loss is None:  # a program's: from its epoch sums
+                    self.watch.first_loss = pl_module.running_metrics("train").get("loss")
 
         clock = Clock()
         callbacks = [CompileAccounting()] if plan.is_xla else []
@@ -320,25 +326,33 @@ class LightningLoop(Loop):
 
 
 class PlainLoop(Loop):
-    """What the torch_xla docs teach, on one device: device loader, loss, backward, step; no Lightning."""
+    """What each runtime's docs teach, on one device, with no Lightning: on torch_xla the device loader, loss,
+    backward and step; on JAX one jitted step of loss, gradient and update (runtime/jax/plain_step.py). Each
+    with the layer rewrites xla_train swaps in on that runtime, so both sides run the same graph."""
 
     def steps(self, plan, model, dm) -> Stopwatch:
-        from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer, masked_stats
-        from xla_train.runtime.torch_xla.accelerators import keep_cuda_probe_off_the_trace
-        from xla_train.runtime.layers.scan_rnn import scan_chunk, use_scan_rnn
-        from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
-        from xla_train.runtime.torch_xla.strategy import device_loader
+        from xla_train.objective import cosine_decay, lr_scheduler, make_optimizer
 
-        s, hp, net = self.spec, model.hparams, model.net
-        device = plan.trainer_kwargs["strategy"].root_device
-        keep_cuda_probe_off_the_trace()  # as xla_train's XLA runs do, and as a process without Lightning is
-        use_scan_rnn(
-            net, verbose=False, recurrence=torch_xla_recurrence
-        )  # as the XLA strategies do, so both sides run the same graph
-        net.to(device).train()
+        hp, net = model.hparams, model.net
         opt = make_optimizer(hp, net.parameters())
         total = self.total  # Lightning's estimated_stepping_batches for this run
         sched = lr_scheduler(opt, [cosine_decay(total)] if hp.schedule == "cosine" else [])
+        run = self.jax_steps if plan.runtime is registry.RUNTIMES["jax"] else self.torch_xla_steps
+        return run(plan, net, opt, sched, dm)
+
+    def torch_xla_steps(self, plan, net, opt, sched, dm) -> Stopwatch:
+        from xla_train.objective import masked_stats
+        from xla_train.runtime.torch_xla.accelerators import keep_cuda_probe_off_the_trace
+        from xla_train.runtime.layers import rewrites
+        from xla_train.runtime.torch_xla.engine import layer_rewrites
+        from xla_train.runtime.torch_xla.strategy import device_loader
+        from xla_train.runtime.layers.scan_rnn import scan_chunk
+
+        s = self.spec
+        device = plan.trainer_kwargs["strategy"].root_device
+        keep_cuda_probe_off_the_trace()  # as xla_train's XLA runs do, and as a process without Lightning is
+        rewrites.apply(net, layer_rewrites(), verbose=False)  # as xla_train's torch_xla runs do
+        net.to(device).train()
         watch = Stopwatch(s["warmup"], s["steps"], device)
         watch.scan_chunk = scan_chunk(net)
         inputs = dm.batch_inputs()
@@ -354,6 +368,37 @@ class PlainLoop(Loop):
             watch.step_done(i, loss)
             if i == watch.total - 1:
                 break
+        return watch
+
+    def jax_steps(self, plan, net, opt, sched, dm) -> Stopwatch:
+        import torch
+
+        from xla_train.objective import masked_stats
+        from xla_train.runtime.jax.plain_step import PlainStep
+        from xla_train.runtime.jax.strategy import layer_rewrites
+        from xla_train.runtime.layers import rewrites
+        from xla_train.runtime.layers.scan_rnn import scan_chunk
+
+        s, strategy = self.spec, plan.trainer_kwargs["strategy"]
+        engine = strategy.engine
+        rewrites.apply(net, layer_rewrites(len(engine.devices), engine.platform), verbose=False)
+        net.train()
+        step = PlainStep(
+            engine, net, opt, dm.batch_inputs(), lambda out, y: masked_stats(out, y)[0], torch.initial_seed()
+        )
+        watch = Stopwatch(s["warmup"], s["steps"], strategy.root_device, backend=plan.backend)
+        watch.scan_chunk = scan_chunk(net)
+        try:
+            for i, batch in enumerate(dm.train_dataloader()):
+                watch.batch_ready(i)
+                loss = step(batch, i)
+                if sched is not None:
+                    sched.step()
+                watch.step_done(i, loss)
+                if i == watch.total - 1:
+                    break
+        finally:
+            step.close()
         return watch
 
 

@@ -29,6 +29,16 @@ from xla_train.runtime.jax.engine import JaxEngine
 SCAN_CHUNKS = {"gpu": 4}
 
 
+def layer_rewrites(devices: int, platform: str, chunk: int | None = None):
+    """What JAX hands the layer rewrites (runtime/layers/rewrites.py): its lax.scan recurrence built for `devices`,
+    the platform's time steps per loop iteration unless `chunk` is set, and on XLA:CPU the reductions for max pooling
+    and dropout. `bench overhead`'s hand-written loop swaps in the same, so both sides run one graph."""
+    from xla_train.runtime.jax.recurrence import jax_recurrence
+    from xla_train.runtime.layers.rewrites import Rewrites
+
+    return Rewrites(jax_recurrence(devices), chunk or SCAN_CHUNKS.get(platform, 1), False, platform == "cpu")
+
+
 class EngineAutocast(Precision):
     """Lightning's plugin that adds nothing to a step, named for the precision the engine computes in: the engine
     autocasts inside its own programs, so trainer.precision (the run report's line) says what ran."""
@@ -113,14 +123,13 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         """The module stays on the host; its state goes to the devices as arrays. On XLA:CPU, max pooling over tiling
         windows runs as a reduction and dropout hashes its mask, as on torch_xla (runtime/layers/max_pool.py,
         runtime/layers/dropout.py): JAX's select-and-scatter and random bits cost XLA:CPU as much as torch_xla's do."""
-        from xla_train.runtime.jax.recurrence import jax_recurrence
         from xla_train.runtime.layers import rewrites
 
         # every nn.LSTM, nn.GRU, nn.RNN as a scan, with the platform's time steps per loop iteration
-        recurrence = jax_recurrence(len(self.engine.devices))
-        chunk = self.scan_chunk or SCAN_CHUNKS.get(self.engine.platform, 1)
-        on_host = self.engine.platform == "cpu"
-        self._swapped = rewrites.apply(self.model, rewrites.Rewrites(recurrence, chunk, False, on_host))
+        engine = self.engine
+        self._swapped = rewrites.apply(
+            self.model, layer_rewrites(len(engine.devices), engine.platform, self.scan_chunk)
+        )
 
     @override
     def batch_to_device(self, batch, device=None, dataloader_idx: int = 0):

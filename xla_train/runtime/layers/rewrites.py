@@ -32,9 +32,9 @@ class Rewrites:
     device_data: tuple[str, Callable] | None = None  # (device type, host tensor -> device data) for dropout's positions
 
 
-def apply(module: nn.Module, rewrites: Rewrites) -> dict:
-    """Swap the rewrites into `module`, in place; returns what `undo` needs."""
-    use_scan_rnn(module, recurrence=rewrites.recurrence, chunk=rewrites.scan_chunk)
+def apply(module: nn.Module, rewrites: Rewrites, verbose: bool = True) -> dict:
+    """Swap the rewrites into `module`, in place; returns what `undo` needs (verbose: say which layers scan)."""
+    use_scan_rnn(module, verbose, recurrence=rewrites.recurrence, chunk=rewrites.scan_chunk)
     swapped = use_xla_linear(module) if rewrites.linear_grad else {}  # {layer: its own class}
     if rewrites.host_platform:  # a TPU has select-and-scatter and a random-bit generator of its own
         if rewrites.device_data is not None:

@@ -20,6 +20,16 @@ from xla_train.runtime.torch_xla.step_program import Layout, StepProgram
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 
+def layer_rewrites(chunk: int = 1):
+    """What torch_xla hands the layer rewrites (runtime/layers/rewrites.py): its While-loop recurrence, nn.Linear's
+    weight gradient in the weight's shape, and on XLA:CPU the reductions for max pooling and dropout with their
+    positions as device data. `bench overhead`'s hand-written loop swaps in the same, so both sides run one graph."""
+    from xla_train.runtime.layers.rewrites import Rewrites
+    from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
+
+    return Rewrites(torch_xla_recurrence, chunk, True, XLA.platform() == "cpu", ("xla", XLA.to_device))
+
+
 class OneDevice:
     """Where a program's tensors go on one XLA device: as they are."""
 
@@ -88,7 +98,6 @@ class TorchXlaEngine(Engine):
         import torch_xla.core.xla_model as xm
 
         from xla_train.runtime.layers import rewrites
-        from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 
         scalars = [
             (m, name, b)
@@ -96,11 +105,7 @@ class TorchXlaEngine(Engine):
             for name, b in m.named_buffers(recurse=False)
             if b.dim() == 0 and b.device.type == "cpu"
         ]
-        on_host = XLA.platform() == "cpu"
-        device_data = ("xla", XLA.to_device)
-        self._swapped = rewrites.apply(
-            model, rewrites.Rewrites(torch_xla_recurrence, chunk, True, on_host, device_data)
-        )
+        self._swapped = rewrites.apply(model, layer_rewrites(chunk))  # {layer: its own class}, for restore_model
         move()
         if scalars:
             on_device = xm.send_cpu_data_to_device([b for _, _, b in scalars], self.device)
