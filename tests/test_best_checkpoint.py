@@ -55,7 +55,7 @@ def test_without_ties_the_report_names_no_tie():
 def test_the_chooser_resumes_with_its_best_so_far():
     chooser, _ = chosen("val_acc", EPOCHS[:3])
     again = BestCheckpoint("val_acc")
-    again.load_state_dict(chooser.state_dict() | {"best_k_models": {"best-epoch=2.ckpt": torch.tensor(0.8)}})
+    again.load_state_dict(chooser.state_dict() | {"best_k_models": {"best-epoch=3.ckpt": torch.tensor(0.8)}})
     assert again.best_scores == pytest.approx({"val_acc": 0.8, "val_loss": 0.3})
     assert (again.best_epoch, again.tied_with) == (2, [1])
 
@@ -73,10 +73,10 @@ def test_a_fit_whose_val_acc_flattens_keeps_the_epoch_of_the_lowest_loss(tmp_pat
     accs = [h["val_acc"] for h in run.history]
     losses = [h["val_loss"] for h in run.history]
     assert accs == [1.0] * 4 and losses == sorted(losses, reverse=True), run.history
-    assert run.checkpoint.endswith("best-epoch=3.ckpt")
+    assert run.checkpoint.endswith("best-epoch=4.ckpt")  # the 4th epoch, as the lines count: Lightning's 3
     assert safe_load(run.checkpoint)["epoch"] == 3
     out = capsys.readouterr().out
-    assert "best checkpoint: epoch 4 (best-epoch=3.ckpt), the highest val_acc (1.0000); epochs 1, 2, 3 tied" in out
+    assert "best checkpoint: epoch 4 (best-epoch=4.ckpt), the highest val_acc (1.0000); epochs 1, 2, 3 tied" in out
 
 
 def test_monitor_is_one_of_the_two_metrics(capsys):

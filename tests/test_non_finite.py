@@ -100,7 +100,7 @@ def test_a_diverging_loss_stops_the_fit_and_keeps_the_last_finite_checkpoint(tmp
     last = safe_load(folder / "last.ckpt")
     assert last["global_step"] == 10 and last["state_dict"]["net.calls"] == 10
     assert all(torch.isfinite(v).all() for v in last["state_dict"].values())
-    assert sorted(p.name for p in folder.iterdir()) == ["best-epoch=0.ckpt", "last.ckpt"]
+    assert sorted(p.name for p in folder.iterdir()) == ["best-epoch=1.ckpt", "last.ckpt"]
     metrics = (folder.parent / "metrics.csv").read_text()
     assert "nan" not in metrics.lower()
 

@@ -48,7 +48,7 @@ def test_xla_mp_returns_the_workers_metrics_run_folder_and_checkpoints_to_the_pa
     assert cli.returncode == 0, cli.stderr[-4000:]
     run = tmp_path / "runs" / "quickstart" / "version_0"
     assert "held-out test accuracy: " in cli.stdout, cli.stdout  # the parent's line, from the worker's metrics
-    assert f"(best checkpoint {run.relative_to(tmp_path)}/checkpoints/best-epoch=0.ckpt)" in cli.stdout
+    assert f"(best checkpoint {run.relative_to(tmp_path)}/checkpoints/best-epoch=1.ckpt)" in cli.stdout
     assert sorted(p.name for p in (tmp_path / "runs" / "quickstart").iterdir()) == ["version_0"]
 
     api = subprocess.run(
@@ -59,7 +59,7 @@ def test_xla_mp_returns_the_workers_metrics_run_folder_and_checkpoints_to_the_pa
     folder = tmp_path / "runs" / "quickstart" / "version_1"
     assert out["folder"] == str(folder)  # the worker's run folder, not the next free one
     assert out["last"] == str(folder / "checkpoints" / "last.ckpt")
-    assert out["best"] == str(folder / "checkpoints" / "best-epoch=0.ckpt")
+    assert out["best"] == str(folder / "checkpoints" / "best-epoch=1.ckpt")
     assert out["epochs"] == 1 and set(out["test"]) >= {"test_acc", "test_loss"}, out
     assert set(out["val"]) == {"val_acc", "val_loss"} and 0 <= out["val"]["val_acc"] <= 1, out
 

@@ -23,8 +23,16 @@ class BestCheckpoint(ModelCheckpoint):
         mode, self.tie_break = MONITORS[monitor]
         super().__init__(monitor=monitor, mode=mode, filename=filename)
         self.best_scores: dict[str, float] | None = None  # the best epoch's two metrics
-        self.best_epoch: int | None = None  # 0-based, as Lightning counts
+        self.best_epoch: int | None = None  # 0-based, as Lightning counts; the file name and the report add 1
         self.tied_with: list[int] = []  # epochs whose score equalled the best's and lost on the tie-break
+
+    @override
+    def format_checkpoint_name(self, metrics: dict, filename=None, ver=None, prefix=None) -> str:
+        """The file names its epoch as the run's lines do, counted from 1 (best-epoch=12.ckpt is epoch 12's), where
+        Lightning's {epoch} counts from 0."""
+        if "epoch" in metrics:
+            metrics = {**metrics, "epoch": metrics["epoch"] + 1}
+        return super().format_checkpoint_name(metrics, filename, ver, prefix)
 
     def _scores(self, trainer) -> dict[str, float] | None:
         metrics = trainer.callback_metrics
