@@ -123,6 +123,20 @@ def test_xla_fit_writes_a_complete_run_folder(xla_run):
     assert config["data"]["init_args"]["val_fraction"] == 0.1
 
 
+def test_after_fit_lightning_does_not_repeat_which_checkpoint_the_report_named(xla_run):
+    """test_after_fit loads the best checkpoint, and Lightning logged "Restoring states from the checkpoint path at
+    ..." and "Loaded model weights from the checkpoint at ...": the run report's lines already name that checkpoint, by
+    its epoch and file, and the test's result with its path. Those two lines are left out, and only those."""
+    run, proc = xla_run
+    best = re.search(r"^best checkpoint: epoch (\d+) \((best-epoch=\d+\.ckpt)\)", proc.stdout, re.M)
+    assert best, proc.stdout
+    path = run.relative_to(run.parents[2]) / "checkpoints" / best[2]
+    assert "held-out test accuracy: " in proc.stdout and f"(best checkpoint {path})" in proc.stdout, proc.stdout
+    out = proc.stdout + proc.stderr
+    for line in ("Restoring states from the checkpoint path", "Loaded model weights from the checkpoint"):
+        assert line not in out, out
+
+
 def test_val_fraction_zero_validates_on_test_and_the_final_line_does_not_say_held_out(cifar_root, tmp_path):
     proc = run_cli(
         *"fit recipe=cifar10 accelerator=cpu devices=1 epochs=1 batch_size=32 val_fraction=0 download=false".split(),

@@ -9,7 +9,9 @@ tests/test_layout.py keeps private names out of the rest of xla_train (docs/layo
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import sys
 
@@ -162,6 +164,33 @@ def set_logger_state(logger, state: dict) -> None:
             logger._version = state["version"]
     if state["experiment"] is not None:
         logger._experiment = state["experiment"]
+
+
+# The two lines Lightning logs as a test or validation loads its checkpoint (trainer/connectors/checkpoint_connector.py,
+# resume_start and _restore_modules_and_callbacks), through rank_zero_info and so the logger below (utilities/
+# rank_zero.py sets it as lightning_utilities' rank-zero log).
+CHECKPOINT_RESTORE_LINES = (
+    "Restoring states from the checkpoint path at ",
+    "Loaded model weights from the checkpoint at ",
+)
+RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"
+
+
+class _DropRestoreLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(CHECKPOINT_RESTORE_LINES)
+
+
+@contextlib.contextmanager
+def without_checkpoint_restore_lines():
+    """Lightning's checkpoint-loading lines left out for the block, and only they: after fit the run report already
+    names the best checkpoint that test_after_fit evaluates, and prints its path with the test's result."""
+    log, drop = logging.getLogger(RANK_ZERO_LOGGER), _DropRestoreLines()
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
 
 
 # --- jsonargparse ---------------------------------------------------------------------------------------------

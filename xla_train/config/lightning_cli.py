@@ -285,7 +285,8 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         if why and self.trainer.is_global_zero:
             print(why, flush=True)
         if self.setting("test_after_fit") and best:
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
+            with compat.without_checkpoint_restore_lines():  # the report above names the checkpoint, the line below too
+                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             acc = self.model.epoch_metrics.get("test_acc")
             if acc is not None and self.trainer.is_global_zero:
                 print(f"{self._test_label()}: {acc:.4f} (best checkpoint {best})", flush=True)
