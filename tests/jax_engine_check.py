@@ -7,6 +7,7 @@ import os
 import sys
 
 import jax
+import numpy as np
 import torch
 
 from xla_train.data.base import keep
@@ -190,7 +191,64 @@ def rnn() -> dict:
             classifier(BNNet() if net == "conv" else SentimentLSTM(50, 8, 6)), None
         ).compiler_options
     out["prefix"] = PROGRAM_PREFIX
+    out["packed"] = packed()
     return out
+
+
+def packed() -> dict:
+    """tests/helpers/packed.py's nets, which pack their padded batch (pack_padded_sequence, lengths .cpu(),
+    enforce_sorted=False), with the scan on JAX, all in one jitted program of their outputs and gradients: what nn
+    computes on the CPU, per case ({name: differences})."""
+    import helpers.packed as cases
+    from torchax.interop import jax_view, torch_view
+
+    from xla_train.runtime.jax.compat import environment
+    from xla_train.runtime.jax.recurrence import jax_recurrence
+    from xla_train.runtime.layers.scan_rnn import use_scan_rnn
+
+    nets, inputs, expected = {}, {}, {}
+    for name in cases.CASES:
+        ref, x, lengths, hx = cases.case_inputs(name)
+        net = copy.deepcopy(ref)
+        use_scan_rnn(net, verbose=False, recurrence=jax_recurrence(1))
+        weights = [torch.randn_like(v) for k, v in cases.results(ref, x, lengths, hx, "cpu").items() if k != "lengths"]
+        expected[name] = cases.on_host(cases.results(ref, x, lengths, hx, "cpu", weights))
+        hxs = () if hx is None else hx if isinstance(hx, tuple) else (hx,)
+        nets[name] = net, isinstance(hx, tuple), [n for n, _ in net.named_parameters()]
+        arrays = {
+            "params": [p.detach() for p in net.parameters()],
+            "x": x,
+            "hxs": list(hxs),
+            "lengths": lengths.int(),
+            "weights": weights,
+        }
+        inputs[name] = jax.tree.map(lambda t: jax.numpy.asarray(t.numpy()), arrays)
+
+    def loss(differentiated, given):
+        total, outputs = 0.0, {}
+        with environment():
+            for name, (net, lstm, names) in nets.items():
+                a = torch_view({**given[name], **differentiated[name]})
+                hx = None if not a["hxs"] else tuple(a["hxs"]) if lstm else a["hxs"][0]
+                state = dict(zip(names, a["params"]))
+                out, final, out_lengths = torch.func.functional_call(net, state, (a["x"], a["lengths"], hx))
+                tensors = [out, *(final if isinstance(final, tuple) else (final,))]
+                total = total + sum((t * w).sum() for t, w in zip(tensors, a["weights"]))
+                outputs[name] = jax_view((tensors, out_lengths))
+        return jax_view(total), outputs
+
+    wrt = {n: {k: v for k, v in a.items() if k in ("params", "x", "hxs")} for n, a in inputs.items()}
+    rest = {n: {k: v for k, v in a.items() if k not in wrt[n]} for n, a in inputs.items()}
+    (_, outputs), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(wrt, rest)
+    found = {}
+    for name, (tensors, out_lengths) in outputs.items():
+        host = jax.tree.map(lambda a: torch.from_numpy(np.array(a)), (tensors, out_lengths, grads[name]))
+        (out, *states), out_lengths, d = host
+        got = {"out": out, **{f"state {i}": s for i, s in enumerate(states)}, "d x": d["x"]}
+        got.update({f"d hx {i}": h for i, h in enumerate(d["hxs"])})
+        got.update({f"d {n}": g for n, g in zip(nets[name][2], d["params"])})
+        found[name] = cases.differences(expected[name], {**got, "lengths": out_lengths})
+    return found
 
 
 def split() -> dict:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, script_json
+from helpers.packed import CASES as PACKED_CASES
 from test_imdb import write_aclimdb
 from test_own_model import image_folder, text_csv  # noqa: F401 (fixtures)
 from test_resume import COMMON, assert_same_weights, final_weights, stopped_at
@@ -45,6 +46,17 @@ def test_recurrent_layers_run_as_scans_that_match_nn(rnn_check):
     for name in ("lstm", "gru"):
         assert out[name] < 1e-6 and out[f"{name}_moved"] > 1e-4 and out[f"{name}_restored"], out
     assert out["lstm_chunks"] == [1] and out["gru_chunks"] == [5], out  # 5 steps a loop iteration, 2 left over
+
+
+@pytest.mark.parametrize("case", list(PACKED_CASES))
+def test_a_packed_batch_on_jax_computes_what_nn_computes(rnn_check, case):
+    """tests/helpers/packed.py's nets, which pack their padded batch (lengths .cpu(), enforce_sorted=False), run as
+    the scan inside one jitted program, where no value can be read on the host: outputs, final states, lengths and
+    gradients are nn's on the CPU."""
+    found = rnn_check["packed"][case]
+    for name, (shape, nn_shape, error) in found.items():
+        assert shape == nn_shape and error < 1e-5, (name, shape, nn_shape, error)
+    assert {"out", "state 0", "d x", "d rnn.weight_hh_l0", "lengths"} <= set(found)
 
 
 def test_the_scans_weight_gradient_keeps_a_split_batch_split():

@@ -7,19 +7,32 @@ The XLA checks run in one subprocess (the XLA runtime is fixed for a process's l
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from helpers import SCRIPTS, script_json
+from helpers import SCRIPTS, cli_env, path_with_tests, script_json
+from helpers.packed import (
+    CASES,
+    LENGTHS,
+    STEPS,
+    PackedNet,
+    case_inputs,
+    differences,
+    eager_recurrence,
+    on_host,
+    results,
+)
 from xla_train.runtime.layers.scan_rnn import ScanRNN, use_scan_rnn
 
 
 @pytest.fixture(scope="module")
 def on_xla() -> dict:
-    return script_json(SCRIPTS / "scan_rnn_on_xla.py")
+    return script_json(SCRIPTS / "scan_rnn_on_xla.py", env=cli_env(1, PYTHONPATH=path_with_tests()))
 
 
 def test_scans_compute_what_nn_computes_forward_and_backward(on_xla):
@@ -53,9 +66,21 @@ def test_a_mask_skips_steps_in_every_layer_and_direction(on_xla):
     assert on_xla["mask"] < 1e-5
 
 
-def test_a_packed_sequence_runs_unrolled_with_one_warning(on_xla):
-    out_error, h_error, warned = on_xla["packed"]
-    assert out_error < 1e-5 and h_error < 1e-5 and warned == 1
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_packed_batch_on_torch_xla_computes_what_nn_computes_with_no_read_and_no_new_program(on_xla, case):
+    """tests/helpers/packed.py's cases on torch_xla: outputs, final states, lengths and gradients are nn's on the
+    CPU; the forward and backward read nothing from the device (no lengths on the host, no shape from them), and a
+    batch of other lengths runs the program already compiled."""
+    found = on_xla["packed"][case]
+    for name, (shape, nn_shape, error) in found["diffs"].items():
+        assert shape == nn_shape and error < 1e-5, (name, shape, nn_shape, error)
+    assert {"out", "state 0", "d x", "d rnn.weight_hh_l0", "lengths"} <= set(found["diffs"])
+    assert found["read"] == 0 and found["compiled again"] == 0, found
+
+
+def test_a_packed_sequence_made_outside_the_net_runs_as_the_scan_on_torch_xla(on_xla):
+    out_error, h_error, shape = on_xla["packed outside"]
+    assert out_error < 1e-5 and h_error < 1e-5 and shape == [19, 7], on_xla["packed outside"]
 
 
 def test_bf16_autocast_keeps_the_recurrence_in_float32(on_xla):
@@ -153,3 +178,81 @@ def test_modules_the_scan_cannot_run_get_one_warning_line_each():
     assert cell.endswith("run nn.LSTM, nn.GRU or nn.RNN over the whole sequence instead, which XLA runs as one loop")
     h, c = net.decoder(torch.randn(2, 4))  # left as they were: the model still runs
     assert type(net.decoder) is nn.LSTMCell and h.shape == (2, 4)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_packed_batch_runs_as_the_masked_scan_and_computes_what_nn_computes(case):
+    """A net that packs its padded batch (pack_padded_sequence, lengths .cpu(), enforce_sorted=False) and unpacks the
+    layer's output: with the scan swapped in (its recurrence a Python loop of the cell's step, on the CPU), outputs,
+    final states at each sequence's own last step, lengths and every gradient are nn's on the packed batch. The
+    layer is handed the padded batch whole (T steps of N), not the packed rows."""
+    ref, x, lengths, hx = case_inputs(case)
+    net = copy.deepcopy(ref)
+    assert use_scan_rnn(net, verbose=False, recurrence=eager_recurrence) == ["rnn"]
+    handed = []
+    net.rnn.register_forward_pre_hook(lambda m, args: handed.append(tuple(args[0].data.shape)))
+    weights = [torch.randn_like(v) for k, v in on_host(results(ref, x, lengths, hx, "cpu")).items() if k != "lengths"]
+    found = differences(
+        on_host(results(ref, x, lengths, hx, "cpu", weights)), results(net, x, lengths, hx, "cpu", weights)
+    )
+    for name, (shape, nn_shape, error) in found.items():
+        assert shape == nn_shape and error < 1e-5, (name, shape, nn_shape, error)
+    assert {"out", "state 0", "d x", "d rnn.weight_hh_l0", "lengths"} <= set(found)
+    assert handed == [(len(LENGTHS) * STEPS, 3)], handed  # not sum(LENGTHS) rows: one shape whatever the lengths
+
+
+def test_a_packed_sequence_made_outside_the_net_runs_as_the_scan_by_its_batch_sizes():
+    """A PackedSequence that no forward of the net packed (made beforehand, so its rows are the real steps only) is
+    unpacked by its batch_sizes, which are on the host, and comes back packed as nn's: the same rows and states."""
+    ref, x, lengths, _ = case_inputs("GRU, 1 layer bidirectional, batch_first")
+    scanned = []
+    scan = ScanRNN(copy.deepcopy(ref.rnn), recurrence=lambda *a: scanned.append(1) or eager_recurrence(*a))
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    (out, h), (r_out, r_h) = scan(packed), ref.rnn(packed)
+    assert scanned == [1, 1]  # each direction scanned once
+    assert out.data.shape == r_out.data.shape == (sum(LENGTHS), 10)
+    assert torch.equal(out.batch_sizes, r_out.batch_sizes) and torch.equal(out.unsorted_indices, r_out.unsorted_indices)
+    assert (out.data - r_out.data).abs().max() < 1e-5 and (h - r_h).abs().max() < 1e-5
+
+
+class Unpacked(nn.Module):
+    """Packs, runs its LSTM, unpacks without total_length and with another padding value."""
+
+    def __init__(self, lstm: nn.LSTM):
+        super().__init__()
+        self.lstm = lstm
+
+    def forward(self, x, lengths):
+        out, _ = self.lstm(pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False))
+        return pad_packed_sequence(out, batch_first=True, padding_value=-1.0)
+
+
+def test_pad_packed_sequence_keeps_the_padded_length_and_pads_with_the_padding_value():
+    """Without total_length nn pads to the batch's longest sequence, a length the data decides; the scan's packed
+    batch keeps the padded batch's T steps (a fixed shape), padding_value past each length, and the lengths."""
+    ref, x, _, _ = case_inputs("LSTM, 1 layer, batch_first")
+    ref, lengths = Unpacked(ref.rnn), torch.tensor([5, 2, 6, 3])  # the longest is 6 of T = 7
+    net = copy.deepcopy(ref)
+    use_scan_rnn(net, verbose=False, recurrence=eager_recurrence)
+    with torch.no_grad():
+        (out, got_lengths), (r_out, r_lengths) = net(x, lengths), ref(x, lengths)
+    assert r_out.shape == (4, 6, 5) and out.shape == (4, STEPS, 5)
+    assert (out[:, :6] - r_out).abs().max() < 1e-5 and (out[:, 6] == -1).all()
+    assert got_lengths.tolist() == r_lengths.tolist() == [5, 2, 6, 3]
+
+
+def test_a_packed_batch_for_a_module_the_scan_cannot_run_is_one_line():
+    """An LSTM with proj_size stays nn's on XLA, which would read the fixed-shape packed batch as every sequence
+    full length: refused in one line that says what runs, at the first forward."""
+    from xla_train.errors import ConfigError
+
+    net = PackedNet(nn.LSTM(3, 5, proj_size=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        use_scan_rnn(net, verbose=False, recurrence=eager_recurrence)
+    net.other = nn.GRU(3, 3)  # a scan beside it, so that the net's forward is watched
+    assert use_scan_rnn(net, verbose=False, recurrence=eager_recurrence) == ["other"]
+    with pytest.raises(ConfigError) as e:
+        net(torch.randn(4, STEPS, 3).transpose(0, 1), torch.tensor(LENGTHS))
+    message = str(e.value)
+    assert "\n" not in message and "plain nn.LSTM, nn.GRU or nn.RNN" in message and "padded ids" in message, message

@@ -399,6 +399,19 @@ def caller_site(depth: int = 2) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+@functools.cache
+def packing_ops() -> tuple:
+    """(pack, pad, rnns): the ops torch/nn/utils/rnn.py's pack_padded_sequence and pad_packed_sequence hand their work
+    to, torch._VF._pack_padded_sequence(input, lengths, batch_first) -> (data, batch_sizes) and
+    torch._VF._pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length) -> (padded, lengths),
+    and those nn.LSTM's, nn.GRU's and nn.RNN's forwards run a PackedSequence with (torch._VF.lstm, gru, rnn_tanh,
+    rnn_relu, batch_sizes among their arguments), as a torch function mode is handed them (torch 2.9.0)."""
+    import torch
+
+    vf = torch._VF
+    return vf._pack_padded_sequence, vf._pad_packed_sequence, (vf.lstm, vf.gru, vf.rnn_tanh, vf.rnn_relu)
+
+
 def tensor_version(tensor) -> int:
     """How many in-place changes a tensor has had: autograd's own counter (Tensor._version), which every in-place
     op, on any device, bumps; torch 2.9.0's autograd reads it to refuse a backward through a changed tensor."""

@@ -1,7 +1,8 @@
 """Run by tests/test_scan_rnn.py in a fresh process (XLA's device count and mode are fixed for a process's life)."""
 
+import copy
 import json
-import warnings
+
 import torch
 import torch_xla
 import torch_xla.debug.metrics as met
@@ -10,6 +11,8 @@ from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts i
 from torch.nn.utils.rnn import pack_padded_sequence
 from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
+
+import helpers.packed as packed_cases
 
 torch.manual_seed(0)
 dev, cpu = torch_xla.device(), torch.device("cpu")
@@ -117,16 +120,43 @@ with torch.no_grad():
             errors += [h[:, row].abs().max().item(), c[:, row].abs().max().item()]
 found["mask"] = max(errors)
 
-# A PackedSequence runs through nn's own forward (unrolled), with the scan's weights, and one warning.
+# A net that packs its padded batch (pack_padded_sequence, lengths .cpu(), enforce_sorted=False) computes what nn
+# computes on the CPU, outputs, final states and gradients, with nothing read from the device before the sync; a
+# second batch of other lengths compiles nothing new. tests/helpers/packed.py's cases, as on the CPU.
+found["packed"] = {}
+for name in packed_cases.CASES:
+    ref, x, lengths, hx = packed_cases.case_inputs(name)
+    net = copy.deepcopy(ref)
+    use_scan_rnn(net, verbose=False)
+    net.to(dev)
+    weights = [torch.randn_like(v) for k, v in packed_cases.results(ref, x, lengths, hx, cpu).items() if k != "lengths"]
+    torch_xla.sync()
+    reads = met.metric_data("TransferFromDeviceTime") or (0,)
+    got = packed_cases.results(net, x, lengths, hx, dev, weights)
+    read = (met.metric_data("TransferFromDeviceTime") or (0,))[0] - reads[0]
+    torch_xla.sync()
+    compiles = met.metric_data("CompileTime")[0]
+    packed_cases.results(net, x, lengths.flip(0), hx, dev, weights)  # other lengths, in another order
+    torch_xla.sync()
+    diffs = packed_cases.differences(packed_cases.results(ref, x, lengths, hx, cpu, weights), packed_cases.on_host(got))
+    found["packed"][name] = {
+        "diffs": diffs,
+        "read": read,
+        "compiled again": met.metric_data("CompileTime")[0] - compiles,
+    }
+
+# A PackedSequence made outside the net (its rows the real steps only) runs as the scan by its batch_sizes.
 scan, ref, x, _, _ = scans["LSTM without bias, unbatched"]
 batch = torch.randn(9, 3, 5)
 packed = pack_padded_sequence(batch, torch.tensor([9, 4, 6]), enforce_sorted=False)
-with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
+with torch.no_grad():
     got, (h, c) = scan(packed.to(dev))
-    scan(packed.to(dev))
     r_out, (r_h, r_c) = ref(packed)
-found["packed"] = [(got.data.cpu() - r_out.data).abs().max().item(), (h.cpu() - r_h).abs().max().item(), len(caught)]
+found["packed outside"] = [
+    (got.data.cpu() - r_out.data).abs().max().item(),
+    (h.cpu() - r_h).abs().max().item(),
+    list(got.data.shape),
+]
 
 # Under bf16 autocast (precision=bf16 on XLA) the recurrence keeps float32 (no bias to promote the projection).
 ref, x = rnn.LSTM(5, 7, bias=False, batch_first=True), torch.randn(3, 9, 5)

@@ -22,6 +22,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from xla_train.errors import ConfigError
+from xla_train.runtime.layers.packed import padded_batch, steps_kept, unwatch_packing, watch_packing
 from xla_train.runtime.layers.rnn_cells import CELLS
 from xla_train.runtime.layers.table_projection import projected_rows, table_rows, tag_embeddings, untag_embeddings
 
@@ -72,7 +73,7 @@ class ScanRNN(nn.Module):
 
     Also takes MaskedLSTM's `mask` (N, T) (T for unbatched input): where it is False, every layer and direction
     leaves its state unchanged and outputs zeros, as if the step were absent (the reverse direction starts at the
-    last kept step). A PackedSequence input runs through the replaced module's own forward, unrolled.
+    last kept step). A PackedSequence runs as its padded batch under such a mask (runtime/layers/packed.py).
     """
 
     def __init__(self, rnn: nn.RNNBase, recurrence=None, chunk: int | None = None):
@@ -114,15 +115,7 @@ class ScanRNN(nn.Module):
 
     def forward(self, input, hx=None, mask=None):  # noqa: A002 (nn's argument name)
         if isinstance(input, PackedSequence):
-            if not self.__dict__.setdefault("warned", False):
-                self.__dict__["warned"] = True
-                warnings.warn(
-                    f"{type(self.replaced).__name__} got a PackedSequence, which XLA traces step by step, so its "
-                    "compile time grows with the sequence length; a padded batch (and MaskedLSTM's mask) runs as "
-                    "one loop",
-                    stacklevel=2,
-                )
-            return self.current()(input, hx)
+            return self._packed(input, hx)
         lstm, batched = self.mode == "LSTM", input.dim() == 3
         rows = table_rows(input)  # (ids, embedding) when the input is an embedding's output: ids shaped as input
         if not batched:  # (T, E): a batch of one, time-major
@@ -137,7 +130,31 @@ class ScanRNN(nn.Module):
             keep = torch.ones(t, n, 1, dtype=torch.bool, device=x.device)
         else:
             keep = (mask.to(torch.bool).transpose(0, 1) if batched else mask.to(torch.bool)[:, None])[..., None]
-        directions = 2 if self.bidirectional else 1
+        x, states = self._layers(x, keep, hx, rows)
+        if not batched:
+            x, states = x.squeeze(1), [s.squeeze(1) for s in states]
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        return x, (tuple(states) if lstm else states[0])
+
+    def _packed(self, packed: PackedSequence, hx):
+        """nn's forward on a PackedSequence: the padded batch, its steps past each length masked, in the packed
+        (sorted) order; hx and the final states in the batch's own order, as nn permutes them."""
+        x, lengths, to_packed = padded_batch(packed)
+        keep = steps_kept(lengths, x.shape[0])[..., None]
+        lstm, order, back = self.mode == "LSTM", packed.sorted_indices, packed.unsorted_indices
+        if hx is not None and order is not None:
+            hx = tuple(h.index_select(1, order) for h in hx) if lstm else hx.index_select(1, order)
+        x, states = self._layers(x, keep, hx, None)
+        if back is not None:
+            states = [s.index_select(1, back) for s in states]
+        out = PackedSequence(to_packed(x), packed.batch_sizes, order, back)
+        return out, (tuple(states) if lstm else states[0])
+
+    def _layers(self, x: torch.Tensor, keep: torch.Tensor, hx, rows):
+        """Every layer and direction over x (T, N, E) where keep (T, N, 1): the last layer's outputs (T, N, D*H)
+        and the final states, each (L*D, N, H)."""
+        lstm, directions = self.mode == "LSTM", 2 if self.bidirectional else 1
         finals = []  # [layer 0 forward, layer 0 reverse, layer 1 forward, ...], as nn orders h_n
         for layer in range(self.num_layers):
             if layer and self.dropout and self.training:  # nn's dropout: on each layer's output but the last
@@ -156,12 +173,7 @@ class ScanRNN(nn.Module):
                 outs.append(out)
                 finals.append(final)
             x = outs[0] if directions == 1 else torch.cat(outs, dim=-1)
-        states = [torch.stack([f[s] for f in finals]) for s in range(self.cell.states)]
-        if not batched:
-            x, states = x.squeeze(1), [s.squeeze(1) for s in states]
-        elif self.batch_first:
-            x = x.transpose(0, 1)
-        return x, (tuple(states) if lstm else states[0])
+        return x, [torch.stack([f[s] for f in finals]) for s in range(self.cell.states)]
 
     def _direction(self, suffix: str, x: torch.Tensor, keep: torch.Tensor, state0, rows=None):
         """One layer in one direction over x (T, N, E): its outputs (T, N, H) and final state. With rows, (ids (T, N),
@@ -255,6 +267,8 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None, chunk
         tag_embeddings(
             module
         )  # an RNN reading an embedding's output projects its table (runtime/layers/table_projection.py)
+        # a forward that packs its batch keeps it padded for the scan (runtime/layers/packed.py)
+        watch_packing(module, lambda m: not isinstance(m, ScanRNN) and any(isinstance(c, ScanRNN) for c in m.modules()))
     if swapped and verbose:
         k = scan_chunk(module)
         per = f", {k} time steps per loop iteration" if k != "1" else ""
@@ -281,6 +295,7 @@ def restore_rnn(module: nn.Module) -> list[str]:
     """
     restored = []
     untag_embeddings(module)
+    unwatch_packing(module)
     for prefix, parent in list(module.named_modules()):
         for name, child in list(parent._modules.items()):
             if isinstance(child, ScanRNN):
