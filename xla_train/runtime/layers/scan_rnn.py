@@ -267,8 +267,11 @@ def use_scan_rnn(module: nn.Module, verbose: bool = True, recurrence=None, chunk
         tag_embeddings(
             module
         )  # an RNN reading an embedding's output projects its table (runtime/layers/table_projection.py)
-        # a forward that packs its batch keeps it padded for the scan (runtime/layers/packed.py)
-        watch_packing(module, lambda m: not isinstance(m, ScanRNN) and any(isinstance(c, ScanRNN) for c in m.modules()))
+    if swapped or warned:  # a forward that packs its batch keeps it padded for the scan (runtime/layers/packed.py)
+        recurrent = (ScanRNN, nn.RNNBase)
+        watch_packing(
+            module, lambda m: not isinstance(m, recurrent) and any(isinstance(c, recurrent) for c in m.modules())
+        )
     if swapped and verbose:
         k = scan_chunk(module)
         per = f", {k} time steps per loop iteration" if k != "1" else ""
