@@ -96,6 +96,20 @@ def test_sequences_are_cut_and_padded_at_the_front():
     assert text.PAD_ID not in text.encode(tok, ["[PAD] [UNK]"], maxlen=8)[0][-6:]
 
 
+@pytest.mark.parametrize("padding", ["pre", "post"])
+@pytest.mark.parametrize("truncating", ["pre", "post"])
+def test_sequences_are_cut_and_padded_where_keras_pad_sequences_would(padding, truncating):
+    """padding and truncating as Keras' pad_sequences takes them: "pre" at the front, "post" at the back."""
+    tok = text.build_tokenizer(["one two three four five"], vocab_size=100)
+    v = tok.get_vocab()
+    one, two, three, four, five = (v[w] for w in "one two three four five".split())
+    ids = text.encode(tok, ["one two three four five", "five"], maxlen=3, padding=padding, truncating=truncating)
+    assert ids[0].tolist() == ([three, four, five] if truncating == "pre" else [one, two, three])
+    assert ids[1].tolist() == ([0, 0, five] if padding == "pre" else [five, 0, 0])
+    with pytest.raises(ValueError, match="use pre .* or post"):
+        text.encode(tok, ["one"], maxlen=3, padding="middle")
+
+
 def test_a_review_that_is_not_utf8_is_decoded_with_replacement(imdb_root):
     files, labels, _ = imdb.list_split(imdb_root / "aclImdb", "train")
     i = [f.name for f in files].index("999_9.txt")
@@ -120,10 +134,12 @@ def test_tokenised_arrays_are_cached_and_rebuilt_when_settings_change(tmp_path, 
     monkeypatch.undo()
     for changed in ({"maxlen": 40, "vocab_size": 50}, {"maxlen": 32, "vocab_size": 60}):
         assert load_imdb(root, download=False, **changed)["train"][0].shape[1] == changed["maxlen"]
+    at_the_back = load_imdb(root, download=False, maxlen=32, vocab_size=50, sides=("post", "post"))["train"][0]
+    assert (at_the_back[:, 0] != text.PAD_ID).all() and (first["train"][0][:, -1] != text.PAD_ID).all()
     (tmp_path / "aclImdb" / "train" / "neg" / "500_1.txt").write_text("a new awful review")
     grown = load_imdb(root, download=False, maxlen=32, vocab_size=50)
     assert len(grown["train"][0]) == len(first["train"][0]) + 1
-    assert len(list(cache_dir.glob("*.npz"))) == 4
+    assert len(list(cache_dir.glob("*.npz"))) == 5
     for f in cache_dir.glob("*.npz"):  # a damaged cache is rebuilt, not trusted
         f.write_bytes(b"not a zip")
     np.testing.assert_array_equal(

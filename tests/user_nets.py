@@ -9,6 +9,7 @@ import time
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 if os.environ.get("USER_NETS_IMPORTED"):
     with open(os.environ["USER_NETS_IMPORTED"], "a") as f:
@@ -57,6 +58,27 @@ class WordsNet(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         _, h = self.gru(self.embed(ids))
         return self.out(h[-1])
+
+
+class PackedWordsNet(nn.Module):
+    """Token ids (N, T) padded at the back with 0 -> one logit (two classes), as PyTorch's tutorials write a
+    variable-length RNN: the lengths counted from the padding, pack_padded_sequence (lengths .cpu(),
+    enforce_sorted=False), a bidirectional GRU, pad_packed_sequence; each text's final states and its outputs
+    averaged over its own length."""
+
+    def __init__(self, vocab: int = 100, dim: int = 12):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim, padding_idx=0)
+        self.gru = nn.GRU(dim, dim, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(4 * dim, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        lengths = (ids != 0).sum(1)
+        packed = pack_padded_sequence(self.embed(ids), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, h = self.gru(packed)
+        out, lengths = pad_packed_sequence(out, batch_first=True)
+        mean = out.sum(1) / lengths[:, None].to(out)
+        return self.out(torch.cat([h[0], h[1], mean], 1))
 
 
 class KerasCNN(nn.Module):

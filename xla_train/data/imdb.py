@@ -69,11 +69,18 @@ def read_reviews(files: list[Path]):
         yield f.read_bytes().decode("utf-8", errors="replace")
 
 
-def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, tokenizer_json: str | None = None) -> dict:
+def load_imdb(
+    data_dir: str,
+    download: bool,
+    maxlen: int,
+    vocab_size: int,
+    tokenizer_json: str | None = None,
+    sides: tuple[str, str] = ("pre", "pre"),
+) -> dict:
     """{'train'|'test': (int64 (N, maxlen) ids, labels), 'tokenizer': JSON string}, from the cache when it is current.
 
     With `tokenizer_json` (a checkpoint's) the reviews are encoded with that tokenizer; otherwise one is built
-    from the training split."""
+    from the training split. `sides`: (padding, truncating), "pre" or "post" each."""
     folder = find_folder(data_dir)
     if not folder.is_dir():
         if download:
@@ -90,6 +97,8 @@ def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, token
         "tokenizer": text.tokenizer_version(),
         "files": [listing[s][2] for s in listing],
     }
+    if sides != ("pre", "pre"):  # in the key only where set, so that the caches written before stay current
+        key["padding"], key["truncating"] = sides
     if tokenizer_json is not None:
         key["given_tokenizer"] = hashlib.sha1(tokenizer_json.encode()).hexdigest()
     cache = folder / CACHE_DIR / f"tokens-{hashlib.sha1(json.dumps(key).encode()).hexdigest()[:16]}.npz"
@@ -98,7 +107,7 @@ def load_imdb(data_dir: str, download: bool, maxlen: int, vocab_size: int, token
         return cached
     t0 = time.perf_counter()
     reviews = {split: list(read_reviews(files)) for split, (files, _, _) in listing.items()}
-    ids, tokenizer = text.tokenise(reviews, maxlen, vocab_size, tokenizer_json)
+    ids, tokenizer = text.tokenise(reviews, maxlen, vocab_size, tokenizer_json, *sides)
     out = {"tokenizer": tokenizer, **{split: (ids[split], listing[split][1]) for split in listing}}
     print(
         f"tokenised {sum(map(len, reviews.values())):,} IMDB reviews in {time.perf_counter() - t0:.1f} s "
@@ -150,6 +159,6 @@ class IMDBDataModule(TextDataModule):
         return list(LABELS)
 
     def load_arrays(self):
-        d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size, self._given_tokenizer)
+        d = load_imdb(self.data_dir, self.download, self.maxlen, self.vocab_size, self._given_tokenizer, self.sides)
         self._tokenizer_json = d["tokenizer"]
         return {"train": d["train"], "test": d["test"]}  # validation: carved by BaseDataModule

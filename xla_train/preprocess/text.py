@@ -2,9 +2,10 @@
 
 One Hugging Face `tokenizers` WordLevel tokenizer does both jobs and travels inside the checkpoint as JSON, so a
 checkpoint predicts on exactly the ids it was trained on. It lower-cases, drops IMDB's `<br />` breaks and splits
-words from punctuation; id 0 is padding, id 1 every word outside the vocabulary. Sequences are cut or padded to
-`maxlen` at the front, as Keras' pad_sequences does, so every batch has one shape and XLA compiles once. Only
-numpy and tokenizers: inference imports this.
+words from punctuation; id 0 is padding, id 1 every word outside the vocabulary. Sequences are cut and padded to
+`maxlen` (so every batch has one shape and XLA compiles once), at the front by default as Keras' pad_sequences does,
+or at the back (`padding`, `truncating`: "pre" or "post"), which a net that packs its batch needs
+(docs/own_model.md). Only numpy and tokenizers: inference imports this.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ PAD_ID, UNK_ID = 0, 1
 # Bump when normalisation or splitting changes: cached token arrays are keyed on it.
 PIPELINE_VERSION = 1
 CHUNK = 4096  # texts per encode_batch call: bounds memory, keeps every core busy
+SIDES = ("pre", "post")  # where padding and truncating act, as Keras' pad_sequences names them
 
 
 def _configure(tokenizer):
@@ -66,28 +68,50 @@ def tokenizer_version() -> str:
     return f"tokenizers-{tokenizers.__version__}/pipeline-{PIPELINE_VERSION}"
 
 
-def fit_to_length(rows: Sequence[Sequence[int]], maxlen: int) -> np.ndarray:
-    """Variable-length id lists -> int64 (N, maxlen): the last maxlen ids of each, right-aligned after padding."""
+def check_sides(padding: str, truncating: str) -> None:
+    for key, value in (("padding", padding), ("truncating", truncating)):
+        if value not in SIDES:
+            raise ValueError(f"{key}={value!r}; use pre (at the front, Keras' default) or post (at the back)")
+
+
+def fit_to_length(
+    rows: Sequence[Sequence[int]], maxlen: int, padding: str = "pre", truncating: str = "pre"
+) -> np.ndarray:
+    """Variable-length id lists -> int64 (N, maxlen): each cut to maxlen ids (its last ones with truncating="pre",
+    its first with "post"), padding before them ("pre") or after ("post")."""
+    check_sides(padding, truncating)
     out = np.full((len(rows), maxlen), PAD_ID, dtype=np.int64)
     for i, ids in enumerate(rows):
-        ids = ids[-maxlen:]
+        ids = ids[-maxlen:] if truncating == "pre" else ids[:maxlen]
         if len(ids):
-            out[i, maxlen - len(ids) :] = ids
+            if padding == "pre":
+                out[i, maxlen - len(ids) :] = ids
+            else:
+                out[i, : len(ids)] = ids
     return out
 
 
-def encode(tokenizer, texts: Sequence[str], maxlen: int) -> np.ndarray:
-    """Texts -> int64 (N, maxlen) ids, padded and truncated at the front."""
+def encode(tokenizer, texts: Sequence[str], maxlen: int, padding: str = "pre", truncating: str = "pre") -> np.ndarray:
+    """Texts -> int64 (N, maxlen) ids, padded and truncated at the front, or where `padding` and `truncating` say."""
     if maxlen < 1:
         raise ValueError(f"maxlen={maxlen} must be at least 1")
     parts = [
-        fit_to_length([e.ids for e in tokenizer.encode_batch_fast(list(texts[i : i + CHUNK]))], maxlen)
+        fit_to_length(
+            [e.ids for e in tokenizer.encode_batch_fast(list(texts[i : i + CHUNK]))], maxlen, padding, truncating
+        )
         for i in range(0, len(texts), CHUNK)
     ]
     return np.concatenate(parts) if parts else np.zeros((0, maxlen), dtype=np.int64)
 
 
-def tokenise(texts: dict[str, Sequence[str]], maxlen: int, vocab_size: int, tokenizer_json: str | None = None):
+def tokenise(
+    texts: dict[str, Sequence[str]],
+    maxlen: int,
+    vocab_size: int,
+    tokenizer_json: str | None = None,
+    padding: str = "pre",
+    truncating: str = "pre",
+):
     """({split: int64 (N, maxlen) ids}, the tokenizer's JSON): with a given tokenizer (a checkpoint's), or one built
     from the training texts only, never from another split's."""
     if tokenizer_json is not None:
@@ -95,7 +119,7 @@ def tokenise(texts: dict[str, Sequence[str]], maxlen: int, vocab_size: int, toke
     else:
         tokenizer = build_tokenizer(texts["train"], vocab_size)
         tokenizer_json = tokenizer_to_json(tokenizer)
-    return {split: encode(tokenizer, t, maxlen) for split, t in texts.items()}, tokenizer_json
+    return {split: encode(tokenizer, t, maxlen, padding, truncating) for split, t in texts.items()}, tokenizer_json
 
 
 def token_counts(ids: np.ndarray) -> np.ndarray:

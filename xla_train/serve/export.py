@@ -47,7 +47,8 @@ class ImageServing(nn.Module):
 
 
 class DirectServing(nn.Module):
-    """Inputs as the net takes them (int64 token ids (N, maxlen) padded with 0; a user's arrays) -> probabilities."""
+    """Inputs as the net takes them (int64 token ids (N, maxlen) padded with 0 as in training; a user's arrays) ->
+    probabilities."""
 
     def __init__(self, net: nn.Module):
         super().__init__()
@@ -57,12 +58,15 @@ class DirectServing(nn.Module):
         return probabilities(self.net(ids))
 
 
+_SIDE = {"pre": "front", "post": "back"}
+
+
 def serving_module(predictor) -> tuple[nn.Module, torch.Tensor, str]:
     """(the graph to export, an example input, its name)."""
     info = predictor.info
     if predictor.kind == "text":
         example = torch.zeros(TRACE_BATCH, int(info["maxlen"]), dtype=torch.int64)
-        example[:, -1] = 2  # one real word per row; the values do not shape the graph
+        example[:, -1 if predictor.sides[0] == "pre" else 0] = 2  # one real word per row, where the padding is not
         return DirectServing(predictor.model).eval(), example, "ids"
     if predictor.kind == "array":
         example = torch.zeros(TRACE_BATCH, *info["shape"], dtype=getattr(torch, info["dtype"]))
@@ -86,7 +90,9 @@ def metadata(predictor, fmt: str) -> dict[str, str]:
         meta["opset"] = str(OPSET)
     if predictor.kind == "text":
         meta.update(
-            input=f"int64 token ids (N, {int(info['maxlen'])}), padded at the front with 0",
+            input=f"int64 token ids (N, {int(info['maxlen'])}), padded at the {_SIDE[predictor.sides[0]]} with 0",
+            padding=predictor.sides[0],
+            truncating=predictor.sides[1],
             maxlen=str(int(info["maxlen"])),
             tokenizer="tokenizer.json",
         )

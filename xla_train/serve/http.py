@@ -105,7 +105,15 @@ def answer(predictor, row: torch.Tensor) -> dict:
 def describe_input(predictor) -> dict:
     """What /info says the model expects."""
     if predictor.kind == "text":
-        return {"field": "text", "kind": "text", "maxlen": int(predictor.info["maxlen"]), "note": FIELDS["text"]}
+        padding, truncating = predictor.sides
+        return {
+            "field": "text",
+            "kind": "text",
+            "maxlen": int(predictor.info["maxlen"]),
+            "padding": padding,
+            "truncating": truncating,
+            "note": FIELDS["text"],
+        }
     if predictor.kind == "array":
         info = predictor.info
         return {

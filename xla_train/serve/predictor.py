@@ -73,11 +73,17 @@ class Predictor:
             raise UserError(f"inputs of dtype {a.dtype}; this net takes {dtype} numbers")
         return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype))
 
+    @property
+    def sides(self) -> tuple[str, str]:
+        """(padding, truncating) of a text checkpoint, as its data module cut and padded each text; at the front
+        for a checkpoint that records none (written before either could be set)."""
+        return self.info.get("padding", "pre"), self.info.get("truncating", "pre")
+
     def _preprocess_text(self, raw) -> torch.Tensor:
-        """Reviews of any length -> int64 (N, maxlen) ids, cut and padded at the front as in training."""
+        """Reviews of any length -> int64 (N, maxlen) ids, cut and padded where training cut and padded them."""
         maxlen = int(self.info["maxlen"])
         if isinstance(raw, np.ndarray) and np.issubdtype(raw.dtype, np.integer):  # already token ids
-            ids = text.fit_to_length([row[row != text.PAD_ID] for row in np.atleast_2d(raw)], maxlen)
+            ids = text.fit_to_length([row[row != text.PAD_ID] for row in np.atleast_2d(raw)], maxlen, *self.sides)
         else:
             texts = [raw] if isinstance(raw, str) else list(raw)
             for i, t in enumerate(texts):
@@ -88,7 +94,7 @@ class Predictor:
                     )
             if self.tokenizer is None:  # a Predictor built by hand rather than by load_for_inference
                 self.tokenizer = text.tokenizer_from_json(self.info["tokenizer"])
-            ids = text.encode(self.tokenizer, texts, maxlen)
+            ids = text.encode(self.tokenizer, texts, maxlen, *self.sides)
         empty = np.flatnonzero(text.token_counts(ids) == 0)
         if len(empty):
             raise UserError(f"text {int(empty[0])} has no words once tokenised; give a review with some text")
@@ -126,9 +132,10 @@ def load_for_inference(path, net=None, args: dict | None = None) -> Predictor:
         try:
             predictor.tokenizer = text.tokenizer_from_json(block["tokenizer"])
             int(block["maxlen"])
+            text.check_sides(*predictor.sides)
         except Exception as e:  # missing keys, or a tokenizer JSON that does not parse
             raise CheckpointError(
-                f"{path} is a text checkpoint without a usable tokenizer and maxlen "
+                f"{path} is a text checkpoint without a usable tokenizer, maxlen and padding "
                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r})"
             ) from None
     return predictor
