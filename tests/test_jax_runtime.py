@@ -8,7 +8,7 @@ import torch
 from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, script_json
 from helpers.packed import CASES as PACKED_CASES
 from test_imdb import write_aclimdb
-from test_own_model import image_folder, text_csv  # noqa: F401 (fixtures)
+from test_own_model import image_folder  # noqa: F401 (fixtures)
 from test_resume import COMMON, assert_same_weights, final_weights, stopped_at
 
 require("torchax")
@@ -160,7 +160,8 @@ def imdb_root(tmp_path_factory):
     return write_aclimdb(tmp_path_factory.mktemp("imdb_jax"), per_class=40)
 
 
-CASES = {  # every recipe, and a user's net from each form of data, as a short fit on JAX (two of them in bf16)
+CASES = {  # every recipe, and a user's net from each form of data, as a short fit on JAX (two of them in bf16); a
+    # user's text CSV: test_own_model.py::test_a_users_packed_gru_trains_on_a_text_csv_padded_at_the_back[jax]
     "cifar10_bf16": lambda f: (
         "recipe=cifar10",
         f"data_dir={f['cifar']}",
@@ -192,23 +193,13 @@ CASES = {  # every recipe, and a user's net from each form of data, as a short f
         "devices=8",
         "batch_size=8",
     ),
-    "csv_gru": lambda f: (
-        "recipe=texts",
-        f"data.path={f['csv'][0]}",
-        f"data.test={f['csv'][1]}",
-        "net=user_nets.WordsNet",
-        "model.net.vocab=100",
-        "data.vocab_size=100",
-        "data.maxlen=24",
-        "batch_size=16",
-    ),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root, image_folder, text_csv, tmp_path):  # noqa: F811
+def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root, image_folder, tmp_path):  # noqa: F811
     """One training program and one validation program, compiled in epoch 1; the held-out test after."""
-    args = CASES[case]({"cifar": cifar_root, "imdb": imdb_root, "images": image_folder, "csv": text_csv})
+    args = CASES[case]({"cifar": cifar_root, "imdb": imdb_root, "images": image_folder})
     devices = 8 if "devices=8" in args else 1
     out = run_cli(
         "fit",

@@ -1,6 +1,6 @@
 """A user's own net (tests/user_nets.py, outside xla_train) on a user's own data: arrays through the Python API, a
-folder of images under SPMD on 8 devices, a text CSV with a 2-layer GRU; then predicted on the CPU as the net itself
-computes, served, exported, and never imported because a checkpoint names it."""
+folder of images under SPMD on 8 devices, a text CSV with a GRU that packs its batch, on either runtime; then
+predicted on the CPU as the net itself computes, served, exported, and never imported because a checkpoint names it."""
 
 import csv
 import json
@@ -104,19 +104,39 @@ def test_a_folder_smaller_than_one_global_batch_on_8_devices_is_one_line_before_
     assert not (tmp_path / "runs").exists()
 
 
+PACKED_TEXTS = (  # a user's GRU net that packs its batch, on texts padded and cut at the back
+    *("net=user_nets.PackedWordsNet", "model.net.vocab=100", "model.net.dim=10", "data.vocab_size=100"),
+    *("data.maxlen=24", "data.padding=post", "data.truncating=post"),
+)
+
+
 @pytest.fixture(scope="module")
-def xla_texts(text_csv, tmp_path_factory):
-    work = tmp_path_factory.mktemp("xla_texts")
+def texts_fit(text_csv, tmp_path_factory):
+    """fit(runtime) -> (run folder, process, best checkpoint): PackedWordsNet trained on the text CSV from the command
+    line on XLA, once per runtime for the module."""
     train, test = text_csv
-    proc = run_cli(
-        *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", "net=user_nets.WordsNet"),
-        *("model.net.vocab=100", "model.net.dim=10", "data.vocab_size=100", "data.maxlen=24", "accelerator=xla"),
-        "epochs=2",
-        *("batch_size=16", "lr=0.01"),
-        cwd=work,
-    )
-    run = work / "runs" / "texts" / "version_0"
-    return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
+    done = {}
+
+    def fit(runtime: str):
+        if runtime == "jax":
+            require("torchax")
+        if runtime not in done:
+            work = tmp_path_factory.mktemp(f"texts_{runtime}")
+            proc = run_cli(
+                *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", *PACKED_TEXTS),
+                *("accelerator=xla", f"runtime={runtime}", "epochs=2", "batch_size=16", "lr=0.01"),
+                cwd=work,
+            )
+            run = work / "runs" / "texts" / "version_0"
+            done[runtime] = run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
+        return done[runtime]
+
+    return fit
+
+
+@pytest.fixture(scope="module")
+def xla_texts(texts_fit):
+    return texts_fit("torch_xla")
 
 
 def epochs_compiled(stdout: str) -> list[str]:
@@ -130,9 +150,12 @@ def block_of(ckpt: Path) -> dict:
 # --- training -----------------------------------------------------------------------------------------------------
 
 
-def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path):
+def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_itself(tmp_path, text_csv):
+    """Also, in the same process, a GRU net that packs its batch trains from a text CSV through xla_train.fit,
+    padding="post", and learns."""
     env = cli_env(1, PYTHONPATH=path_with_tests())
-    proc = run_paced([sys.executable, str(SCRIPTS / "own_model_api_fit.py")], 600, cwd=tmp_path, env=env)
+    script = [sys.executable, str(SCRIPTS / "own_model_api_fit.py"), *map(str, text_csv)]
+    proc = run_paced(script, 600, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["diff"] < 1e-5 and out["param_device"] == "cpu" and out["gru"], out
@@ -142,7 +165,9 @@ def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_i
     # (a padding row counted anywhere would count as right). The test accuracy is the net's own on the 40 rows.
     assert out["y0"] == 0 and out["right"][0], out
     assert out["test"]["test_acc"] == pytest.approx(sum(out["right"]) / 40, abs=1e-6), out
-    assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"] * 2, proc.stdout  # compiled once
+    assert epochs_compiled(proc.stdout)[1:3] == ["0.0 s (0 graphs)"] * 2, proc.stdout  # compiled once
+    assert epochs_compiled(proc.stdout)[4:] == ["0.0 s (0 graphs)"], proc.stdout  # the GRU net's second epoch
+    assert out["packed"]["padding"] == "post" and out["packed"]["test"]["test_acc"] > 0.75, out["packed"]
     block = block_of(Path(out["checkpoint"]))
     assert block["class_path"] == "user_nets.FlatNet" and block["init_args"] == {}  # a class that takes none
     assert block["kind"] == "array" and block["shape"] == [2, 4, 4] and block["dtype"] == "float32"
@@ -174,25 +199,44 @@ def test_the_spmd_test_accuracy_is_the_nets_own_on_every_test_image(spmd_images,
     assert xla_train.Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(files), abs=1e-6)
 
 
-def test_a_users_gru_net_trains_on_a_text_csv_on_xla(xla_texts, text_csv):
-    run, proc, ckpt = xla_texts
+@pytest.mark.parametrize("runtime", ["torch_xla", "jax"])
+def test_a_users_packed_gru_trains_on_a_text_csv_padded_at_the_back(texts_fit, text_csv, runtime):
+    """A GRU net written as PyTorch's tutorials write one (pack_padded_sequence, lengths counted from the padding,
+    .cpu(), enforce_sorted=False; pad_packed_sequence) trains from the command line on either runtime as one
+    program compiled in epoch 1, its GRU a scan, and learns. The checkpoint records the padding, and predict pads as
+    training did: each test review becomes the ids the data module stored for it, padded at the back. The final test
+    on XLA (40 reviews in 3 batches of 16: 8 padding rows, repeating review 0, class 0) scored what the checkpoint's
+    net scores on the CPU, review for review."""
+    from xla_train.data.texts import TextsDataModule
+    from xla_train.serve.export import metadata
+    from xla_train.serve.http import describe_input
+    from xla_train.serve.predictor import load_for_inference
+
+    from user_nets import PackedWordsNet
+
+    run, proc, ckpt = texts_fit(runtime)
+    assert f"runtime: {runtime}\n" in proc.stdout and "Traceback" not in proc.stderr, proc.stdout[-3000:]
     assert epochs_compiled(proc.stdout)[1:] == ["0.0 s (0 graphs)"], proc.stdout
     assert "gru runs as a scan" in proc.stdout, proc.stdout  # not traced step by step
     block = block_of(ckpt)
-    assert block["class_path"] == "user_nets.WordsNet" and block["init_args"] == {"vocab": 100, "dim": 10}
+    assert block["class_path"] == "user_nets.PackedWordsNet" and block["init_args"] == {"vocab": 100, "dim": 10}
     assert block["labels"] == ["bad", "good"] and block["kind"] == "text" and block["maxlen"] == 24
-    # The final test on XLA (40 reviews in 3 batches of 16: 8 padding rows, repeating review 0, class 0) scored
-    # what the checkpoint's net scores on the CPU, review for review; the net gets review 0 right, so a padding row
-    # counted anywhere would count as right.
-    from xla_train.serve.predictor import load_for_inference
-
-    from user_nets import WordsNet
-
-    rows = list(csv.DictReader(open(text_csv[1])))
-    predicted = load_for_inference(ckpt, net=WordsNet).probabilities([r["text"] for r in rows]).argmax(1).numpy()
+    assert (block["padding"], block["truncating"]) == ("post", "post")
+    predictor = load_for_inference(ckpt, net=PackedWordsNet)
+    assert describe_input(predictor)["padding"] == "post"
+    assert metadata(predictor, "pt2")["input"] == "int64 token ids (N, 24), padded at the back with 0"
+    train, test = text_csv
+    rows = list(csv.DictReader(open(test)))
+    dm = TextsDataModule(path=str(train), test=str(test), maxlen=24, vocab_size=100, val_fraction=0)
+    dm.adopt(block)
+    stored = dm.arrays("test")[0]
+    assert (stored[:, 0] != 0).all() and (stored[:, -1] == 0).any()  # the padding is at the back
+    np.testing.assert_array_equal(predictor.preprocess([r["text"] for r in rows]).numpy(), stored)
+    predicted = predictor.probabilities([r["text"] for r in rows]).argmax(1).numpy()
     truth = np.array([block["labels"].index(r["label"]) for r in rows])
     assert truth[0] == 0 and predicted[0] == 0
     right = (predicted == truth).sum()
+    assert right / len(rows) > 0.75, right  # it learnt: chance is 0.5
     assert xla_train.Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(rows), abs=1e-6)
 
 
@@ -202,7 +246,7 @@ def test_a_users_gru_net_predicts_on_the_cpu_after_torch_xla_is_imported(xla_tex
     torch_xla was never imported."""
     from xla_train.serve.predictor import load_for_inference
 
-    from user_nets import WordsNet
+    from user_nets import PackedWordsNet
 
     _, _, ckpt = xla_texts
     texts = [r["text"] for r in csv.DictReader(open(text_csv[1]))][:6]
@@ -211,7 +255,7 @@ def test_a_users_gru_net_predicts_on_the_cpu_after_torch_xla_is_imported(xla_tex
         env=cli_env(1, PYTHONPATH=path_with_tests()),
         args=[ckpt, json.dumps(texts)],
     )
-    expected = load_for_inference(ckpt, net=WordsNet).probabilities(texts)
+    expected = load_for_inference(ckpt, net=PackedWordsNet).probabilities(texts)
     assert np.allclose(np.array(after_xla), expected.numpy(), atol=1e-6), (after_xla, expected)
 
 
@@ -298,7 +342,7 @@ def png_b64(data: bytes) -> str:
 def test_text_predictions_from_the_csv_run_name_its_labels(xla_texts, tmp_path):
     _, _, ckpt = xla_texts
     good = "a wonderful superb moving brilliant delightful film " * 2
-    proc = run_cli("predict", f"ckpt={ckpt}", f"text={good}", "net=user_nets.WordsNet", cwd=tmp_path)
+    proc = run_cli("predict", f"ckpt={ckpt}", f"text={good}", "net=user_nets.PackedWordsNet", cwd=tmp_path)
     name, label, p, probs = proc.stdout.strip().splitlines()[-1].split("\t")
     assert name == "text" and label == "good" and float(p) > 0.5 and probs.startswith("bad=")
 
@@ -436,6 +480,7 @@ def write_png_folder(root: Path, classes: dict[str, int]) -> Path:
         ("csv test label", "the test split has label(s) 'meh' that no training row has"),
         ("npz names", "{root}/a.npz holds x, y; it needs x_train and y_train"),
         ("texts vocabulary", "an embedding of the net needs"),
+        ("packed on front padding", "packs its batch (pack_padded_sequence), which reads each text from its first"),
     ],
 )
 def test_bad_own_model_or_data_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys, case, message):
@@ -463,6 +508,10 @@ def test_bad_own_model_or_data_is_one_line_before_anything_runs(tmp_path, monkey
     elif case == "npz names":
         np.savez(root / "a.npz", x=np.zeros((4, 2)), y=np.zeros(4))
         args = ["recipe=arrays", f"data.path={root / 'a.npz'}", "accelerator=cpu"]
+    elif case == "packed on front padding":  # data.padding=pre, the default, would feed it the padding
+        (root / "t.csv").write_text("text,label\n" + "fine film,good\nbad film,bad\n" * 20)
+        args = ["recipe=texts", f"data.path={root / 't.csv'}", "net=user_nets.PackedWordsNet", "accelerator=cpu"]
+        args += ["model.net.vocab=100", "data.vocab_size=100", "data.maxlen=8"]
     elif case == "texts vocabulary":
         ids = np.random.default_rng(0).integers(0, 500, (40, 6))
         np.savez(root / "ids.npz", x_train=ids, y_train=np.arange(40) % 2)

@@ -5,8 +5,8 @@ import json
 import sys
 
 import torch_xla  # noqa: F401  (its import puts its own scan GRU, for XLA tensors only, in torch.nn.GRU's place)
-from user_nets import WordsNet
+from user_nets import PackedWordsNet
 from xla_train.serve.predictor import load_for_inference
 
 ckpt, texts = sys.argv[1], json.loads(sys.argv[2])
-print(json.dumps(load_for_inference(ckpt, net=WordsNet).probabilities(texts).tolist()))
+print(json.dumps(load_for_inference(ckpt, net=PackedWordsNet).probabilities(texts).tolist()))

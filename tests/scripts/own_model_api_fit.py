@@ -1,10 +1,12 @@
 """Run by tests/test_own_model.py in a fresh process (XLA's device count and mode are fixed for a process's life)."""
 
 import json
+import sys
+
 import numpy as np
 import torch
 import xla_train
-from user_nets import FlatNet
+from user_nets import FlatNet, PackedWordsNet
 
 rng = np.random.default_rng(0)
 x = rng.normal(size=(440, 2, 4, 4)).astype(np.float32)
@@ -21,6 +23,21 @@ with torch.no_grad():
 predicted = xla_train.load_for_inference(run.checkpoint, net=FlatNet).probabilities(x[400:])
 gru_on_cpu = torch.nn.GRU(2, 3)(torch.randn(4, 1, 2))[0].shape == (4, 1, 3)  # torch's own GRU after an XLA fit
 right = direct.argmax(1).numpy() == y[400:]
+# A GRU net that packs its batch, from a text CSV (sys.argv: train.csv test.csv), its texts padded at the back.
+train_csv, test_csv = sys.argv[1:3]
+packed = xla_train.fit(
+    net=PackedWordsNet(vocab=100, dim=10),
+    data=train_csv,
+    test_data=test_csv,
+    accelerator="xla",
+    epochs=2,
+    batch_size=16,
+    lr=0.01,
+    vocab_size=100,
+    maxlen=24,
+    padding="post",
+)
+packed_block = torch.load(packed.checkpoint, weights_only=True)["xla_train"]
 print(
     json.dumps(
         {
@@ -32,6 +49,7 @@ print(
             "history": run.history,
             "test": run.test_metrics,
             "param_device": str(next(net.parameters()).device),
+            "packed": {"test": packed.test_metrics, "padding": packed_block["padding"]},
         }
     )
 )
