@@ -4,12 +4,14 @@ xla_train trains any of them with the recipes for your own data (docs/own_model.
 
     PYTHONPATH=examples python -m xla_train recipe=arrays data.path=mnist.npz net=my_nets.SmallCNN
     PYTHONPATH=examples python -m xla_train recipe=texts data.path=reviews.csv net=my_nets.TextRNN
+    PYTHONPATH=examples python -m xla_train recipe=texts data.path=reviews.csv data.padding=post net=my_nets.PackedGRU
 
 A classifier maps a batch to logits: (N, classes), or (N, 1) with one logit for two classes.
 """
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
 
 
 class SmallCNN(nn.Module):
@@ -62,6 +64,24 @@ class TextRNN(nn.Module):
         h = h[0] if isinstance(h, tuple) else h  # an LSTM's (h, c)
         last = h[-2:] if self.rnn.bidirectional else h[-1:]  # (directions, N, H) of the last layer
         return self.head(torch.cat(list(last), dim=1))
+
+
+class PackedGRU(nn.Module):
+    """A bidirectional GRU fed as PyTorch's tutorials feed a variable-length batch: pack_padded_sequence, the lengths
+    counted from the padding, so each direction starts and ends at the text's own words. Token ids come padded at
+    the back with 0: train it with data.padding=post (docs/own_model.md, "Variable-length sequences")."""
+
+    def __init__(self, vocab_size: int = 10000, dim: int = 64, num_classes: int = 2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
+        self.gru = nn.GRU(dim, dim, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(2 * dim, num_classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        lengths = (ids != 0).sum(1)
+        packed = pack_padded_sequence(self.embed(ids), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, h = self.gru(packed)
+        return self.out(torch.cat([h[0], h[1]], 1))
 
 
 class MLP(nn.Module):
