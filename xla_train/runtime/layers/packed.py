@@ -58,9 +58,13 @@ class PackedInputs(TorchFunctionMode):
         super().__init__()
         self.packs: dict[int, Pack] = {}
         self.depth = 0
+        pack, pad, rnns = compat.packing_ops()
+        self.special = frozenset((torch.Tensor.cpu, torch.Tensor.to, torch.sort, pack, pad, *rnns))
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func not in self.special:  # every other op, as it is: what the forward's tracing pays for the mode
+            return func(*args, **kwargs)
         pack, pad, rnns = compat.packing_ops()
         if func is torch.Tensor.cpu and len(args) == 1 and not kwargs and _lengths_like(args[0]):
             return args[0]
