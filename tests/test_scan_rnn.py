@@ -78,6 +78,12 @@ def test_a_packed_batch_on_torch_xla_computes_what_nn_computes_with_no_read_and_
     assert found["read"] == 0 and found["compiled again"] == 0, found
 
 
+def test_lengths_read_on_the_host_as_numpy_still_pack_on_torch_xla(on_xla):
+    """lengths.cpu().numpy(): the .cpu() leaves them on the device, and the .numpy() reads them on the host after all
+    (where torch would refuse an XLA tensor), so the net runs as it did, reading the host."""
+    assert max(on_xla["numpy lengths"]) < 1e-5, on_xla["numpy lengths"]
+
+
 def test_a_packed_sequence_made_outside_the_net_runs_as_the_scan_on_torch_xla(on_xla):
     out_error, h_error, shape = on_xla["packed outside"]
     assert out_error < 1e-5 and h_error < 1e-5 and shape == [19, 7], on_xla["packed outside"]

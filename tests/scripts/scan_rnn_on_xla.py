@@ -8,7 +8,7 @@ import torch_xla
 import torch_xla.debug.metrics as met
 from torch import nn
 from torch.nn.modules import rnn  # nn's own classes: importing torch_xla puts its own GRU in nn.GRU's place
-from torch.nn.utils.rnn import pack_padded_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 
@@ -144,6 +144,24 @@ for name in packed_cases.CASES:
         "read": read,
         "compiled again": met.metric_data("CompileTime")[0] - compiles,
     }
+
+
+# Lengths read on the host as numpy (.cpu().numpy()), which torch_xla can do (a step that reads the host): they
+# reach pack_padded_sequence as values, and the scan computes nn's outputs.
+class NumpyLengths(packed_cases.PackedNet):
+    def forward(self, x, lengths, hx=None):
+        packed = pack_padded_sequence(x, lengths.cpu().numpy(), batch_first=True, enforce_sorted=False)
+        out, state = self.rnn(packed, hx)
+        return pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0], state[0]
+
+
+ref, x, lengths, _ = packed_cases.case_inputs("LSTM, 1 layer, batch_first")
+ref = NumpyLengths(ref.rnn)
+net = copy.deepcopy(ref)
+use_scan_rnn(net, verbose=False)
+with torch.no_grad():
+    got = [t.cpu() for t in net.to(dev)(x.to(dev), lengths.to(dev))]
+    found["numpy lengths"] = [(a - b).abs().max().item() for a, b in zip(got, ref(x, lengths))]
 
 # A PackedSequence made outside the net (its rows the real steps only) runs as the scan by its batch_sizes.
 scan, ref, x, _, _ = scans["LSTM without bias, unbatched"]

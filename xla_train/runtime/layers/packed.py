@@ -42,7 +42,11 @@ class Pack:
 
 
 def _lengths_like(t) -> bool:
-    return isinstance(t, torch.Tensor) and t.dim() == 1 and not t.is_floating_point() and not t.is_complex()
+    """A 1-D tensor of integers: what pack_padded_sequence's lengths are."""
+    return isinstance(t, torch.Tensor) and t.dim() == 1 and t.dtype in _INTEGERS
+
+
+_INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
 def _names_host(args, kwargs) -> bool:
@@ -58,16 +62,28 @@ class PackedInputs(TorchFunctionMode):
         super().__init__()
         self.packs: dict[int, Pack] = {}
         self.depth = 0
-        pack, pad, rnns = compat.packing_ops()
-        self.special = frozenset((torch.Tensor.cpu, torch.Tensor.to, torch.sort, pack, pad, *rnns))
+        self.pack_op, self.pad_op, self.rnn_ops = compat.packing_ops()
+        self.special = frozenset(
+            (
+                torch.Tensor.cpu,
+                torch.Tensor.to,
+                torch.Tensor.numpy,
+                torch.sort,
+                self.pack_op,
+                self.pad_op,
+                *self.rnn_ops,
+            )
+        )
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in self.special:  # every other op, as it is: what the forward's tracing pays for the mode
             return func(*args, **kwargs)
-        pack, pad, rnns = compat.packing_ops()
+        pack, pad, rnns = self.pack_op, self.pad_op, self.rnn_ops
         if func is torch.Tensor.cpu and len(args) == 1 and not kwargs and _lengths_like(args[0]):
             return args[0]
+        if func is torch.Tensor.numpy and _lengths_like(args[0]):  # .cpu().numpy(): the host's copy after all
+            return args[0].cpu().numpy(**kwargs)
         if func is torch.Tensor.to and _lengths_like(args[0]) and _names_host(args[1:], kwargs):
             dtype = kwargs.get("dtype", next((a for a in args[1:] if isinstance(a, torch.dtype)), args[0].dtype))
             return args[0].to(dtype)
