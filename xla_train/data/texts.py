@@ -2,9 +2,10 @@
 
 TextDataModule is the shared part: a WordLevel vocabulary of the training texts only (validation share included,
 labels unused), each text cut and padded to maxlen (at the front, or at the back: padding, truncating), a
-checkpoint's own tokenizer when one is given, and what a text checkpoint carries, its padding too. TextsDataModule reads a user's texts: DIR/train/CLASS/*.txt (aclImdb's layout,
-any classes) or a CSV with text,label columns; IMDB (data/imdb.py) adds its download and token cache. The net gets
-the vocabulary size through its own init argument (docs/own_model.md).
+checkpoint's own tokenizer when one is given, and what a text checkpoint carries, its padding too. TextsDataModule
+reads a user's texts: DIR/train/CLASS/*.txt (aclImdb's layout, any classes) or a CSV with text,label columns; IMDB
+(data/imdb.py) adds its download and token cache. The net gets the vocabulary size through its own init argument
+(docs/own_model.md).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from xla_train import compat
-
 from xla_train.data.base import BaseDataModule, with_test_split
 from xla_train.data.folders import folder_splits, label_names, read_text_csv
 from xla_train.errors import ConfigError, DataError
