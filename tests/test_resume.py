@@ -104,7 +104,7 @@ def test_a_resumed_loader_with_a_worker_serves_the_resumed_epoch():
 @pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch ended")  # the
 # data module resumes its own order (its state_dict); Lightning's warning is about the DataLoader
 def test_compile_auto_counts_a_resumed_run_after_its_data_order_is_restored(tmp_path):
-    """compile=auto counts the run's training samples (runtime/fast_path.py), which has Lightning build the training
+    """compile=auto counts the run's training samples (runtime/eager/fast_path.py), which has Lightning build the training
     loader and start iterating it. Counted in the callbacks' setup, before Lightning restores the data module from
     the checkpoint, the resumed run kept that loader and trained from the first batch of an epoch's order (on a CPU
     with AMX, where compile=auto counts: the SIGKILL test above ended 1e-3 off there)."""

@@ -127,7 +127,7 @@ found["packed"] = {}
 for name in packed_cases.CASES:
     ref, x, lengths, hx = packed_cases.case_inputs(name)
     net = copy.deepcopy(ref)
-    use_scan_rnn(net, verbose=False)
+    use_scan_rnn(net, verbose=False, recurrence=torch_xla_recurrence)
     net.to(dev)
     weights = [torch.randn_like(v) for k, v in packed_cases.results(ref, x, lengths, hx, cpu).items() if k != "lengths"]
     torch_xla.sync()
@@ -158,7 +158,7 @@ class NumpyLengths(packed_cases.PackedNet):
 ref, x, lengths, _ = packed_cases.case_inputs("LSTM, 1 layer, batch_first")
 ref = NumpyLengths(ref.rnn)
 net = copy.deepcopy(ref)
-use_scan_rnn(net, verbose=False)
+use_scan_rnn(net, verbose=False, recurrence=torch_xla_recurrence)
 with torch.no_grad():
     got = [t.cpu() for t in net.to(dev)(x.to(dev), lengths.to(dev))]
     found["numpy lengths"] = [(a - b).abs().max().item() for a, b in zip(got, ref(x, lengths))]
