@@ -111,7 +111,7 @@ def test_compile_auto_counts_a_resumed_run_after_its_data_order_is_restored(tmp_
     import lightning.pytorch as pl
 
     from xla_train.data.arrays import ArraysDataModule
-    from xla_train.runtime.fast_path import FastPath, FastPathCallback
+    from xla_train.runtime.eager.fast_path import FastPath, FastPathCallback
     from xla_train.training.module import Classifier
 
     x, y = np.arange(64, dtype=np.float32)[:, None], np.arange(64) % 2  # a sample's input is its index

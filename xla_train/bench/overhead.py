@@ -19,7 +19,7 @@ from xla_train.bench import report
 from xla_train.bench.sweep import Data, Runtime, run_rounds
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
-from xla_train.runtime.plan import run_backend
+from xla_train.runtime.registry import run_backend
 
 SIDES = {"plain": "plain", "xla_train": "lightning"}  # side -> bench/timing.py loop
 LOSS_RTOL = 1e-5  # the two sides' first-step losses agree to float32 rounding: their graphs are the same ops
