@@ -76,12 +76,12 @@ def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkey
     from torch import nn
 
     from xla_train.runtime.jax.strategy import JaxStrategy
-    from xla_train.runtime.grouping import Grouping
+    from xla_train.runtime.grouping import GroupingSettings
     from xla_train.runtime.layers.scan_rnn import ScanRNN
 
     def chunks(platform: str, setting: int | None = None) -> list[int]:
         strategy = JaxStrategy(jax.devices("cpu")[:1])
-        strategy.plan_grouping(Grouping(), setting)
+        strategy.plan_grouping(GroupingSettings(), scan_chunk=setting)
         strategy.engine.platform = platform
         strategy.model = nn.Sequential(nn.LSTM(3, 4), nn.GRU(4, 4))
         strategy.model_to_device()

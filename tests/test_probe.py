@@ -14,7 +14,8 @@ from xla_train.runtime import probe, registry
 from xla_train.runtime.torch_xla.devices import pjrt_device
 from xla_train.runtime.grouping import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K
 from xla_train.runtime.torch_xla.backend import XLA
-from xla_train.runtime.plan import resolve_execution_loop, resolve_steps_per_execution, run_steps
+from xla_train.runtime.grouping import GroupingSettings, decide
+from xla_train.runtime.plan import run_steps
 
 
 @pytest.fixture
@@ -30,9 +31,10 @@ def new_user(monkeypatch):
     return with_chips
 
 
-def planned(accelerator="xla", loop="auto", setting="auto", strategy="auto"):
-    loop = resolve_execution_loop(loop, accelerator)
-    return (loop, *resolve_steps_per_execution(setting, accelerator, strategy, loop))
+def planned(accelerator="xla", loop="auto", setting="auto"):
+    """(loop, K, note, pending) as torch_xla's plan decides them before the net and the run's length are known."""
+    g = decide(GroupingSettings(setting, loop), host_platform=XLA.platform(accelerator) == "cpu")
+    return g.loop, g.k, g.note, g.pending
 
 
 def test_with_nothing_set_and_no_tpu_the_plan_is_xla_cpus(new_user):
@@ -87,12 +89,12 @@ def test_torch_xla_imported_after_xla_train_picks_no_device_of_its_own():
     as the user's choice; xla_train's runtime package stops that, so import order changes nothing."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "CPU_NUM_DEVICES", "XLA_"))}
     code = (
-        "import os, xla_train.runtime.plan as plan, torch_xla; "
-        "print(os.environ.get('PJRT_DEVICE'), plan.resolve_execution_loop('auto', 'xla'))"
+        "import os, xla_train.runtime.plan, torch_xla; from xla_train.runtime.probe import xla_platform; "
+        "print(os.environ.get('PJRT_DEVICE'), xla_platform('xla'))"
     )
     out = run_paced([sys.executable, "-c", code], 120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["None", "unroll"], out.stdout + out.stderr[-2000:]
+    assert out.stdout.split() == ["None", "cpu"], out.stdout + out.stderr[-2000:]
 
 
 @pytest.mark.parametrize(

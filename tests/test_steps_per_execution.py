@@ -338,26 +338,6 @@ def test_auto_steps_per_execution_groups_a_while_loop_and_fits_the_epoch(cifar_r
     )
 
 
-@pytest.mark.parametrize(
-    "setting, kind, strategy, loop, expected",
-    [
-        ("auto", "tpu", "auto", "while", 32),
-        ("auto", "xla", "spmd", "while", 32),
-        ("auto", "xla", "auto", "unroll", 8),  # until the run's length decides (tests/test_probe.py)
-        ("auto", "tpu", "xla_mp", "while", 1),
-        ("auto", "cpu", "auto", "while", 1),
-        ("auto", "gpu", "auto", "while", 1),
-        (8, "tpu", "auto", "unroll", 8),
-        (1, "tpu", "auto", "while", 1),
-    ],
-)
-def test_auto_steps_per_execution_is_chosen_by_the_loop_and_the_hardware(setting, kind, strategy, loop, expected):
-    from xla_train.runtime.plan import resolve_steps_per_execution
-
-    k, note, _ = resolve_steps_per_execution(setting, kind, strategy, loop)
-    assert k == expected and bool(note) == (setting == "auto" and kind in ("tpu", "xla") and strategy != "xla_mp")
-
-
 @pytest.mark.slow  # default-suite time; SIGTERM in a group stays in the default suite
 def test_resume_mid_group_ends_at_the_uninterrupted_weights(cnn_runs, cifar_root, tmp_path):
     """A checkpoint every 5 steps falls inside a group of 8: the kept steps run first, so it holds step 10

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from xla_train.errors import UserError
 from xla_train.runtime import registry
+from xla_train.runtime.grouping import grouping_of
 from xla_train.runtime.registry import backend_for, backend_of, run_backend, runtime_started
 
 
@@ -36,7 +37,7 @@ def units(warmup: int, steps: int, backend, k: int = 1) -> tuple[int, int, int]:
 def traced_once(strategy) -> bool:
     """Whether the strategy's steps run a program traced once (any K, or auto's one step a program) as it stands
     now: its setup may have fallen back to Lightning's own step. Such a step's loss stays on the device."""
-    return getattr(strategy, "steps_per_execution", 1) > 1 or getattr(strategy, "trace_once", False)
+    return grouping_of(strategy).k > 1 or getattr(strategy, "trace_once", False)
 
 
 class Stopwatch:
@@ -227,10 +228,10 @@ class Loop:
         out.update(
             on_device=dm.resident,
             steps_per_execution_used=self.k,
-            execution_loop_used=getattr(strategy, "execution_loop", None) if self.k > 1 else None,
+            execution_loop_used=grouping_of(strategy).loop if self.k > 1 else None,
             traced_once=traced_once(strategy),
             scan_chunk=watch.scan_chunk,
-            grouping_note=getattr(strategy, "grouping_note", "") or None,  # what auto chose, and why
+            grouping_note=grouping_of(strategy).note or None,  # what auto chose, and why
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
         out.update(
@@ -252,7 +253,8 @@ class Loop:
         """K (and the loop) as fit would run this recipe: auto decided against the recipe's own run (its epochs of
         its training set at this global batch, the spec's train_size) and its net, not against the few steps a cell
         times. A spec without train_size sets its K (bench overhead's 1): only the net is left to decide the loop."""
-        if getattr(strategy, "auto_pending", False) or getattr(strategy, "loop_pending", False):
+        g = grouping_of(strategy)
+        if g.pending or g.loop_pending:
             from xla_train.runtime.plan import run_steps
 
             if "train_size" not in spec:
@@ -260,7 +262,7 @@ class Loop:
                 return strategy.steps_per_execution
             epoch = max(1, spec["train_size"] // (spec["batch"] * devices))
             strategy.fit_to_run(epoch, run_steps(epoch, *length), model)
-        return getattr(strategy, "steps_per_execution", 1)
+        return grouping_of(strategy).k
 
 
 class LightningLoop(Loop):

@@ -10,13 +10,15 @@ program, so Lightning's backward and optimizer step do nothing for a kept step.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 from typing_extensions import override
 
 from xla_train.errors import ConfigError
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
-from xla_train.runtime.grouping import Grouping, loop_for_net
+from xla_train.runtime.grouping import Grouping, GroupingSettings, decide
 
 
 def no_loss() -> torch.Tensor:
@@ -34,29 +36,46 @@ class GroupedSteps:
 
     engine = None  # the runtime's Engine (runtime/interface.py)
     fallback = True  # whether a step that cannot be a program can run as Lightning's own step (auto's K=1)
+    always_traced = False  # every step is the engine's program, K=1 set by hand too (JAX's: no Lightning step)
 
-    steps_per_execution = 1
+    grouping: Grouping = Grouping()  # K and the loop as decided so far (runtime/grouping.py, decide)
+    grouping_settings = GroupingSettings(1, "unroll")
+    host_platform = False  # XLA:CPU, where the net decides execution_loop=auto
     scan_chunk: int | None = None  # the scan's time steps per loop iteration, as set (None: the runtime's)
-    execution_loop = "unroll"  # or "while"; runtime/plan.py resolves auto
-    auto_steps = False  # steps_per_execution=auto: where this run cannot group steps, one at a time, not an error
-    trace_once = False  # auto: K=1 still runs as a program traced once, a group of one, not traced at every step
-    auto_pending = False  # auto, and the run's length still decides K (unrolled steps: fit_to_run)
-    loop_pending = False  # execution_loop=auto on XLA:CPU, and the net still decides the loop (fit_to_run)
-    loop_note = ""  # why auto chose the loop (the run report prints it)
-    grouping_note = ""  # what auto chose, and why (the run report prints it)
+    fell_back = ""  # auto, and this run's steps cannot be a program: why it runs one step at a time
     grouping_what = "steps_per_execution>1"  # what runs the update inside a program, in an error's words
+    _known: tuple = (None, None, None)  # the net, the run's training steps and an epoch's, as far as known
     _group: list | tuple = ()  # the kept steps of the group in progress: (batch, row, key)
     _signature = None  # the shapes and dtypes of the group's batches
 
-    def plan_grouping(self, grouping: Grouping, scan_chunk: int | None = None) -> None:
-        """The plan's K and loop; with a note, auto chose them, and even a group of one is traced once. scan_chunk:
-        the setting, where the user gave one (the runtime's own for its platform otherwise)."""
-        self.scan_chunk = scan_chunk
-        self.steps_per_execution, self.execution_loop = grouping.k, grouping.loop
-        self.auto_steps = bool(grouping.note)
-        self.trace_once = self.trace_once or self.auto_steps
-        self.grouping_note, self.auto_pending = grouping.note, grouping.pending
-        self.loop_pending = grouping.net_decides_loop
+    def plan_grouping(
+        self, settings: GroupingSettings, host_platform: bool = False, scan_chunk: int | None = None
+    ) -> None:
+        """The run's settings and platform, decided on as the run is planned (nothing known yet of the net or the
+        run's length); scan_chunk: the setting, where the user gave one."""
+        self.grouping_settings, self.host_platform, self.scan_chunk = settings, host_platform, scan_chunk
+        self.fell_back, self._known = "", (None, None, None)
+        self._decide()
+
+    def _decide(self) -> None:
+        if self.fell_back:
+            return
+        self.grouping = decide(self.grouping_settings, self.host_platform, *self._known)
+        if self.engine is not None:
+            self.engine.loop = self.grouping.loop
+
+    @property
+    def steps_per_execution(self) -> int:
+        return self.grouping.k
+
+    @property
+    def execution_loop(self) -> str:
+        return self.grouping.loop
+
+    @property
+    def trace_once(self) -> bool:
+        """auto: K=1 still runs as a program traced once, a group of one, not traced at every step."""
+        return self.always_traced or (self.grouping.auto and not self.fell_back)
 
     @property
     def backend(self):
@@ -83,36 +102,13 @@ class GroupedSteps:
         FunctionalOptimizer(self.optimizers[0])  # refuses what it cannot run; built at the first step, after a
         # resume has restored the optimizer's state
 
-    def choose_loop(self, module: nn.Module | None) -> None:
-        """execution_loop=auto on XLA:CPU: the loop for this net (loop_for_net); a While loop's K is the backend's
-        for a While loop, whatever the run's length."""
-        if not self.loop_pending or module is None:
-            return
-        loop, self.loop_note = loop_for_net(module)
-        self.loop_pending = False
-        self.execution_loop = self.engine.loop = loop
-        if self.auto_steps and self.auto_pending and loop == "while":
-            self.steps_per_execution, self.grouping_note, self.auto_pending = self.backend.auto_steps(loop)
-
     def fit_to_run(self, steps: int, run_steps: float | None = None, module: nn.Module | None = None) -> None:
-        """The loop and K against the net and the run: where auto still waits for the net (`module`), it decides the
-        loop (choose_loop); where auto still waits for the run's length (`run_steps` training steps in all), the
-        backend's payback rule decides K; then against an epoch of `steps` training steps, auto's K shrinks to the
-        epoch (one execution each) and a K the user set that is longer is refused. The CLI asks before any run
-        folder exists, and the benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
-        self.choose_loop(module)
-        if self.auto_pending and run_steps is not None:
-            k, self.grouping_note, self.auto_pending = self.backend.auto_steps(self.execution_loop, run_steps)
-            self.steps_per_execution = k
-        if not self._grouping or self.steps_per_execution <= steps:
-            return
-        if not self.auto_steps:
-            raise ConfigError(
-                f"steps_per_execution={self.steps_per_execution} is more than the {steps} training steps of an "
-                f"epoch; use at most {steps}"
-            )
-        self.steps_per_execution = max(1, int(steps))
-        self.grouping_note = f"{self.steps_per_execution} (auto: the steps of an epoch)"
+        """Decide again with what is known now: the net (`module`), the run's training steps (`run_steps`), and an
+        epoch's (`steps`); what is not given stays as known before. The CLI asks before any run folder exists, and the
+        benchmarks before their cells' steps; on_train_start asks for runs built elsewhere."""
+        net, run, _ = self._known
+        self._known = (module if module is not None else net, run_steps if run_steps is not None else run, steps)
+        self._decide()
 
     def group_ends_at(self, batch_idx: int) -> bool:
         """Whether the step of `batch_idx` must end its group: K are kept, or the epoch or max_steps ends here."""
@@ -138,14 +134,14 @@ class GroupedSteps:
         try:
             self.check_groupable(trainer)
         except ConfigError as e:
-            if not (self.auto_steps and self.fallback):
+            if not (self.grouping.auto and self.fallback):
                 raise
             self._one_step_at_a_time(str(e))
 
     def _one_step_at_a_time(self, why: str) -> None:
         """auto, where this run's steps cannot be a program: Lightning's own step, and the report says why."""
-        self.steps_per_execution, self.trace_once, self.auto_pending = 1, False, False
-        self.grouping_note = f"1 (auto: {why})"
+        self.grouping = replace(self.grouping, k=1, note=f"1 (auto: {why})", pending=False)
+        self.fell_back = why
 
     @override
     def training_step(self, *args, **kwargs):
@@ -178,12 +174,12 @@ class GroupedSteps:
             f"the training step read device values on the host while traced ({reads} read(s): an .item(), a print, "
             f"a shape that depends on the data such as x[mask]), so a program of it would keep the first batch's"
         )
-        if not (self.auto_steps and self.fallback):
+        if not (self.grouping.auto and self.fallback):
             raise ConfigError(f"steps_per_execution={self.steps_per_execution}: {what}; use steps_per_execution=1")
         self._one_step_at_a_time(f"{what}; Lightning traces it at every step")
         self._group = []
         if self.is_global_zero:
-            print(f"steps per execution: {self.grouping_note}", flush=True)
+            print(f"steps per execution: {self.grouping.note}", flush=True)
 
     @override
     def optimizer_step(self, optimizer, closure, model=None, **kwargs):

@@ -56,23 +56,6 @@ def auto_steps(loop: str, run_steps: float | None = None) -> tuple[int, str, boo
     return 1, f"1 (auto: {why})", False
 
 
-@dataclass(frozen=True)
-class Grouping:
-    """How a run groups its steps, as the hardware plan decides it (runtime/plan.py)."""
-
-    k: int = 1  # steps_per_execution
-    loop: str = "unroll"  # or "while"
-    note: str = ""  # what auto chose, and why; empty where K was set by hand
-    pending: bool = False  # auto, and the run's length still decides K (fit_to_run)
-    loop_setting: str = ""  # execution_loop as the user set it: auto, unroll or while
-
-    @property
-    def net_decides_loop(self) -> bool:
-        """execution_loop=auto, which both runtimes resolve to an unrolled plan only on XLA:CPU: there the net decides
-        (loop_for_net), once it is known."""
-        return self.loop_setting == "auto" and self.loop == "unroll"
-
-
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
@@ -91,3 +74,61 @@ def loop_for_net(module: nn.Module) -> tuple[str, str]:
     if conv:
         return "unroll", f"auto: the net has an nn.{conv}, which XLA:CPU runs far slower inside a While loop"
     return "while", "auto: no convolution in the net, which XLA:CPU compiles and runs faster as a loop"
+
+
+@dataclass(frozen=True)
+class GroupingSettings:
+    """What the user set: steps_per_execution (a number or auto) and execution_loop (auto, unroll or while)."""
+
+    steps_per_execution: int | str = "auto"
+    execution_loop: str = "auto"
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a run groups its training steps, as decide() chooses them: what the strategy runs, the report prints and
+    the benchmarks record."""
+
+    k: int = 1  # steps per execution
+    loop: str = "unroll"  # or "while": how a program runs its K steps
+    note: str = ""  # what auto chose for K, and why; empty where K was set by hand
+    loop_note: str = ""  # what auto chose for the loop, and why
+    pending: bool = False  # auto, and the run's length still decides K
+    loop_pending: bool = False  # execution_loop=auto on XLA:CPU, and the net still decides the loop
+    auto: bool = False  # steps_per_execution=auto
+
+
+def decide(
+    settings: GroupingSettings,
+    host_platform: bool,
+    net: nn.Module | None = None,
+    run_steps: float | None = None,
+    epoch_steps: int | None = None,
+) -> Grouping:
+    """K and the loop of a run on an XLA runtime: from the settings, the platform (XLA:CPU, the host's), and the net,
+    the run's training steps and an epoch's where they are known. The one decision both runtimes make: as the run is
+    planned (nothing known yet: what the plan prints) and again once the net and the run's length are (fit_to_run).
+    An epoch shorter than auto's K is one execution an epoch; shorter than a K set by hand, it is refused."""
+    loop_setting, k_setting = settings.execution_loop, settings.steps_per_execution
+    loop, loop_note, loop_pending = execution_loop(loop_setting, host_platform), "", False
+    if loop_setting == "auto" and host_platform:
+        if net is None:
+            loop_pending = True
+        else:
+            loop, loop_note = loop_for_net(net)
+    auto = k_setting == "auto"
+    k, note, pending = auto_steps(loop, run_steps) if auto else (k_setting, "", False)
+    if epoch_steps is not None and k > epoch_steps:
+        if not auto:
+            raise ConfigError(
+                f"steps_per_execution={k} is more than the {epoch_steps} training steps of an epoch; use at most "
+                f"{epoch_steps}"
+            )
+        k = max(1, int(epoch_steps))
+        note = f"{k} (auto: the steps of an epoch)"
+    return Grouping(k, loop, note, loop_note, pending, loop_pending, auto)
+
+
+def grouping_of(strategy) -> Grouping:
+    """A Trainer's strategy's grouping: the XLA runtimes' strategies hold one; any other runs one step at a time."""
+    return getattr(strategy, "grouping", None) or Grouping()

@@ -71,20 +71,3 @@ def why_auto(kind: str) -> str:
     platform = registry.xla_platform(kind)
     names = " and ".join(r.name for r in registry.installed()) or "none"
     return f"auto: a {platform.upper()}, with {names} installed here"
-
-
-def resolve_steps_per_execution(setting, kind: str, strategy, loop: str) -> tuple[int, str, bool]:
-    """(K, what auto chose and why, whether the run's length still decides it) for accelerator=`kind`'s own backend.
-    auto is the backend's answer for the loop; off XLA and under xla_mp, one step at a time as Lightning runs it."""
-    if setting != "auto":
-        return setting, "", False
-    backend = registry.backend_for(kind)
-    if not backend.groups_steps or strategy == "xla_mp":
-        return 1, "", False
-    return backend.auto_steps(loop)
-
-
-def resolve_execution_loop(setting: str = "auto", kind: str = "xla") -> str:
-    """How K steps run as one program on accelerator=`kind`: what its backend answers for the platform the runtime
-    will use, decided before the runtime starts."""
-    return registry.backend_for(kind).execution_loop(setting, kind)

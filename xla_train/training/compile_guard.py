@@ -16,6 +16,7 @@ import warnings
 from typing_extensions import override
 
 from xla_train.errors import UserError
+from xla_train.runtime.grouping import grouping_of
 from xla_train.runtime.registry import backend_of_strategy
 from xla_train.training.metrics_log import EpochCallback, publish
 
@@ -173,7 +174,7 @@ class CompileAccounting(EpochCallback):
             "wall_s": time.perf_counter() - t0,
             "host_syncs": self.train_transfers[-1] if self.train_transfers else 0,
             "executions": self.train_executions[-1] if self.train_executions else 0,
-            "host_ms": host_ms_per_step(self._host_s, getattr(trainer.strategy, "steps_per_execution", 1)),
+            "host_ms": host_ms_per_step(self._host_s, grouping_of(trainer.strategy).k),
         }
         self.per_epoch.append(row)
         publish(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import lightning.pytorch as pl
 from typing_extensions import override
 
+from xla_train.runtime.grouping import grouping_of
+
 
 def check_finite(pl_module) -> None:
     check = getattr(pl_module, "check_finite", None)
@@ -23,5 +25,5 @@ class FiniteLoss(pl.Callback):
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         strategy = trainer.strategy
-        if getattr(strategy, "steps_per_execution", 1) > 1 and getattr(strategy, "at_execution_end", False):
+        if grouping_of(strategy).k > 1 and getattr(strategy, "at_execution_end", False):
             check_finite(pl_module)

@@ -11,6 +11,7 @@ import time
 from typing_extensions import override
 
 from xla_train.runtime.backend import MATMUL_MEANING
+from xla_train.runtime.grouping import grouping_of
 from xla_train.runtime.registry import backend_of_strategy
 from xla_train.training.metrics_log import EpochCallback, publish
 
@@ -56,11 +57,9 @@ class RunReport(EpochCallback):
             placement = getattr(trainer.datamodule, "placement", None)
             if placement:  # data.on_device: which path feeds the steps, and why
                 print(f"data: {placement}", flush=True)
-            loop = getattr(trainer.strategy, "execution_loop", None)
-            k = getattr(trainer.strategy, "steps_per_execution", 1)
-            note = getattr(trainer.strategy, "grouping_note", "")  # steps_per_execution=auto: what, and why
-            if loop and (k > 1 or note):
-                why = getattr(trainer.strategy, "loop_note", "")  # execution_loop=auto: why this loop
+            g = grouping_of(trainer.strategy)  # K and the loop; with auto, what it chose and why
+            loop, k, note, why = g.loop, g.k, g.note, g.loop_note
+            if k > 1 or note:
                 how = f"{'While loop' if loop == 'while' else 'unrolled program'} (execution_loop={loop}"
                 how += f"; {why})" if why else ")"
                 print(f"steps per execution: {note or k}" + (f", as an XLA {how}" if k > 1 else ""), flush=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
-from xla_train.runtime.grouping import Grouping, auto_steps, execution_loop
+from xla_train.runtime.grouping import GroupingSettings, decide
 from xla_train.runtime.probe import platform_named
 from xla_train.runtime.settings import HardwarePlan, PlanSettings
 
@@ -47,12 +47,9 @@ def plan(kind: str, settings: PlanSettings, runtime, note: str = "") -> Hardware
         raise ConfigError(f"precision={p!r} is not for runtime=jax; use precision=32 or precision=bf16")
     found = jax_devices(kind, s.devices)
     platform = platform_named(found[0].platform)
-    loop = execution_loop(s.execution_loop, host_platform=platform == "cpu")  # XLA:CPU: the net decides, unrolled
-    k, k_note, pending = s.steps_per_execution, "", False  # until it does (grouping.loop_for_net)
-    if k == "auto":
-        k, k_note, pending = auto_steps(loop)
-    strat = JaxStrategy(found, loop, p, s.matmul_precision)
-    strat.plan_grouping(Grouping(k, loop, k_note, pending, s.execution_loop), s.scan_chunk)
+    grouping = GroupingSettings(s.steps_per_execution, s.execution_loop)
+    strat = JaxStrategy(found, decide(grouping, platform == "cpu").loop, p, s.matmul_precision)
+    strat.plan_grouping(grouping, platform == "cpu", s.scan_chunk)
     cache = configure_compile_cache(s.compile_cache, platform, default_compile_cache("jax_compile_cache"))
     kwargs = {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
     return HardwarePlan(kind, kwargs, runtime, strat.backend, s, compile_cache=cache, runtime_note=note)

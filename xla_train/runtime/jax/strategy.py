@@ -49,7 +49,7 @@ class EngineAutocast(Precision):
 
 class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     strategy_name = "jax"
-    trace_once = True  # every step is the engine's program
+    always_traced = True  # every step is the engine's program
     fallback = False  # there is no Lightning step to fall back to: what cannot be a program is refused, in one line
     grouping_what = "runtime=jax"
 
@@ -65,7 +65,6 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
         self.cluster_environment = LightningEnvironment()
         self.engine = engine
         self._backend = JaxBackend(engine)  # what the rest of the package asks of this run's devices
-        self.execution_loop = loop
         self._group: list = []
 
     @property

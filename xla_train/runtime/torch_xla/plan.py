@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from xla_train import compat
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
-from xla_train.runtime.grouping import Grouping
+from xla_train.runtime.grouping import GroupingSettings, decide
 from xla_train.runtime.settings import HardwarePlan, PlanSettings
 from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.torch_xla.backend import XLA
@@ -35,15 +35,21 @@ class _Planned:
 def plan(kind: str, settings: PlanSettings, runtime, note: str = "") -> HardwarePlan:
     s = settings
     s.refuse_eager_knobs(kind)
-    loop = XLA.execution_loop(s.execution_loop, kind)  # from the PJRT device the runtime will use, not yet set
-    k, k_note, pending = steps_per_execution(s.steps_per_execution, s.strategy, loop)
+    if s.strategy == "xla_mp" and s.steps_per_execution not in (1, "auto"):
+        raise ConfigError(
+            f"steps_per_execution={s.steps_per_execution} runs K steps as one XLA program (single device or SPMD); "
+            f"strategy=xla_mp runs one step at a time, so leave it at 1"
+        )
+    grouping = GroupingSettings(s.steps_per_execution, s.execution_loop)
+    host_platform = XLA.platform(kind) == "cpu"  # from the device the runtime will use, not yet set
+    decide(grouping, host_platform)  # a bad execution_loop stops the run here, before the runtime starts
     planned = _plan_xla(kind, s.devices, s.strategy, s.precision, s.compile_cache, s.num_nodes)  # sets PJRT_DEVICE
     compat.keep_torch_gru()  # torch_xla is imported now
     xla_compat.no_jax_for_torch_xla()  # jax's client and its draw from numpy's RNG stay out of a torch_xla run
     XLA.set_matmul_precision(s.matmul_precision)  # before the first trace (the runtime is up, nothing traced)
     strat = planned.trainer_kwargs["strategy"]
     if hasattr(strat, "plan_grouping"):  # not xla_mp's, which runs one step at a time
-        strat.plan_grouping(Grouping(k, loop, k_note, pending, s.execution_loop), s.scan_chunk)
+        strat.plan_grouping(grouping, host_platform, s.scan_chunk)
     return HardwarePlan(
         kind,
         planned.trainer_kwargs,
@@ -54,21 +60,6 @@ def plan(kind: str, settings: PlanSettings, runtime, note: str = "") -> Hardware
         compile_cache=planned.compile_cache,
         runtime_note=note,
     )
-
-
-def steps_per_execution(setting, strategy, loop: str) -> tuple[int, str, bool]:
-    """(K, what auto chose and why, whether the run's length still decides it). Under xla_mp, one step at a time as
-    Lightning runs it."""
-    if strategy == "xla_mp":
-        if setting not in (1, "auto"):
-            raise ConfigError(
-                f"steps_per_execution={setting} runs K steps as one XLA program (single device or SPMD); "
-                f"strategy=xla_mp runs one step at a time, so leave it at 1"
-            )
-        return 1, "", False
-    if setting != "auto":
-        return setting, "", False
-    return XLA.auto_steps(loop)
 
 
 def xla_precision_plugin(precision):
