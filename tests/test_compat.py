@@ -97,3 +97,25 @@ def test_lightning_asks_no_tpu_metadata_where_the_bus_has_no_tpu_and_the_patch_u
     finally:
         if installed:
             compat.no_tpu_for_lightning(0)
+
+
+def test_torch_xlas_jax_lookups_answer_none_while_installed_and_the_undo_gives_them_back():
+    """runtime/torch_xla/compat.py's no_jax_for_torch_xla: while installed, torch_xla's profiler and sharding modules
+    find no jax (so a torch_xla run never imports it: test_registry.py's fit shows it); the undo restores both."""
+    import importlib
+
+    from xla_train.runtime.torch_xla import compat as xla_compat
+
+    modules = [importlib.import_module(n) for n in xla_compat._NO_JAX_MODULES]
+    installed = xla_compat._JAX_LOOKUPS is not None  # a torch_xla run in this worker process installed it
+    xla_compat.jax_for_torch_xla_back()
+    originals = [m.maybe_get_jax for m in modules]
+    try:
+        xla_compat.no_jax_for_torch_xla()
+        xla_compat.no_jax_for_torch_xla()  # once only: the undo gives back torch_xla's own
+        assert [m.maybe_get_jax(log=False) for m in modules] == [None, None]
+        xla_compat.jax_for_torch_xla_back()
+        assert [m.maybe_get_jax for m in modules] == originals
+    finally:
+        if installed:
+            xla_compat.no_jax_for_torch_xla()
