@@ -315,13 +315,13 @@ class BaseDataModule(pl.LightningDataModule):
             self.resident, self.placement = (
                 False,
                 (
-                    f"streamed from the host as stored (on_device=auto: {mb} is over the {budget} budget, device_data_mb)"
+                    f"streamed from the host as stored (on_device=auto: {mb} is over the {budget} budget of device_data_mb)"
                 ),
             )
         else:
             self.resident, self.placement = (
                 True,
-                f"on the device ({mb} per device, within the {budget} budget, device_data_mb)",
+                f"on the device ({mb} per device, within the {budget} budget of device_data_mb)",
             )
         return self.placement
 
