@@ -459,18 +459,21 @@ def test_benchmarks_are_at_most_a_quarter_of_the_package():
     assert bench <= 0.25 * total, f"bench/ is {bench} of {total} lines ({bench / total:.0%})"
 
 
-def audited_versions() -> dict[str, str]:
-    """{distribution: version} that compat.py's header says its private-API uses were read in."""
+def audited_versions() -> dict[str, tuple[str, str]]:
+    """{distribution: (first, last)} releases that compat.py's header says its private-API uses were read in: one
+    version ("lightning 2.6.6") or a range whose every minor release was read ("torch 2.9.0-2.12.1")."""
     import re
 
     header = ast.get_docstring(ast.parse(MODULES["xla_train.compat"].read_text()))
     line = next(ln for ln in header.splitlines() if re.match(r"\s*lightning \d", ln))
-    return {name.replace("_", "-"): version for name, version in re.findall(r"([\w-]+) (\d[\w.]*)", line)}
+    found = re.findall(r"([\w-]+) (\d[\w.]*)(?:-(\d[\w.]*))?", line)
+    return {name.replace("_", "-"): (first, last or first) for name, first, last in found}
 
 
 def test_every_dependency_whose_private_api_is_touched_has_an_upper_bound():
-    """compat.py reaches behind these packages' public APIs, so a new release may break it silently; each must
-    be capped in pyproject.toml at a range that holds the audited version, until compat.py is audited again."""
+    """compat.py reaches behind these packages' public APIs, so a new release may break it silently; every
+    requirement naming one (the base and each extra) must be capped in pyproject.toml below the minor release after
+    the last one audited, and together they must admit the audited ends, until compat.py is audited again."""
     import tomllib
 
     from packaging.requirements import Requirement
@@ -485,17 +488,17 @@ def test_every_dependency_whose_private_api_is_touched_has_an_upper_bound():
     }
     assert touched <= set(audited), f"compat.py imports {touched - set(audited)} but its header audits none"
     assert {"lightning", "torch-xla", "torch", "jsonargparse"} <= set(audited), audited
-    pyproject = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())
-    # a runtime's package lives in its extra (each runtime installs on its own)
-    listed = pyproject["project"]["dependencies"] + [
-        r for extra in ("torch-xla", "jax") for r in pyproject["project"]["optional-dependencies"][extra]
-    ]
-    requirements = {r.name: r for r in map(Requirement, listed)}
-    for name, version in audited.items():
-        spec = requirements[name].specifier
-        assert any(s.operator in ("==", "===", "<", "<=", "~=") for s in spec), f"{name}{spec}: no upper bound"
-        assert spec.contains(version), f"{name}{spec} excludes the audited {version}"
-        assert not spec.contains(_next_major_or_minor(version)), f"{name}{spec} admits the untested next release"
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    # a runtime's package lives in its extra (each runtime installs on its own), and an extra may narrow the base
+    listed = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    for name, (first, last) in audited.items():
+        specs = [r.specifier for r in map(Requirement, listed) if r.name == name]
+        assert specs, f"compat.py's header audits {name}, which pyproject.toml does not list"
+        for spec in specs:
+            assert any(s.operator in ("==", "===", "<", "<=", "~=") for s in spec), f"{name}{spec}: no upper bound"
+            assert not spec.contains(_next_major_or_minor(last)), f"{name}{spec} admits the unaudited next release"
+        for end in (first, last):
+            assert any(spec.contains(end) for spec in specs), f"{name} {specs} excludes the audited {end}"
 
 
 def _next_major_or_minor(version: str) -> str:
