@@ -6,9 +6,9 @@ first of them about a seed. So while a command is being built, Lightning's recor
 would print them (its own, or the root logger's where it propagates there); they are printed, in order, once the run
 starts, and dropped when it is refused. Other loggers' records pass untouched.
 
-Two warnings that xla_train's own choices would raise are not shown: jsonargparse's "Unable to serialize instance"
-when fit is given a net instance (the config records `model.net: null` for it, on purpose), and Lightning's model
-summary on bf16-mixed (the CPU fast path's default), whose "Using 32 bits instead" is right: the weights are float32.
+Warnings a user cannot act on are not shown: jsonargparse's "Unable to serialize instance" for a net instance (the
+config records `model.net: null` for it, on purpose), Lightning's model summary on bf16-mixed (the weights are
+float32, as it says), and torch 2.10+'s FutureWarning at the LeafSpec Lightning 2.6 builds each fit (Lightning #21326).
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import warnings
 from contextlib import contextmanager
 
 LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
-SETTLED_WARNINGS = (r"\s*Unable to serialize instance", r"Precision bf16-mixed is not supported by the model summary")
+SETTLED_WARNINGS = (
+    r"\s*Unable to serialize instance",
+    r"Precision bf16-mixed is not supported by the model summary",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+)
 
 
 class _Hold(logging.Filter):
