@@ -35,6 +35,39 @@ def test_the_wheel_lists_every_package_folder_and_carries_the_recipes():
     assert tool["package-dir"] == {"xla_train.recipes": "recipes"} and list((REPO / "recipes").glob("*.yaml"))
 
 
+def torch_allowed(*extras: str) -> dict:
+    """{name: the versions `pip install '.[extras]'` may take} for torch, torchvision and torch-xla: the base
+    requirement narrowed by every one the extras add (None: nothing asks for it)."""
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    listed = project["dependencies"] + [r for e in extras for r in project["optional-dependencies"][e]]
+    allowed = {}
+    for r in map(Requirement, listed):
+        if r.name in ("torch", "torchvision", "torch-xla"):
+            allowed[r.name] = allowed.get(r.name, SpecifierSet()) & r.specifier
+    return allowed
+
+
+def test_jax_takes_any_torch_torchax_runs_on_and_torch_xla_keeps_the_torch_it_was_built_for():
+    """torchax 0.0.13 imports on torch 2.9-2.12 and fails on 2.13 (google/torchax#101); torch-xla 2.9.0 runs on
+    2.9.0 only; torchvision 0.24-0.27 each require one torch release of 2.9-2.12, so its range follows torch's."""
+    for extra in ("jax", "jax-tpu", "jax-cuda"):
+        allowed = torch_allowed(extra)
+        assert "torch-xla" not in allowed, extra  # its wheel carries an old torchax/ over torchax's own files
+        torch, vision = allowed["torch"], allowed["torchvision"]
+        assert all(torch.contains(v) for v in ("2.9.0", "2.10.0", "2.11.0", "2.12.0", "2.12.1")), (extra, torch)
+        assert not torch.contains("2.13.0") and not torch.contains("2.8.0"), (extra, torch)
+        for minor in range(9, 14):  # torchvision 0.(minor + 15) is torch 2.minor's
+            assert vision.contains(f"0.{minor + 15}.0") == torch.contains(f"2.{minor}.0"), (extra, vision, torch)
+    for extras in (("torch-xla",), ("tpu",), ("test",), ("jax", "torch-xla")):
+        allowed = torch_allowed(*extras)
+        assert [v for v in ("2.9.0", "2.9.1", "2.10.0", "2.12.1") if allowed["torch"].contains(v)] == ["2.9.0"], extras
+        assert [v for v in ("0.24.0", "0.24.1", "0.27.1") if allowed["torchvision"].contains(v)] == ["0.24.0"], extras
+        assert allowed["torch-xla"].contains("2.9.0"), extras
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")  # built apart, so the build writes nothing into the checkout

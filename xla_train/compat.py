@@ -1,10 +1,11 @@
 """Every reach behind a public API (Lightning, torch_xla, torch, jsonargparse, Python's sys), and every process-wide patch.
 
 Each entry says what it relies on, and was read in the installed sources of:
-lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0, jsonargparse 4.53.0
-(pyproject.toml caps each). On an upgrade this file is the audit: check each entry
-against the new source. The patches section lists each process-wide patch with its install and its undo.
-tests/test_layout.py keeps private names out of the rest of xla_train (docs/layout.md).
+lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0-2.12.1, jsonargparse 4.53.0
+(pyproject.toml caps each; torch's entries in each minor release [jax] allows: 2.9.0, 2.10.0, 2.11.0, 2.12.1,
+the same code in each). On an upgrade this file is the audit: check each entry against the new source. The patches
+section lists each process-wide patch with its install and its undo. tests/test_layout.py keeps private names out of
+the rest of xla_train (docs/layout.md).
 """
 
 from __future__ import annotations
@@ -211,8 +212,8 @@ def set_type(parser, dest_prefix: str, typehint) -> None:
 
 
 def mark_optimizer_stepped(optimizer) -> None:
-    """What torch.optim.Optimizer.step sets for the LR scheduler's order check (lr_scheduler.py, `_opt_called`):
-    an optimizer whose update runs inside an XLA program is stepped without its step() being called."""
+    """What torch.optim.Optimizer.step sets for the LR scheduler's order check (lr_scheduler.py, `_opt_called`,
+    torch 2.9-2.12): an optimizer whose update runs inside an XLA program is stepped without its step() being called."""
     optimizer._opt_called = True
 
 
@@ -293,7 +294,7 @@ _INDUCTOR_CALLBACKS: tuple | None = None  # (start, end, [count, seconds, start 
 
 
 def inductor_compile_clock():
-    """Install: torch._dynamo.callback's on_compile_start/on_compile_end (torch 2.9) bracket each compilation,
+    """Install: torch._dynamo.callback's on_compile_start/on_compile_end (torch 2.9-2.12) bracket each compilation,
     nested ones counted once: a frame that Dynamo traces and inductor compiles, and the backward graph that
     AOTAutograd compiles lazily at the first backward. Returns a function giving (compilations, seconds) so far;
     installed once per process however often it is asked, and again after torch._dynamo.reset(), which
@@ -405,7 +406,7 @@ def packing_ops() -> tuple:
     to, torch._VF._pack_padded_sequence(input, lengths, batch_first) -> (data, batch_sizes) and
     torch._VF._pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length) -> (padded, lengths),
     and those nn.LSTM's, nn.GRU's and nn.RNN's forwards run a PackedSequence with (torch._VF.lstm, gru, rnn_tanh,
-    rnn_relu, batch_sizes among their arguments), as a torch function mode is handed them (torch 2.9.0)."""
+    rnn_relu, batch_sizes among their arguments), as a torch function mode is handed them (torch 2.9.0-2.12.1)."""
     import torch
 
     vf = torch._VF
@@ -414,5 +415,5 @@ def packing_ops() -> tuple:
 
 def tensor_version(tensor) -> int:
     """How many in-place changes a tensor has had: autograd's own counter (Tensor._version), which every in-place
-    op, on any device, bumps; torch 2.9.0's autograd reads it to refuse a backward through a changed tensor."""
+    op, on any device, bumps; torch's autograd reads it to refuse a backward through a changed tensor."""
     return tensor._version

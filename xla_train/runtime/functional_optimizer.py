@@ -14,8 +14,9 @@ from xla_train.errors import ConfigError
 
 
 class FunctionalOptimizer:
-    """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars), computed as torch 2.9.0
-    computes them (its foreach form computes the same); tests/test_functional_optimizer.py holds it to torch.optim."""
+    """torch.optim.Adam or SGD as a pure function of (params, grads, state, per-step scalars), computed as torch 2.9 to
+    2.12 compute them (their foreach forms compute the same); tests/test_functional_optimizer.py holds it to
+    torch.optim."""
 
     # What update() computes, per optimizer: the options it reads, and the settings it cannot compute.
     REFUSED = {

@@ -1,5 +1,6 @@
-"""Every reach behind torchax's and JAX's public APIs, with the versions it was read in: torchax 0.0.13, jax 0.10.2,
-torch 2.9.0 (pyproject.toml's `jax` extra pins them). On an upgrade, this file is the audit.
+"""Every reach behind torchax's and JAX's public APIs, with the versions it was read in: torchax 0.0.13, jax 0.10.2
+(pyproject.toml's `jax` extra pins them), torch 2.9.0-2.12.1 (its base range; 2.10.0 and 2.11.0 read too, the same
+code). On an upgrade, this file is the audit.
 
 The op overrides go into xla_train's own torchax Environment, not torchax's default one, so a user's own torchax code
 in the same process sees those ops as shipped. The autocast fixes are process-wide, as torchax looks its policy up in its
@@ -91,8 +92,8 @@ def _autocast_as_torch_does() -> None:
 
 def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """torch's own decomposition of aten.native_batch_norm (torch/_decomp/decompositions.py, native_batch_norm,
-    torch 2.9.0), which writes the running statistics back with copy_: torchax 0.0.13's own computes them and drops
-    them, so BatchNorm's running mean and variance never moved (google/torchax#22)."""
+    torch 2.9.0-2.12.1), which writes the running statistics back with copy_: torchax 0.0.13's own computes them and
+    drops them, so BatchNorm's running mean and variance never moved (google/torchax#22)."""
     from torch._decomp.decompositions import native_batch_norm
 
     return native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
