@@ -58,6 +58,7 @@ def predict_split(
     net.eval()
     inputs, labels = dm.arrays(split)  # a missing or corrupt data set fails here, before anything runs
 
+    from xla_train.config.startup_lines import settled_warnings
     from xla_train.runtime.plan import plan_hardware
     from xla_train.training.split_prediction import predict_arrays
 
@@ -65,7 +66,8 @@ def predict_split(
     # (the cpu/gpu fast path's bf16 default is for training speed)
     plan = plan_hardware(accelerator, devices, precision="32-true", runtime=runtime)
     dm.place(*plan.resident_data)
-    result = predict_arrays(net, dm, split, plan.trainer_kwargs)
+    with settled_warnings():
+        result = predict_arrays(net, dm, split, plan.trainer_kwargs)
     text = table_text(result.probs, result.labels, list(block["labels"]), probs)
     candidates = [out_path] if out_path is not None else default_out(config.parent, split, ckpt)
     return write_new(candidates, text), result

@@ -70,14 +70,21 @@ class StartupLines:
 
 
 @contextmanager
+def settled_warnings():
+    """SETTLED_WARNINGS not shown for the block: a run, or a Trainer xla_train builds itself (predict split=)."""
+    with warnings.catch_warnings():
+        for message in SETTLED_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        yield
+
+
+@contextmanager
 def held_startup_lines():
     """Hold Lightning's lines for the block, and settle SETTLED_WARNINGS there; a block that raises drops the lines,
     one that ends prints any still held."""
     lines = StartupLines()
     lines.hold()
-    with warnings.catch_warnings():
-        for message in SETTLED_WARNINGS:
-            warnings.filterwarnings("ignore", message=message)
+    with settled_warnings():
         try:
             yield lines
         except BaseException:
