@@ -1,9 +1,11 @@
-"""Shared fixtures: a tiny CIFAR-10 in torchvision's real on-disk format, and one short CPU run; and the
-`fresh_xla` marker's hook. The helpers the tests share live in tests/helpers/."""
+"""Shared fixtures: a tiny CIFAR-10 in torchvision's real on-disk format, one short CPU run, and `runtime`, over
+which every guarantee the XLA runtimes share is one test; and the `fresh_xla` and `runtime_marks` markers' hooks.
+The helpers the tests share live in tests/helpers/."""
 
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,16 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
-from helpers import SUITE_XLA_FLAGS, in_fresh_process, run_cli, run_in_fresh_process, write_cifar10  # noqa: E402
+from helpers import (  # noqa: E402
+    RUNTIME_PACKAGES,
+    RUNTIMES,
+    SUITE_XLA_FLAGS,
+    in_fresh_process,
+    require,
+    run_cli,
+    run_in_fresh_process,
+    write_cifar10,
+)
 
 os.environ.setdefault("XLA_FLAGS", SUITE_XLA_FLAGS)  # for the tests that run XLA in this process, as cli_env's
 
@@ -46,6 +57,16 @@ def cpu_run(cifar_root, tmp_path_factory) -> Path:
         cwd=work,
     )
     return work / "runs" / "cifar10" / "version_0"
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request) -> str:
+    """The XLA runtime a shared guarantee runs on, in the test's id (`test_x[jax]`); its CLI key is `runtime_key`.
+    One runtime's case is marked slow or xfail with `@pytest.mark.runtime_marks(jax=pytest.mark.slow)`. A runtime
+    not installed is skipped (failed under CI), found without importing it."""
+    if find_spec(RUNTIME_PACKAGES[request.param]) is None:
+        require(RUNTIME_PACKAGES[request.param])
+    return request.param
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -88,6 +109,13 @@ def pytest_configure(config) -> None:
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a case marked slow here leaves the default suite
 def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:  # `runtime_marks(NAME=mark or [marks])`: marks for that runtime's case alone
+        spec, mark = getattr(item, "callspec", None), item.get_closest_marker("runtime_marks")
+        if mark is not None and spec is not None and "runtime" in spec.params:
+            added = mark.kwargs.get(spec.params["runtime"], [])
+            for m in added if isinstance(added, (list, tuple)) else [added]:
+                item.add_marker(m)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module's own order kept

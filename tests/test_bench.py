@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import cli_env, path_with_tests, require, run_cli
+from helpers import cli_env, path_with_tests, run_cli, runtime_key
 from helpers.processes import SUITE_XLA_FLAGS
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference
@@ -125,16 +125,13 @@ def test_sweep_writes_a_table_and_charts_with_their_evidence(tiny_recipe, tmp_pa
         assert (run / "cells" / f"{cell}.log").is_file()
 
 
-@pytest.mark.parametrize("runtime", ["torch_xla", "jax"])
 def test_overhead_runs_quickstart_with_xla_trains_layers_on_both_sides(runtime, tmp_path):
     """bench overhead end to end on the quickstart CNN, shrunk to one timed step of batch 8, on either runtime: both
     cells run (a cell had asked for a training-set size only the sweep gives it), and the plain loop swaps in the
     layers xla_train's side runs on XLA:CPU (hashed dropout, max pooling as a reduction), so the two first-step losses
     are one computation's; a plain loop with the runtime's own dropout drew other masks, another loss, and the
     command fails."""
-    if runtime == "jax":
-        require("torchax")
-    settings = ["recipe=quickstart", "steps=1", "warmup=1", "batch_size=8", f"runtime={runtime}"]
+    settings = ["recipe=quickstart", "steps=1", "warmup=1", "batch_size=8", runtime_key(runtime)]
     proc = run_cli("bench", "overhead", *settings, cwd=tmp_path)
     printed = re.search(r"xla_train / plain steady step time: ([\d.]+)", proc.stdout)
     assert printed, proc.stdout

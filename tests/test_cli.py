@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from helpers import run_cli, run_paced
+from helpers import run_cli, run_paced, runtime_key
 from xla_train.cli.main import main, split_argv
 from xla_train.errors import ConfigError
 from xla_train.config.recipes import ALIASES, available_recipes, lightning_args
@@ -66,11 +66,6 @@ def test_command_comes_first_and_defaults_to_fit():
         (["recipe=cifar10", "batch_size=12", "accelerator=cpu"], "batch_size=12 is not a positive multiple of 8"),
         (["recipe=cifar10", "accelerator=quantum"], "accelerator='quantum' is not known"),
         (["recipe=cifar10", "accelerator=tpu"], "accelerator=tpu but"),
-        (["recipe=cifar10", "accelerator=xla", "devices=0"], "devices=0 must be at least 1"),
-        (
-            ["recipe=cifar10", "accelerator=xla", "strategy=ddp_spawn"],
-            "strategy='ddp_spawn' cannot run on accelerator=xla",
-        ),
         (
             ["recipe=cifar10", "accelerator=cpu", "data_dir=missing", "download=false"],
             "missing/cifar-10-batches-py is missing",
@@ -89,16 +84,6 @@ def test_command_comes_first_and_defaults_to_fit():
             ["recipe=cifar10", "accelerator=cpu", "matmul_precision=high"],
             "matmul_precision=high sets XLA's float32 matmul precision; accelerator=cpu computes",
         ),
-        (
-            ["recipe=cifar10", "matmul_precision=fast"],
-            "matmul_precision: expected one of 'default', 'high', 'highest', got 'fast'",
-        ),
-        (
-            ["recipe=cifar10", "steps_per_execution=0"],
-            "steps_per_execution: 0 is out of range (does not conform to restriction v>0)",
-        ),
-        (["recipe=cifar10", "steps_per_execution=-3"], "steps_per_execution: -3 is out of range"),
-        (["recipe=cifar10", "steps_per_execution=eight"], "steps_per_execution: expected PositiveInt or 'auto', got"),
         # found by test_cli_fuzz.py's build-and-run fuzz: each was a traceback
         (["recipe=quickstart", "seed=-1"], "seed_everything: -1 is out of range"),
         (["recipe=quickstart", "lr=-1"], "model.lr=-1.0 must be positive"),
@@ -130,17 +115,44 @@ def test_bad_input_is_one_line_nonzero_and_writes_nothing(tmp_path, monkeypatch,
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("key, value", [("scan_chunk", "zero"), ("scan_chunk", "0"), ("device_data_mb", "-1")])
-def test_a_bad_scan_chunk_or_data_budget_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, key, value):
-    """The knobs that were environment variables are settings keys, checked as the command is read, before the
-    run's folder and config are written."""
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (  # each runtime's plan says it in its words
+            ["accelerator=xla", "devices=0"],
+            {"torch_xla": "devices=0 must be at least 1", "jax": "devices='0' must be at least 1 (or auto for all)"},
+        ),
+        (
+            ["accelerator=xla", "strategy=ddp_spawn"],
+            {
+                "torch_xla": "strategy='ddp_spawn' cannot run on accelerator=xla",
+                "jax": "strategy='ddp_spawn' on runtime=jax; leave it at auto (one program drives every device)",
+            },
+        ),
+        (["matmul_precision=fast"], "matmul_precision: expected one of 'default', 'high', 'highest', got 'fast'"),
+        (["steps_per_execution=0"], "steps_per_execution: 0 is out of range (does not conform to restriction v>0)"),
+        (["steps_per_execution=-3"], "steps_per_execution: -3 is out of range"),
+        (["steps_per_execution=eight"], "steps_per_execution: expected PositiveInt or 'auto', got"),
+        (["accelerator=xla", "epochs=1", "scan_chunk=zero"], ("error: scan_chunk", "zero")),
+        (["accelerator=xla", "epochs=1", "scan_chunk=0"], ("error: scan_chunk", "0")),
+        (["accelerator=xla", "epochs=1", "device_data_mb=-1"], ("error: device_data_mb", "-1")),
+    ],
+)
+def test_a_bad_xla_setting_is_one_line_and_writes_nothing_on_either_runtime(
+    tmp_path, monkeypatch, capsys, runtime, args, message
+):
+    """The XLA runtimes' own settings (devices, strategy, K, the scan's chunk, the device data budget, matmul
+    precision) are checked as the command is read, before the run's folder is written or the runtime starts."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    assert main(["recipe=quickstart", "accelerator=xla", "epochs=1", f"{key}={value}"]) == 2
+    assert main(["recipe=cifar10", runtime_key(runtime), *args]) == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
-    assert last.startswith(f"xla_train: error: {key}") and value in last, err
-    assert "Traceback" not in err and list(tmp_path.iterdir()) == []
+    message = message[runtime] if isinstance(message, dict) else message
+    pieces = (message,) if isinstance(message, str) else message
+    assert last.startswith("xla_train: error: ") and all(piece in last for piece in pieces), err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_real_entry_point_exits_nonzero_with_one_line(tmp_path):

@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 import xla_train
-from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, run_paced, script_json
+from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, run_paced, runtime_key, script_json
 from xla_train.cli.main import main
 
 CLASSES = ["cat", "dog", "fox", "owl"]
@@ -118,13 +118,11 @@ def texts_fit(text_csv, tmp_path_factory):
     done = {}
 
     def fit(runtime: str):
-        if runtime == "jax":
-            require("torchax")
         if runtime not in done:
             work = tmp_path_factory.mktemp(f"texts_{runtime}")
             proc = run_cli(
                 *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", *PACKED_TEXTS),
-                *("accelerator=xla", f"runtime={runtime}", "epochs=2", "batch_size=16", "lr=0.01"),
+                *("accelerator=xla", runtime_key(runtime), "epochs=2", "batch_size=16", "lr=0.01"),
                 cwd=work,
             )
             run = work / "runs" / "texts" / "version_0"
@@ -199,7 +197,6 @@ def test_the_spmd_test_accuracy_is_the_nets_own_on_every_test_image(spmd_images,
     assert xla_train.Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(files), abs=1e-6)
 
 
-@pytest.mark.parametrize("runtime", ["torch_xla", "jax"])
 def test_a_users_packed_gru_trains_on_a_text_csv_padded_at_the_back(texts_fit, text_csv, runtime):
     """A GRU net written as PyTorch's tutorials write one (pack_padded_sequence, lengths counted from the padding,
     .cpu(), enforce_sorted=False; pad_packed_sequence) trains from the command line on either runtime as one

@@ -24,12 +24,15 @@ from helpers.processes import (
     script_json,
 )
 from helpers.runs import epoch_value, metrics_rows
+from helpers.runtimes import RUNTIME_PACKAGES, RUNTIMES, runtime_key
 
 __all__ = [
     "CLASSES",
     "PACE_MOST",
     "PACE_QUIET_S",
     "POD_FIT",
+    "RUNTIME_PACKAGES",
+    "RUNTIMES",
     "SCRIPTS",
     "SUITE_XLA_FLAGS",
     "TESTS",
@@ -46,6 +49,7 @@ __all__ = [
     "run_in_fresh_process",
     "run_paced",
     "run_pod",
+    "runtime_key",
     "save_checkpoint",
     "script_json",
     "write_cifar10",
