@@ -93,11 +93,12 @@ def test_gpu_defaults_follow_its_compute_capability(fake_gpu, cpu_with, capabili
 
 
 @pytest.mark.parametrize("key", ["compile", "channels_last"])
-def test_compile_and_channels_last_are_refused_on_xla_in_one_line(tmp_path, monkeypatch, capsys, key):
+def test_compile_and_channels_last_are_refused_on_xla_in_one_line(tmp_path, monkeypatch, capsys, key, runtime):
+    from helpers import runtime_key
     from xla_train.cli.main import main
 
     monkeypatch.chdir(tmp_path)
-    assert main(["fit", "recipe=quickstart", "accelerator=xla", f"{key}=true"]) == 2
+    assert main(["fit", "recipe=quickstart", "accelerator=xla", runtime_key(runtime), f"{key}=true"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("xla_train: error: ") and err.count("\n") == 1, err
     assert f"{key}=true is" in err and "accelerator=cpu or gpu" in err and "leave" in err

@@ -35,13 +35,16 @@ def test_bf16_on_xla_autocasts_and_saves_float32_and_compile_cache_only_warns_on
     assert not (tmp_path / "cache").exists()
 
 
-def test_bf16_true_on_xla_is_refused_with_the_alternative(tmp_path, monkeypatch, capsys):
+def test_bf16_true_on_xla_is_refused_with_the_alternative(tmp_path, monkeypatch, capsys, runtime):
+    from helpers import runtime_key
     from xla_train.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    assert main(["recipe=quickstart", "accelerator=xla", "precision=bf16-true"]) == 2
-    assert "use precision=bf16" in capsys.readouterr().err
+    assert main(["recipe=quickstart", "accelerator=xla", runtime_key(runtime), "precision=bf16-true"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("xla_train: error: ") and err.count("\n") == 1 and "bf16-true" in err, err
+    assert "precision=bf16" in err.rsplit("use ", 1)[-1], err  # the alternative named
 
 
 @pytest.mark.fresh_xla(devices=1)

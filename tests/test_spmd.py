@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import SCRIPTS, cli_env, run_cli, run_paced
+from helpers import SCRIPTS, cli_env, run_cli, run_paced, runtime_key
 from xla_train.cli.main import main
 
 PREDICT_ROWS = 16  # a multiple of 8, so the live check can shard it like a batch
@@ -377,17 +377,21 @@ def test_the_eight_device_checkpoint_predicts_like_the_live_module_on_the_cpu(ru
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["devices=0"], "devices=0 must be at least 1"),
-        (
+        (["devices=0"], "devices=0 must be at least 1 (or auto for all)"),
+        (  # each runtime's plan says it in its words
             ["devices=8", "strategy=ddp"],
-            "strategy='ddp' cannot run on accelerator=xla; use one of auto, xla_single, spmd, xla_mp",
+            {
+                "torch_xla": "strategy='ddp' cannot run on accelerator=xla; use one of auto, xla_single, spmd, xla_mp",
+                "jax": "strategy='ddp' on runtime=jax; leave it at auto (one program drives every device)",
+            },
         ),
     ],
 )
-def test_bad_device_settings_fail_before_the_runtime_starts(tmp_path, monkeypatch, capsys, args, message):
+def test_bad_device_settings_fail_before_the_runtime_starts(tmp_path, monkeypatch, capsys, args, message, runtime):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
-    assert main(["recipe=cifar10", "accelerator=xla", *args]) == 2
+    assert main(["recipe=cifar10", "accelerator=xla", runtime_key(runtime), *args]) == 2
+    message = message[runtime] if isinstance(message, dict) else message
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("xla_train: error: ") and message in last and "Traceback" not in err, err

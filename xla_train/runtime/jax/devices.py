@@ -144,7 +144,7 @@ def jax_devices(kind: str, devices="auto") -> list:
         return found
     n = _wanted_cpu_devices(devices)
     if n is None or n < 1:
-        raise HardwareError(f"devices={devices!r} must be at least 1 (or auto for all)")
+        raise HardwareError(f"devices={devices} must be at least 1 (or auto for all)")
     if n > len(found):
         how = (
             "; JAX fixed the CPU's device count when it started: run in a new process"
