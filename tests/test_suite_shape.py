@@ -1,6 +1,7 @@
 """The suite's shape: the guarantees the XLA runtimes share are one test each, run on every runtime through the
 `runtime` fixture (conftest.py), not a test per runtime. Counted from the test files' source, so that the check
-costs no collection: a test taking `runtime`, times its parametrisations, less what is marked slow."""
+costs no collection: a test taking `runtime` (or a fixture of its file that takes it), times its
+parametrisations, less what is marked slow."""
 
 import ast
 
@@ -37,16 +38,21 @@ def shared_cases() -> dict[str, int]:
             for t in node.targets
             if isinstance(t, ast.Name)
         }
+        given = {"runtime"}  # and the file's fixtures that take it (a run per runtime)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and {a.arg for a in node.args.args} & given:
+                if any("fixture" in ast.unparse(d) and "module" not in ast.unparse(d) for d in node.decorator_list):
+                    given.add(node.name)
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test"):
                 continue
-            if "runtime" not in [a.arg for a in node.args.args] or any(map(_is_slow, node.decorator_list)):
+            if not {a.arg for a in node.args.args} & given or any(map(_is_slow, node.decorator_list)):
                 continue
             cases = 1
             for d in node.decorator_list:
                 if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("mark.parametrize") and len(d.args) > 1:
-                    given = ast.literal_eval(d.args[0])
-                    if "runtime" in (given.replace(",", " ").split() if isinstance(given, str) else given):
+                    argnames = ast.literal_eval(d.args[0])
+                    if "runtime" in (argnames.replace(",", " ").split() if isinstance(argnames, str) else argnames):
                         cases = 0  # `runtime` given by a parametrisation, not the fixture
                     cases *= _count(d.args[1], names)
             if not cases:
@@ -56,7 +62,7 @@ def shared_cases() -> dict[str, int]:
 
 
 # The floor reached so far, raised as guarantees move onto the fixture (the aim: 60 cases over 10 files).
-LEAST_CASES, LEAST_FILES = 18, 7
+LEAST_CASES, LEAST_FILES = 27, 8
 BY_HAND = 'parametrize("runtime"'
 
 
@@ -73,7 +79,8 @@ def test_shared_guarantees_run_on_every_runtime_from_one_test():
 
 
 def test_the_count_reads_parametrisations_and_leaves_slow_cases_out(tmp_path, monkeypatch):
-    """The counter itself: 2 x 3 cases, one of them slow; a slow test; one without `runtime`; one given it by hand."""
+    """The counter itself: 2 x 3 cases, one of them slow; a slow test; one without `runtime`; one given it by hand;
+    one through a fixture that takes it."""
     import test_suite_shape
 
     (tmp_path / "test_a.py").write_text(
@@ -85,8 +92,11 @@ def test_the_count_reads_parametrisations_and_leaves_slow_cases_out(tmp_path, mo
         "@pytest.mark.slow\n"
         "def test_y(runtime): pass\n"
         "def test_z(tmp_path): pass\n"
+        "@pytest.fixture\n"
+        "def run(runtime): pass\n"
+        "def test_v(run): pass\n"
         "@pytest.mark.parametrize('accelerator, runtime', [('cpu', 'jax')])\n"
         "def test_w(accelerator, runtime): pass\n"
     )
     monkeypatch.setattr(test_suite_shape, "TESTS", tmp_path)
-    assert shared_cases() == {"test_a.py": 3}
+    assert shared_cases() == {"test_a.py": 4}
