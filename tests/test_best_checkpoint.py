@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import xla_train
+from helpers import runtime_key
 from xla_train.checkpoint import safe_load
 from xla_train.cli.main import main
 from xla_train.training.best_checkpoint import BestCheckpoint
@@ -79,8 +80,8 @@ def test_a_fit_whose_val_acc_flattens_keeps_the_epoch_of_the_lowest_loss(tmp_pat
     assert "best checkpoint: epoch 4 (best-epoch=4.ckpt), the highest val_acc (1.0000); epochs 1, 2, 3 tied" in out
 
 
-def test_monitor_is_one_of_the_two_metrics(capsys):
-    assert main(["fit", "recipe=quickstart", "monitor=val_accuracy"]) == 2
+def test_monitor_is_one_of_the_two_metrics(capsys, runtime):
+    assert main(["fit", "recipe=quickstart", runtime_key(runtime), "monitor=val_accuracy"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "monitor" in err[0] and "val_acc" in err[0] and "val_loss" in err[0], err
 

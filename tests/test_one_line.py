@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import xla_train
-from helpers import new_user_env
+from helpers import new_user_env, runtime_key
 from xla_train.cli.main import main
 from xla_train.errors import UserError
 
@@ -69,6 +69,14 @@ def test_a_refused_command_prints_exactly_one_line(case, missing, capfd, caplog)
         assert err == f"xla_train: error: {message.format(missing=missing)}\n"
     assert lightning_records(caplog) == []
     assert not (missing.parent / "runs").exists()
+
+
+def test_a_refused_xla_command_prints_exactly_one_line(runtime, missing, capfd, caplog):
+    """On either runtime, refused as the settings are read: the one line, and no Lightning record."""
+    caplog.set_level(logging.INFO)
+    assert main(["fit", "recipe=quickstart", "accelerator=xla", runtime_key(runtime), "batch_size=0"]) == 2
+    assert capfd.readouterr() == ("", f"xla_train: error: {CASES['refused as the settings are read'][1]}\n")
+    assert lightning_records(caplog) == [] and not (missing.parent / "runs").exists()
 
 
 def test_the_program_itself_prints_one_line_when_refused_after_the_trainer_is_built(tmp_path):

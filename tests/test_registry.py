@@ -135,7 +135,6 @@ def test_devices_names_the_extra_of_a_runtime_not_installed(only, monkeypatch):
     assert "runtime=jax: not installed (needs it, which is not installed): pip install 'xla_train[jax]'" in listed
 
 
-@pytest.mark.parametrize("runtime", ["torch_xla", "jax"])
 def test_a_run_loads_only_its_own_runtime_where_both_are_installed(runtime, tmp_path):
     """Both runtimes are installed here, as in every test environment: a fit on one must not load the other's
     packages (torch_xla 2.9 imports jax where it can, which starts JAX's own XLA client beside torch_xla's)."""
@@ -145,5 +144,5 @@ def test_a_run_loads_only_its_own_runtime_where_both_are_installed(runtime, tmp_
     args += ["trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "progress_every=0"]
     out = script_json(SCRIPTS / "runtime_modules.py", env=cli_env(1), cwd=tmp_path, warm=False, args=args)
     assert out["code"] == 0, out
-    own = {"torch_xla": {"torch_xla"}, "jax": {"jax", "jaxlib", "torchax"}}[runtime]
+    own = {"torch_xla": {"torch_xla"}, "jax": {"jax", "jaxlib", "torchax"}}[runtime]  # the fixture's runtimes
     assert {name for name, loaded in out["loaded"].items() if loaded} == own, out
