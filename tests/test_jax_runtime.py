@@ -9,7 +9,6 @@ from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, 
 from helpers.packed import CASES as PACKED_CASES
 from test_imdb import write_aclimdb
 from test_own_model import image_folder  # noqa: F401 (fixtures)
-from test_resume import COMMON, assert_same_weights, final_weights, stopped_at
 
 require("torchax")
 
@@ -249,32 +248,6 @@ def test_a_users_net_instance_trains_on_jax_through_the_python_api(tmp_path):
     out = script_json(SCRIPTS / "jax_api_fit.py", env=cli_env(1, PYTHONPATH=path_with_tests()), cwd=tmp_path)
     assert out["diff"] < 1e-5 and out["device"] == "cpu", out
     assert out["test"]["test_acc"] > 0.5, out
-
-
-@pytest.mark.parametrize("sig", [pytest.param(None, marks=pytest.mark.slow), "SIGTERM"])  # SIGKILL: depth
-def test_a_jax_run_resumes_to_the_uninterrupted_weights(cifar_root, tmp_path, sig):
-    """Killed at step 9 and resumed from the step-8 checkpoint (SIGKILL), or stopped by SIGTERM after step 9, which
-    saves then: on JAX the resumed run ends at the weights of the run that was never stopped, dropout included (its
-    keys come from the seed and the step's number). Its steps run as a While loop of an epoch's 6, in groups of 2
-    between checkpoints: the SIGTERM run stops inside a group, where a step numbered one too far on would draw
-    another mask."""
-    args = (
-        *COMMON,
-        "runtime=jax",
-        "accelerator=xla",
-        "model.net.class_path=probes.TinyNet",
-        "model.net.init_args.dropout=0.5",
-        f"data_dir={cifar_root}",
-        "trainer.limit_val_batches=1",
-        "execution_loop=while",
-    )
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir(), b.mkdir()
-    assert "as an XLA While loop" in run_cli(*args, cwd=a).stdout
-    stopped_at(9, *args, cwd=b, sig=sig)
-    assert final_weights(b)[0] == (8 if sig is None else 9)
-    run_cli(*args, "ckpt=last", cwd=b)
-    assert_same_weights(final_weights(b), final_weights(a), tol=1e-6)
 
 
 def test_runtime_auto_trains_on_jax_where_torch_xla_does_not_import(tmp_path):

@@ -23,7 +23,9 @@ def _count(node: ast.expr, names: dict) -> int:
 
 
 def _is_slow(decorator: ast.expr) -> bool:
-    return ast.unparse(decorator) in ("pytest.mark.slow", "mark.slow")
+    """The test is out of the default suite, or out of it on one runtime (runtime_marks(NAME=pytest.mark.slow))."""
+    text = ast.unparse(decorator)
+    return text in ("pytest.mark.slow", "mark.slow") or ("runtime_marks" in text and "mark.slow" in text)
 
 
 def shared_cases() -> dict[str, int]:
@@ -80,7 +82,7 @@ def test_shared_guarantees_run_on_every_runtime_from_one_test():
 
 def test_the_count_reads_parametrisations_and_leaves_slow_cases_out(tmp_path, monkeypatch):
     """The counter itself: 2 x 3 cases, one of them slow; a slow test; one without `runtime`; one given it by hand;
-    one through a fixture that takes it."""
+    one through a fixture that takes it; one slow on one runtime."""
     import test_suite_shape
 
     (tmp_path / "test_a.py").write_text(
@@ -95,6 +97,8 @@ def test_the_count_reads_parametrisations_and_leaves_slow_cases_out(tmp_path, mo
         "@pytest.fixture\n"
         "def run(runtime): pass\n"
         "def test_v(run): pass\n"
+        "@pytest.mark.runtime_marks(torch_xla=pytest.mark.slow)\n"
+        "def test_u(runtime): pass\n"
         "@pytest.mark.parametrize('accelerator, runtime', [('cpu', 'jax')])\n"
         "def test_w(accelerator, runtime): pass\n"
     )
