@@ -110,10 +110,15 @@ def test_compile_auto_counts_a_resumed_run_after_its_data_order_is_restored(tmp_
     with AMX, where compile=auto counts: the SIGKILL test above ended 1e-3 off there)."""
     import lightning.pytorch as pl
 
+    from xla_train import compat
     from xla_train.data.arrays import ArraysDataModule
+    from xla_train.runtime import probe
     from xla_train.runtime.eager.fast_path import FastPath, FastPathCallback
     from xla_train.training.module import Classifier
 
+    # as every run's plan does first: Lightning's device banner must not ask a TPU metadata server (in a worker
+    # that imported JAX, which sets TPU_SKIP_MDS_QUERY, torch_xla's lookup raised a TypeError)
+    compat.no_tpu_for_lightning(probe.tpu_chips())
     x, y = np.arange(64, dtype=np.float32)[:, None], np.arange(64) % 2  # a sample's input is its index
     ckpt = tmp_path / "mid_epoch_2.ckpt"
 
