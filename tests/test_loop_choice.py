@@ -96,6 +96,10 @@ def test_a_k_set_longer_than_an_epoch_or_a_loop_that_is_not_one_is_refused():
         decide(GroupingSettings(16, "while"), False, None, None, 12)
     with pytest.raises(ConfigError, match="execution_loop='scan'; use one of auto, unroll, while"):
         decide(GroupingSettings("auto", "scan"), False)
+    from xla_train.runtime.settings import PlanSettings
+
+    with pytest.raises(ConfigError, match="execution_loop='scan'; use one of auto, unroll, while"):
+        PlanSettings(execution_loop="scan")  # as the run is planned, before any runtime starts
 
 
 class _Strategy(GroupedSteps):

@@ -146,3 +146,15 @@ def test_a_run_loads_only_its_own_runtime_where_both_are_installed(runtime, tmp_
     assert out["code"] == 0, out
     own = {"torch_xla": {"torch_xla"}, "jax": {"jax", "jaxlib", "torchax"}}[runtime]  # the fixture's runtimes
     assert {name for name, loaded in out["loaded"].items() if loaded} == own, out
+
+
+def test_asking_whether_a_runtime_started_imports_none():
+    """bench asks before each cell whether this process holds a runtime (a TPU's chips): asking must not import one."""
+    import subprocess
+
+    code = (
+        "import sys; from xla_train.runtime.registry import runtime_started; "
+        "print(runtime_started(), 'torch_xla' in sys.modules, 'jax' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "False", "False"], out.stdout + out.stderr[-2000:]

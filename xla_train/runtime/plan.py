@@ -39,20 +39,20 @@ def plan_hardware(
     device_data_mb: float = DEVICE_DATA_MB,
 ) -> HardwarePlan:
     settings = PlanSettings(
-        str(accelerator),
-        devices,
-        strategy,
-        precision,
-        compile_cache,
-        num_nodes,
-        steps_per_execution,
-        compile,
-        channels_last,
-        execution_loop,
-        matmul_precision,
-        runtime,
-        scan_chunk,
-        device_data_mb,
+        accelerator=str(accelerator),
+        devices=devices,
+        strategy=strategy,
+        precision=precision,
+        compile_cache=compile_cache,
+        num_nodes=num_nodes,
+        steps_per_execution=steps_per_execution,
+        compile=compile,
+        channels_last=channels_last,
+        execution_loop=execution_loop,
+        matmul_precision=matmul_precision,
+        runtime=runtime,
+        scan_chunk=scan_chunk,
+        device_data_mb=device_data_mb,
     )
     return plan_settings(settings)
 
@@ -68,6 +68,6 @@ def plan_settings(settings: PlanSettings) -> HardwarePlan:
 
 def why_auto(kind: str) -> str:
     """What runtime=auto went by, in the run report's words."""
-    platform = registry.xla_platform(kind)
+    platform = probe.xla_platform(kind)
     names = " and ".join(r.name for r in registry.installed()) or "none"
     return f"auto: a {platform.upper()}, with {names} installed here"

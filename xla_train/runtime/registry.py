@@ -120,7 +120,7 @@ def resolve_runtime(setting: str, accelerator: str, platform: Callable[[], str] 
         return EAGER  # eager PyTorch, CUDA's own on a GPU; XLA there is asked for by name (runtime=jax)
     if setting != "auto":
         runtime = RUNTIMES[setting]
-        where = xla_platform(accelerator) if platform is None else platform()
+        where = probe.xla_platform(accelerator) if platform is None else platform()
         if where not in runtime.platforms:
             raise ConfigError(
                 f"runtime={setting} does not run on a {where.upper()} (it runs on {', '.join(runtime.platforms)}); "
@@ -128,7 +128,7 @@ def resolve_runtime(setting: str, accelerator: str, platform: Callable[[], str] 
             )
         runtime.require()
         return runtime
-    where = xla_platform(accelerator) if platform is None else platform()
+    where = probe.xla_platform(accelerator) if platform is None else platform()
     chosen = choose_auto(where, installed(), libtpu_release())
     if chosen is None:
         names = " or ".join(f"'xla_train[{r.extra}]'" for r in RUNTIMES.values() if where in r.platforms)
@@ -136,11 +136,6 @@ def resolve_runtime(setting: str, accelerator: str, platform: Callable[[], str] 
             f"accelerator={accelerator} needs an XLA runtime and none is installed here: pip install {names}"
         )
     return chosen
-
-
-def xla_platform(accelerator: str) -> str:
-    """The platform an XLA run of accelerator= will start on, decided before any runtime starts."""
-    return probe.xla_platform(accelerator)
 
 
 def resolve_accelerator(accelerator: str, runtime: str = "auto") -> str:
@@ -172,11 +167,11 @@ def resolve_accelerator(accelerator: str, runtime: str = "auto") -> str:
 
 def backend_for(accelerator: str, runtime: Runtime | None = None):
     """The Backend a run of accelerator= on `runtime` trains on, known before any runtime starts (a benchmark cell's);
-    runtime None: the accelerator's own (eager for cpu and gpu, the first XLA runtime that runs its platform)."""
+    runtime None: the one runtime=auto takes for it."""
     if accelerator == "auto":
         accelerator = resolve_accelerator("auto")
     if runtime is None:
-        runtime = EAGER if accelerator in ("cpu", "gpu") else RUNTIMES["torch_xla"]
+        runtime = resolve_runtime("auto", accelerator)
     return runtime.module("backend").backend_for(accelerator)
 
 
@@ -205,5 +200,6 @@ def backend_of_strategy(strategy):
 
 
 def runtime_started() -> bool:
-    """Whether this process has started an XLA runtime that holds its devices (on a TPU, its chips)."""
-    return any(r.module("devices").started() for r in RUNTIMES.values() if r.missing() is None)
+    """Whether this process has started an XLA runtime that holds its devices (on a TPU, its chips). Each runtime's
+    started() looks in sys.modules first, so asking imports no runtime."""
+    return any(r.module("devices").started() for r in RUNTIMES.values())

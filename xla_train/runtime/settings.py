@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xla_train.errors import ConfigError
+from xla_train.runtime.grouping import EXECUTION_LOOPS
 
 # Device-resident data (data.on_device): what the splits may take on each device, where every device holds all of
 # them (replicated; a batch's rows are gathered where they are needed). 1 GiB is an eighth of the smallest TPU core's
@@ -44,6 +45,8 @@ class PlanSettings:
         c = self.scan_chunk
         if c is not None and (not isinstance(c, int) or isinstance(c, bool) or c < 1):
             raise ConfigError(f"scan_chunk={c!r} is not a number of time steps (a whole number, 1 or more)")
+        if self.execution_loop not in EXECUTION_LOOPS:  # before any runtime starts
+            raise ConfigError(f"execution_loop={self.execution_loop!r}; use one of {', '.join(EXECUTION_LOOPS)}")
         object.__setattr__(self, "compile", parse_setting("compile", self.compile))
         object.__setattr__(self, "channels_last", parse_setting("channels_last", self.channels_last))
         mb = self.device_data_mb

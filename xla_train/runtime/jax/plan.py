@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
-from xla_train.runtime.grouping import GroupingSettings, decide
+from xla_train.runtime.grouping import GroupingSettings
 from xla_train.runtime.probe import platform_named
 from xla_train.runtime.settings import HardwarePlan, PlanSettings
 
@@ -48,8 +48,8 @@ def plan(kind: str, settings: PlanSettings, runtime, note: str = "") -> Hardware
     found = jax_devices(kind, s.devices)
     platform = platform_named(found[0].platform)
     grouping = GroupingSettings(s.steps_per_execution, s.execution_loop)
-    strat = JaxStrategy(found, decide(grouping, platform == "cpu").loop, p, s.matmul_precision)
-    strat.plan_grouping(grouping, platform == "cpu", s.scan_chunk)
+    strat = JaxStrategy(found, precision=p, matmul_precision=s.matmul_precision)
+    strat.plan_grouping(grouping, platform == "cpu", s.scan_chunk)  # and hands its engine the loop
     cache = configure_compile_cache(s.compile_cache, platform, default_compile_cache("jax_compile_cache"))
     kwargs = {"accelerator": "auto", "strategy": strat, "devices": len(found), "precision": None}
     return HardwarePlan(kind, kwargs, runtime, strat.backend, s, compile_cache=cache, runtime_note=note)

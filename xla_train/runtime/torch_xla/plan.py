@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from xla_train import compat
 from xla_train.errors import ConfigError, HardwareError
 from xla_train.runtime.cache_folder import cache_folder, default_compile_cache
-from xla_train.runtime.grouping import GroupingSettings, decide
+from xla_train.runtime.grouping import GroupingSettings
 from xla_train.runtime.settings import HardwarePlan, PlanSettings
 from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.torch_xla.backend import XLA
@@ -42,7 +42,6 @@ def plan(kind: str, settings: PlanSettings, runtime, note: str = "") -> Hardware
         )
     grouping = GroupingSettings(s.steps_per_execution, s.execution_loop)
     host_platform = XLA.platform(kind) == "cpu"  # from the device the runtime will use, not yet set
-    decide(grouping, host_platform)  # a bad execution_loop stops the run here, before the runtime starts
     planned = _plan_xla(kind, s.devices, s.strategy, s.precision, s.compile_cache, s.num_nodes)  # sets PJRT_DEVICE
     compat.keep_torch_gru()  # torch_xla is imported now
     xla_compat.no_jax_for_torch_xla()  # jax's client and its draw from numpy's RNG stay out of a torch_xla run
