@@ -178,7 +178,10 @@ np.savez(sys.argv[1], **{f"{s}_{k}": a for s in ("train", "val", "test") for k, 
 FLOORS = {  # an empty process of each runtime that has run one op: what no job on it can go below
     "keras floor": "import os; os.environ['KERAS_BACKEND'] = 'jax'; import keras, jax.numpy as jnp; (jnp.ones(4) + 1).block_until_ready()",
     "xla_train floor": "import torch, torch_xla, lightning; t = torch.ones(4).to(torch_xla.device()) + 1; torch_xla.sync(); t.cpu()",
+    "xla_train jax floor": "import torch, torchax, lightning, jax.numpy as jnp; (jnp.ones(4) + 1).block_until_ready()",
+    "torch floor": "import torch",  # the torch wheel's own share of both floors (PyPI's loads its CUDA libraries)
 }
+RUNTIMES = {"xla_train": (), "xla_train jax": ("runtime=jax",)}  # README command 1 (auto: torch_xla), then on JAX
 
 
 def keras_quickstart(data: str, seed: int = 0) -> int:
@@ -229,18 +232,22 @@ def whole_job(python: str, rounds: int, json_path: str | None, seeds: list[int])
     user_env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "XLA_", "CPU_NUM_DEVICES", "PIP_"))}
     data = os.path.join(work, "digits.npz")
     subprocess.run([python, "-c", EXPORT, data], check=True, env=user_env)
-    floors = {name: [python if name.startswith("xla") else sys.executable, "-c", c] for name, c in FLOORS.items()}
-    runs: dict[str, list[dict]] = {name: [] for name in ("keras", "xla_train", *floors)}
+    floors = {name: [sys.executable if name.startswith("keras") else python, "-c", c] for name, c in FLOORS.items()}
+    runs: dict[str, list[dict]] = {name: [] for name in ("keras", *RUNTIMES, *floors)}
     for i, seed in enumerate(seeds):
         jobs = {
             "keras": [sys.executable, os.path.abspath(__file__), "--job-child", data, "--seed", str(seed)],
-            "xla_train": [
-                python,
-                "-m",
-                "xla_train",
-                "recipe=quickstart",
-                *([f"seed_everything={seed}"] if seed else []),
-            ],
+            **{
+                side: [
+                    python,
+                    "-m",
+                    "xla_train",
+                    "recipe=quickstart",
+                    *extra,
+                    *([f"seed_everything={seed}"] if seed else []),
+                ]
+                for side, extra in RUNTIMES.items()
+            },
             **(floors if i == 0 else {}),
         }
         for r in range(rounds):
@@ -250,7 +257,7 @@ def whole_job(python: str, rounds: int, json_path: str | None, seeds: list[int])
                 run = {"seed": seed, **timed(jobs[name], cwd, env)}
                 if name == "keras":
                     run["test_acc"] = json.loads(run["out"].strip().splitlines()[-1])["test_acc"]
-                elif name == "xla_train":
+                elif name in RUNTIMES:
                     run["test_acc"] = float(re.search(r"held-out test accuracy: ([\d.]+)", run["out"]).group(1))
                     run["time_line"] = run["out"].strip().splitlines()[-1]
                 runs[name].append({k: v for k, v in run.items() if k != "out"})
@@ -269,7 +276,9 @@ def whole_job(python: str, rounds: int, json_path: str | None, seeds: list[int])
         for n, v in runs.items()
     }
     ratio = rows["xla_train"]["wall_s"] / rows["keras"]["wall_s"]
-    print(f"# xla_train / keras whole job: {ratio:.2f}x wall (medians of {len(seeds) * rounds} runs)", flush=True)
+    for side in RUNTIMES:
+        wall, peak = (rows[side][k] / rows["keras"][k] for k in ("wall_s", "peak_mb"))
+        print(f"# {side} / keras whole job: {wall:.2f}x wall (medians of {len(seeds) * rounds}), {peak:.2f}x peak RSS")
     summary = {"machine": machine(), "job": "quickstart", "seeds": seeds, "rounds": rounds, "results": rows}
     summary["ratio"] = ratio
     if len(seeds) > 1:
