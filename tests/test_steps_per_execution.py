@@ -283,6 +283,23 @@ def test_a_callback_reads_each_groups_last_loss_and_no_number_before_it(tiny_run
     assert [grouped[i - 1] for i in ends] == pytest.approx([one[i - 1] for i in ends], rel=1e-4)
 
 
+@pytest.mark.parametrize("tiny_runs", [1], indirect=True, ids=["one_device"])
+@pytest.mark.parametrize("run", ["k1", "while", "jax_unroll"])
+def test_an_epoch_that_max_steps_ends_early_prints_its_own_steps_and_metrics(tiny_runs, run):
+    """max_steps=18 ends epoch 2 after 6 of its 12 steps, in a run never resumed: its line says 6/12, not
+    "12/12 (6 after resume)", and shows the loss and accuracy of those 6 steps as metrics.csv logs them, not epoch 1's
+    still on display (the module logged them after the line was printed), one step at a time or in groups, on
+    torch_xla and on JAX."""
+    runs, procs = tiny_runs
+    lines = [ln for ln in procs[run].stdout.splitlines() if ln.startswith(("6/12", "12/12"))]
+    assert len(lines) == 2 and lines[1].startswith("6/12 - "), lines
+    logged = epochs(runs[run])
+    assert logged[1]["train_loss"] != logged[0]["train_loss"]
+    for e, line in enumerate(lines):
+        loss, acc = (float(line.split(f" - {k}: ")[1].split()[0]) for k in ("loss", "acc"))
+        assert (loss, acc) == pytest.approx((logged[e]["train_loss"], logged[e]["train_acc"]), abs=1e-4), (e, line)
+
+
 def lstm_fit(data, *size: str) -> tuple[str, ...]:
     """The LSTM on XLA for 16 steps of 8 reviews over two epochs (81 training reviews: 10 steps an epoch)."""
     fixed = "recipe=imdb accelerator=xla lr=0.01 download=false batch_size=8 epochs=2 trainer.max_steps=16"

@@ -120,7 +120,8 @@ class Classifier(pl.LightningModule):
 
     @override
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if batch_idx + 1 >= self.trainer.num_training_batches:  # train metrics are final before validation
+        t = self.trainer  # train metrics are final before validation, or at the step that max_steps ends the fit
+        if batch_idx + 1 >= t.num_training_batches or 0 < t.max_steps <= t.global_step:
             self._log_epoch("train")
 
     def step_state(self, stage: str = "train") -> dict[str, torch.Tensor]:

@@ -4,7 +4,7 @@ The running loss and accuracy are the task's on-device sums, read at most every 
 (terminals only; `every=0` turns it off) and once at epoch end for the Keras line: `STEPS/STEPS - TIME MS/step
 (host MS) - loss - acc - val_loss - val_acc - samples/s` (README's quick start shows real ones). A log file gets
 only the epoch lines. An epoch resumed mid-way says so (`6/6 (3 after resume)`): its time and metrics cover only
-the steps this process ran.
+the steps this process ran; one that max_steps ends early says where (`6/12`), as Keras's bar stops.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class KerasProgress(EpochCallback):
         self._stream = stream  # None: sys.stdout when printing (an open stream cannot go to an xla_mp worker)
         self._t0 = 0.0
         self._steps = 0  # steps this process ran in the epoch
+        self._first = self._last = 0  # the epoch's first and last step this process ran, counted from 1
         self.live = self.stream.isatty() and every > 0
 
     @property
@@ -35,7 +36,7 @@ class KerasProgress(EpochCallback):
 
     @override
     def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._t0, self._steps = time.perf_counter(), 0
+        self._t0, self._steps, self._first, self._last = time.perf_counter(), 0, 0, 0
         if trainer.is_global_zero:
             print(f"Epoch {trainer.current_epoch + 1}/{trainer.max_epochs}", file=self.stream, flush=True)
 
@@ -43,6 +44,7 @@ class KerasProgress(EpochCallback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._steps += 1
         done, total = batch_idx + 1, trainer.num_training_batches
+        self._first, self._last = self._first or done, done
         if not (self.live and trainer.is_global_zero and done % self.every == 0 and done < total):
             return
         running = pl_module.running_metrics("train")  # the only host read: every `every` steps
@@ -62,7 +64,8 @@ class KerasProgress(EpochCallback):
         m = {k: float(v) for k, v in trainer.callback_metrics.items()}
         total, steps = trainer.num_training_batches, self._steps
         train_s = m.get("train_seconds", time.perf_counter() - self._t0)
-        done = f"{total}/{total}" + (f" ({steps} after resume)" if 0 < steps < total else "")
+        # a resumed epoch starts past its first step; max_steps may end one before its last
+        done = f"{self._last or total}/{total}" + (f" ({steps} after resume)" if self._first > 1 else "")
         parts = [done, f"{_fmt_time(train_s)} {train_s / max(steps, 1) * 1000:.0f}ms/step"]
         if "xla_host_ms_per_step" in m:  # the host's share of a step (compile_guard.py): near ms/step = host-bound
             parts[-1] += f" (host {m['xla_host_ms_per_step']:.1f}ms)"
