@@ -16,14 +16,17 @@ from xla_train.cli.main import main
 from xla_train.training.best_checkpoint import BestCheckpoint
 
 
-def chosen(monitor: str, epochs: list[tuple[float, float]]) -> tuple[BestCheckpoint, list[bool]]:
-    """Each epoch's (val_acc, val_loss) shown to the chooser in turn; which ones it would save as the best."""
+def chosen(monitor: str, epochs: list[tuple[float, float] | None]) -> tuple[BestCheckpoint, list[bool]]:
+    """Each epoch's (val_acc, val_loss) shown to the chooser in turn (None: the epoch ended before it validated, the
+    last scores still in callback_metrics); which ones it would save as the best."""
     chooser = BestCheckpoint(monitor)
-    trainer = SimpleNamespace(strategy=SimpleNamespace(reduce_boolean_decision=lambda b: b))
+    trainer = SimpleNamespace(strategy=SimpleNamespace(reduce_boolean_decision=lambda b: b), sanity_checking=False)
     saved = []
-    for epoch, (acc, loss) in enumerate(epochs):
+    for epoch, scores in enumerate(epochs):
         trainer.current_epoch = epoch
-        trainer.callback_metrics = {"val_acc": torch.tensor(acc), "val_loss": torch.tensor(loss)}
+        if scores is not None:
+            trainer.callback_metrics = {"val_acc": torch.tensor(scores[0]), "val_loss": torch.tensor(scores[1])}
+            chooser.validated = epoch  # what on_validation_end records, beside Lightning's own work there
         saved.append(chooser.check_monitor_top_k(trainer, trainer.callback_metrics[monitor]))
     return chooser, saved
 
@@ -51,6 +54,13 @@ def test_monitor_val_loss_takes_the_lowest_loss_and_ties_go_to_the_higher_accura
 def test_without_ties_the_report_names_no_tie():
     chooser, _ = chosen("val_acc", [(0.5, 1.0), (0.6, 1.2)])
     assert chooser.why() == "best checkpoint: epoch 2, the highest val_acc (0.6000)"
+
+
+def test_an_epoch_that_never_validated_is_neither_the_best_nor_a_tie():
+    """max_steps ends the last epoch before its validation: the scores Lightning still holds are the last epoch's,
+    which would be a tie with itself."""
+    chooser, saved = chosen("val_acc", [(0.5, 1.0), (0.6, 1.2), None])
+    assert saved == [True, True, False] and chooser.tied_with == [] and chooser.best_epoch == 1
 
 
 def test_the_chooser_resumes_with_its_best_so_far():

@@ -289,10 +289,13 @@ def test_an_epoch_that_max_steps_ends_early_prints_its_own_steps_and_metrics(tin
     """max_steps=18 ends epoch 2 after 6 of its 12 steps, in a run never resumed: its line says 6/12, not
     "12/12 (6 after resume)", and shows the loss and accuracy of those 6 steps as metrics.csv logs them, not epoch 1's
     still on display (the module logged them after the line was printed), one step at a time or in groups, on
-    torch_xla and on JAX."""
+    torch_xla and on JAX. Epoch 2 never validated: its line shows no validation figures, and the best checkpoint's
+    report does not call it a tie on epoch 1's scores."""
     runs, procs = tiny_runs
-    lines = [ln for ln in procs[run].stdout.splitlines() if ln.startswith(("6/12", "12/12"))]
-    assert len(lines) == 2 and lines[1].startswith("6/12 - "), lines
+    out = procs[run].stdout
+    lines = [ln for ln in out.splitlines() if ln.startswith(("6/12", "12/12"))]
+    assert len(lines) == 2 and lines[1].startswith("6/12 - ") and "val_" not in lines[1], lines
+    assert "val_loss: " in lines[0] and "best checkpoint: epoch 1 " in out and "tied" not in out, out[-1500:]
     logged = epochs(runs[run])
     assert logged[1]["train_loss"] != logged[0]["train_loss"]
     for e, line in enumerate(lines):

@@ -25,6 +25,7 @@ class BestCheckpoint(ModelCheckpoint):
         self.best_scores: dict[str, float] | None = None  # the best epoch's two metrics
         self.best_epoch: int | None = None  # 0-based, as Lightning counts; the file name and the report add 1
         self.tied_with: list[int] = []  # epochs whose score equalled the best's and lost on the tie-break
+        self.validated: int | None = None  # the last epoch that validated: max_steps may end one before it does
 
     @override
     def format_checkpoint_name(self, metrics: dict, filename=None, ver=None, prefix=None) -> str:
@@ -47,7 +48,15 @@ class BestCheckpoint(ModelCheckpoint):
         return sign * (new[self.tie_break] - old[self.tie_break]) < 0  # the other way: lower loss, higher accuracy
 
     @override
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.validated = trainer.current_epoch
+        super().on_validation_end(trainer, pl_module)
+
+    @override
     def check_monitor_top_k(self, trainer, current=None) -> bool:
+        if self.validated != trainer.current_epoch:
+            return False  # an epoch that never validated holds the last one's scores: neither better nor a tie
         scores = self._scores(trainer)
         if current is None or scores is None or not all(math.isfinite(v) for v in scores.values()):
             return False  # an epoch whose loss (or accuracy) is not a number never becomes the best

@@ -28,6 +28,7 @@ class KerasProgress(EpochCallback):
         self._t0 = 0.0
         self._steps = 0  # steps this process ran in the epoch
         self._first = self._last = 0  # the epoch's first and last step this process ran, counted from 1
+        self._validated: int | None = None  # the last epoch that validated: max_steps may end one before it does
         self.live = self.stream.isatty() and every > 0
 
     @property
@@ -58,10 +59,16 @@ class KerasProgress(EpochCallback):
         self.stream.flush()
 
     @override
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self._validated = trainer.current_epoch
+
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return
-        m = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        fresh = self._validated == trainer.current_epoch  # else val_* are the last validated epoch's
+        m = {k: float(v) for k, v in trainer.callback_metrics.items() if fresh or not k.startswith("val_")}
         total, steps = trainer.num_training_batches, self._steps
         train_s = m.get("train_seconds", time.perf_counter() - self._t0)
         # a resumed epoch starts past its first step; max_steps may end one before its last
