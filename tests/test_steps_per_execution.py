@@ -16,7 +16,7 @@ import math
 import pytest
 import torch
 
-from helpers import SCRIPTS, run_cli, run_paced, write_cifar10
+from helpers import SCRIPTS, run_cli, run_paced, runtime_key, write_cifar10
 from test_imdb import write_aclimdb
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
@@ -145,34 +145,76 @@ TINY_RUNS = {
 }
 
 
-@pytest.fixture(scope="module", params=[1, 8], ids=["one_device", "spmd_8"])
-def tiny_runs(request, cifar_root, tmp_path_factory):
-    devices = request.param
-    work = tmp_path_factory.mktemp(f"tiny{devices}")
-    data, batch = (cifar_root, 16) if devices == 1 else (write_cifar10(work / "data", per_batch=160), 8)
-    runs = dict(TINY_RUNS)
-    if devices > 1:  # every state tensor's sharding after the K program (issue: a partitioner may shard outputs)
-        runs = {name: [*args, "--trainer.callbacks+=probes.ShardingProbe"] for name, args in runs.items()}
-    if devices == 1:  # Adam (the CNN recipes' optimizer) and dropout (its seeds per step) in the While loop too
-        runs.update(
-            {
-                f"adam_{name}": [*args, "model.optimizer=adam", "lr=0.01", "model.net.init_args.dropout=0.25"]
-                for name, args in TINY_RUNS.items()
-                if name in ("k1", "while")  # what test_adam_and_dropout_in_the_while_loop_... compares
-            }
-        )
-        # a conv net's path on XLA:CPU (auto's K against the run's length, unrolled), with TinyNet's quick compile
-        runs["auto_unroll"] = ["execution_loop=unroll", "--trainer.callbacks+=probes.NetCalls"]
-        # the losses a callback reads on JAX, against Lightning's own step on torch_xla: the two runtimes draw
-        # other random crops, so neither augments
-        runs["k1_plain"] = ["steps_per_execution=1", "augment=false"]
-        runs["jax_unroll"] = ["runtime=jax", "augment=false", *TINY_RUNS["unroll"]]
-    losses = ("--trainer.callbacks+=probes.LossRecord", "--trainer.callbacks.init_args.out=losses.json")
-    procs = {
-        name: fit(work / name, *TINY, f"batch_size={batch}", f"data_dir={data}", *losses, *args, devices=devices)
-        for name, args in runs.items()
-    }
-    return {name: work / name for name in procs}, procs
+EXTRA_RUNS = {
+    # Adam (the CNN recipes' optimizer) and dropout (its seeds per step) in the While loop too
+    **{
+        f"adam_{name}": [*TINY_RUNS[name], "model.optimizer=adam", "lr=0.01", "model.net.init_args.dropout=0.25"]
+        for name in ("k1", "while")  # what test_adam_and_dropout_in_the_while_loop_... compares
+    },
+    # a conv net's path on XLA:CPU (auto's K against the run's length, unrolled), with TinyNet's quick compile
+    "auto_unroll": ["execution_loop=unroll", "--trainer.callbacks+=probes.NetCalls"],
+    # the losses a callback reads on JAX, against Lightning's own step on torch_xla: the two runtimes draw other
+    # random crops, so neither augments
+    "k1_plain": ["steps_per_execution=1", "augment=false"],
+    "unroll_plain": ["augment=false", *TINY_RUNS["unroll"]],
+}
+
+
+class TinyRuns:
+    """One runtime's TINY runs on 1 or 8 devices, each made the first time a test reads it, so that a runtime runs
+    only what its tests compare: `runs, procs = tiny_runs` gives their folders and processes by name."""
+
+    def __init__(self, work, runtime: str, devices: int, data, batch: int) -> None:
+        self.work, self.runtime, self.devices, self.made = work, runtime, devices, {}
+        losses = ("--trainer.callbacks+=probes.LossRecord", "--trainer.callbacks.init_args.out=losses.json")
+        self.common = (*TINY, runtime_key(runtime), f"batch_size={batch}", f"data_dir={data}", *losses)
+        # under SPMD, every state tensor's sharding after the K program (issue: a partitioner may shard outputs)
+        self.probes = ("--trainer.callbacks+=probes.ShardingProbe",) if devices > 1 and runtime == "torch_xla" else ()
+
+    def __getitem__(self, name: str):
+        if name not in self.made:
+            args = {**TINY_RUNS, **EXTRA_RUNS}[name]
+            work = self.work / name
+            self.made[name] = work, fit(work, *self.common, *args, *self.probes, devices=self.devices)
+        return self.made[name]
+
+    def __iter__(self):
+        return iter((_Made(self, 0), _Made(self, 1)))
+
+
+class _Made(dict):
+    def __init__(self, runs: TinyRuns, part: int) -> None:
+        super().__init__()
+        self.runs, self.part = runs, part
+
+    def __missing__(self, name: str):
+        return self.runs[name][self.part]
+
+
+@pytest.fixture(scope="module")
+def tiny_made(cifar_root, tmp_path_factory):
+    """(runtime, devices) -> its TinyRuns: one device at batch 16 on the fixture's 200 images, or 8 devices at batch
+    8 on 800, 12 steps an epoch either way."""
+    made: dict = {}
+
+    def runs(runtime: str, devices: int) -> TinyRuns:
+        if (runtime, devices) not in made:
+            work = tmp_path_factory.mktemp(f"tiny_{runtime}_{devices}")
+            data, batch = (cifar_root, 16) if devices == 1 else (write_cifar10(work / "data", per_batch=160), 8)
+            made[runtime, devices] = TinyRuns(work, runtime, devices, data, batch)
+        return made[runtime, devices]
+
+    return runs
+
+
+@pytest.fixture(params=[1, 8], ids=["one_device", "spmd_8"])
+def tiny_runs(request, runtime, tiny_made) -> TinyRuns:
+    return tiny_made(runtime, request.param)
+
+
+# The net's forward calls in training batches at K=1: torch_xla's K=1 is Lightning's own step, traced anew at every
+# step; JAX's is a program of one step, traced once.
+K1_NET_CALLS = {"torch_xla": 18, "jax": 1}
 
 
 @pytest.mark.parametrize("loop", ["unroll", "while"])
@@ -192,7 +234,7 @@ def test_sgd_nesterov_on_a_cosine_schedule_trains_as_one_step_at_a_time(tiny_run
     assert grouped[1]["xla_compiles"] == 0, grouped
 
 
-def test_auto_runs_a_net_without_a_convolution_as_a_while_loop_traced_once(tiny_runs):
+def test_auto_runs_a_net_without_a_convolution_as_a_while_loop_traced_once(tiny_runs, runtime):
     """steps_per_execution=auto and execution_loop=auto on XLA:CPU for a net without a convolution (TinyNet: BatchNorm,
     pooling, a linear layer): its steps run as a While loop, K=32 shrunk to the epoch's 12 steps, and the report
     says why. The step is traced once and run by every later step, where Lightning's own step
@@ -208,13 +250,13 @@ def test_auto_runs_a_net_without_a_convolution_as_a_while_loop_traced_once(tiny_
     ), procs["auto"].stdout[-3000:]
     assert_same_training(runs["k1"], runs["auto"], steps=18)
     calls = {n: json.loads(next(runs[n].glob("runs/*/version_0/net_calls.json")).read_text()) for n in ("k1", "auto")}
-    assert calls == {"k1": {"train": 18}, "auto": {"train": 1}}, calls
+    assert calls == {"k1": {"train": K1_NET_CALLS[runtime]}, "auto": {"train": 1}}, calls
     auto = epochs(runs["auto"])
     assert (auto[0]["xla_executions"], auto[1]["xla_executions"], auto[1]["xla_compiles"]) == (1, 1, 0), auto
 
 
 @pytest.mark.parametrize("tiny_runs", [1], indirect=True, ids=["one_device"])
-def test_auto_on_unrolled_steps_runs_every_step_through_the_program_its_first_step_traced(tiny_runs):
+def test_auto_on_unrolled_steps_runs_every_step_through_the_program_its_first_step_traced(tiny_runs, runtime):
     """steps_per_execution=auto where the steps unroll (a conv net on XLA:CPU; execution_loop=unroll here), for a run
     too short to repay K=8's compile: one step a program, traced once and run by every later step, where
     Lightning's own step (steps_per_execution=1 set) traces the net anew at every step. It trains as that step
@@ -227,20 +269,19 @@ def test_auto_on_unrolled_steps_runs_every_step_through_the_program_its_first_st
     assert_same_training(runs["k1"], runs["auto_unroll"], steps=18)
     names = ("k1", "auto_unroll")
     calls = {n: json.loads(next(runs[n].glob("runs/*/version_0/net_calls.json")).read_text()) for n in names}
-    assert calls == {"k1": {"train": 18}, "auto_unroll": {"train": 1}}, calls
+    assert calls == {"k1": {"train": K1_NET_CALLS[runtime]}, "auto_unroll": {"train": 1}}, calls
     auto = epochs(runs["auto_unroll"])
     assert auto[0]["xla_executions"] >= 12 and auto[1]["xla_compiles"] == 0, auto
 
 
-@pytest.mark.parametrize("tiny_runs", [8], indirect=True, ids=["spmd_8"])
-def test_under_spmd_the_k_program_leaves_the_state_replicated_and_the_batch_split(tiny_runs):
+def test_under_spmd_the_k_program_leaves_the_state_replicated_and_the_batch_split(tiny_made):
     """After K steps as one program on 8 devices: every parameter, BatchNorm buffer and momentum buffer whole on
     every device (what a checkpoint's .cpu() on each host needs), and the batch split over the devices. The
     program marks its outputs replicated itself, so the partitioner's propagation decides nothing. The data is on
     the device: a step sends only its number (replicated), and each device holds its rows of the epoch's order."""
     import json
 
-    runs, _ = tiny_runs
+    runs, _ = tiny_made("torch_xla", 8)  # torch_xla's shardings, as it reports them
     for name in TINY_RUNS:
         found = json.loads(next(runs[name].glob("runs/*/version_0/shardings.json")).read_text())
         assert found["batch"] == ["REPLICATED"] and found["rows"] == ["TILED"], (name, found)
@@ -256,26 +297,24 @@ def test_adam_and_dropout_in_the_while_loop_train_as_one_step_at_a_time(tiny_run
     assert_same_training(runs["adam_k1"], runs["adam_while"], steps=18)
 
 
-LOSS_RUNS = {  # a grouped run, and the K=1 run it is held to
-    "torch_xla_unroll": ("unroll", "k1"),
-    "torch_xla_while": ("while", "k1"),
-    "jax_unroll": ("jax_unroll", "k1_plain"),
+LOSS_RUNS = {  # a grouped run, and the K=1 run it is held to: (runtime, run) each
+    "torch_xla_unroll": (("torch_xla", "unroll"), ("torch_xla", "k1")),
+    "torch_xla_while": (("torch_xla", "while"), ("torch_xla", "k1")),
+    "jax_unroll": (("jax", "unroll_plain"), ("torch_xla", "k1_plain")),
 }
 
 
 @pytest.mark.parametrize("run", LOSS_RUNS)
-def test_a_callback_reads_each_groups_last_loss_and_no_number_before_it(tiny_runs, run):
+def test_a_callback_reads_each_groups_last_loss_and_no_number_before_it(tiny_made, run):
     """A user's callback reading outputs["loss"] in on_train_batch_end, K=4: at the step that ends a group (the
     fourth, eighth and twelfth of epoch 1; then 16, and 18 where max_steps cuts a group of two) that step's own
     loss, as Lightning's K=1 step gives it; before it, a tensor with no element, not a NaN that looked like a
     diverged run."""
     import json
 
-    runs, _ = tiny_runs
-    name, reference = LOSS_RUNS[run]
-    if name not in runs:
-        pytest.skip("runtime=jax runs on one device here")
-    grouped, one = (json.loads((runs[n] / "losses.json").read_text()) for n in (name, reference))
+    grouped, one = (
+        json.loads((tiny_made(runtime, 1)[name][0] / "losses.json").read_text()) for runtime, name in LOSS_RUNS[run]
+    )
     ends = [4, 8, 12, 16, 18]
     assert len(one) == len(grouped) == 18 and all(math.isfinite(v) for v in one), (one, grouped)
     assert [i + 1 for i, v in enumerate(grouped) if v is not None] == ends, grouped
@@ -284,12 +323,11 @@ def test_a_callback_reads_each_groups_last_loss_and_no_number_before_it(tiny_run
 
 
 @pytest.mark.parametrize("tiny_runs", [1], indirect=True, ids=["one_device"])
-@pytest.mark.parametrize("run", ["k1", "while", "jax_unroll"])
+@pytest.mark.parametrize("run", ["k1", "while"])
 def test_an_epoch_that_max_steps_ends_early_prints_its_own_steps_and_metrics(tiny_runs, run):
     """max_steps=18 ends epoch 2 after 6 of its 12 steps, in a run never resumed: its line says 6/12, not
     "12/12 (6 after resume)", and shows the loss and accuracy of those 6 steps as metrics.csv logs them, not epoch 1's
-    still on display (the module logged them after the line was printed), one step at a time or in groups, on
-    torch_xla and on JAX. Epoch 2 never validated: its line shows no validation figures, and the best checkpoint's
+    still on display (the module logged them after the line was printed), one step at a time or in groups. Epoch 2 never validated: its line shows no validation figures, and the best checkpoint's
     report does not call it a tie on epoch 1's scores."""
     runs, procs = tiny_runs
     out = procs[run].stdout
