@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, runtime_key
 from test_imdb import write_aclimdb
 from xla_train import api
 from xla_train.cli.main import main
@@ -40,7 +40,7 @@ def run_copy(cpu_run, tmp_path):
 
 @pytest.mark.parametrize("devices, batch_size", [(1, 24), (8, 8)])  # 80 test samples: 24 and 64 do not divide it
 def test_split_predict_on_xla_devices_keeps_every_sample_in_order(
-    cpu_run, cifar_root, relaxed_cifar_checks, tmp_path, devices, batch_size
+    cpu_run, cifar_root, relaxed_cifar_checks, tmp_path, devices, batch_size, runtime
 ):
     ckpt = cpu_run / "checkpoints" / "last.ckpt"
     out = tmp_path / "preds.csv"
@@ -49,6 +49,7 @@ def test_split_predict_on_xla_devices_keeps_every_sample_in_order(
         f"ckpt={ckpt}",
         "split=test",
         "accelerator=xla",
+        runtime_key(runtime),
         f"batch_size={batch_size}",
         f"out={out}",
         "--probs",
