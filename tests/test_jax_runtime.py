@@ -242,14 +242,6 @@ def test_data_held_on_the_device_trains_as_streamed_data_does(jax_fit, tmp_path,
         assert torch.allclose(t.float(), weights["false"][name].float(), atol=1e-6), name
 
 
-def test_a_users_net_instance_trains_on_jax_through_the_python_api(tmp_path):
-    """fit(net=instance, x=, y=, runtime="jax"): the instance holds the best checkpoint's weights afterwards, on the
-    CPU, and predicts as the checkpoint loaded into a new net does."""
-    out = script_json(SCRIPTS / "jax_api_fit.py", env=cli_env(1, PYTHONPATH=path_with_tests()), cwd=tmp_path)
-    assert out["diff"] < 1e-5 and out["device"] == "cpu", out
-    assert out["test"]["test_acc"] > 0.5, out
-
-
 def test_runtime_auto_trains_on_jax_where_torch_xla_does_not_import(tmp_path):
     """As on a machine without torch_xla (tests/no_torch_xla/ makes its import fail, as an uninstalled package's
     does): runtime=auto picks JAX, and says so."""

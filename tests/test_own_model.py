@@ -173,6 +173,15 @@ def test_a_users_net_trains_from_arrays_through_the_python_api_and_predicts_as_i
     assert "net: null" in config and "path: null" in config  # given as objects: the saved config says so
 
 
+def test_a_users_net_instance_trains_through_the_python_api_and_holds_the_best_weights(tmp_path, runtime):
+    """fit(net=instance, x=, y=): the instance holds the best checkpoint's weights afterwards, on the CPU, and
+    predicts as the checkpoint loaded into a new net does."""
+    env = cli_env(1, PYTHONPATH=path_with_tests())
+    out = script_json(SCRIPTS / "api_instance_fit.py", env=env, cwd=tmp_path, args=[runtime])
+    assert out["diff"] < 1e-5 and out["device"] == "cpu", out
+    assert out["test"]["test_acc"] > 0.5, out
+
+
 def test_a_users_net_trains_from_an_image_folder_under_spmd_on_eight_devices(spmd_images):
     run, proc, ckpt = spmd_images
     assert "(accelerator xla, 8 device(s))" in proc.stdout

@@ -1,6 +1,9 @@
-"""Run by tests/test_jax_runtime.py in a fresh process (XLA's device count and mode are fixed for a process's life)."""
+"""Run by tests/test_own_model.py in a fresh process (XLA's device count and mode are fixed for a process's life), on
+the runtime its argument names."""
 
 import json
+import sys
+
 import numpy as np
 import torch
 import xla_train
@@ -16,7 +19,7 @@ run = xla_train.fit(
     x=x[:200],
     y=y[:200],
     test_data=(x[200:], y[200:]),
-    runtime="jax",
+    runtime=sys.argv[1],
     accelerator="xla",
     epochs=2,
     batch_size=16,
