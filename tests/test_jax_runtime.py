@@ -7,8 +7,6 @@ import torch
 
 from helpers import SCRIPTS, TESTS, cli_env, path_with_tests, require, run_cli, script_json
 from helpers.packed import CASES as PACKED_CASES
-from test_imdb import write_aclimdb
-from test_own_model import image_folder  # noqa: F401 (fixtures)
 
 require("torchax")
 
@@ -152,69 +150,6 @@ def test_a_fit_on_jax_compiles_once_per_phase_and_its_checkpoint_predicts_on_the
     assert tracked.dtype == torch.int64 and int(tracked) > 0  # as torch keeps it, counted on the devices
     assert state["state_dict"]["net.body.0.running_var"].sub(1).abs().max() > 1e-3  # the statistics moved
     assert all(t.device.type == "cpu" for t in state["state_dict"].values())
-
-
-@pytest.fixture(scope="module")
-def imdb_root(tmp_path_factory):
-    return write_aclimdb(tmp_path_factory.mktemp("imdb_jax"), per_class=40)
-
-
-CASES = {  # every recipe, and a user's net from each form of data, as a short fit on JAX (two of them in bf16); a
-    # user's text CSV: test_own_model.py::test_a_users_packed_gru_trains_on_a_text_csv_padded_at_the_back[jax]
-    "cifar10_bf16": lambda f: (
-        "recipe=cifar10",
-        f"data_dir={f['cifar']}",
-        "download=false",
-        "batch_size=32",
-        "precision=bf16-mixed",
-    ),
-    "cifar10_resnet": lambda f: (  # its blocks, shortcuts and optimizer at depth 8; depth 20 is test_resnet.py's
-        "recipe=cifar10_resnet",
-        "depth=8",
-        f"data_dir={f['cifar']}",
-        "download=false",
-        "batch_size=32",
-    ),
-    "imdb_bf16": lambda f: (
-        "recipe=imdb",
-        f"data_dir={f['imdb']}",
-        "download=false",
-        "maxlen=64",
-        "batch_size=16",
-        "precision=bf16-mixed",
-    ),
-    "images_8_devices": lambda f: (
-        "recipe=images",
-        f"data.path={f['images']}",
-        "data.image_size=16",
-        "net=user_nets.PixelNet",
-        "model.net.classes=4",
-        "devices=8",
-        "batch_size=8",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_every_recipe_and_a_users_data_train_on_jax(case, cifar_root, imdb_root, image_folder, tmp_path):  # noqa: F811
-    """One training program and one validation program, compiled in epoch 1; the held-out test after."""
-    args = CASES[case]({"cifar": cifar_root, "imdb": imdb_root, "images": image_folder})
-    devices = 8 if "devices=8" in args else 1
-    out = run_cli(
-        "fit",
-        *args,
-        "runtime=jax",
-        "accelerator=xla",
-        "epochs=1",
-        "trainer.limit_val_batches=2",
-        cwd=tmp_path,
-        devices=devices,
-    ).stdout
-    assert "runtime: jax\n" in out and f"xla, {devices} device(s))" in out, out[-3000:]
-    assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out[-3000:]
-    assert "test accuracy" in out, out[-3000:]
-    if "precision=bf16-mixed" in args:
-        assert "precision: bf16-mixed" in out, out[-3000:]
 
 
 @pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 8])

@@ -38,8 +38,11 @@ def digits(n_per_class: int, classes: int, offset: int = 0):
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory) -> Path:
+    return write_image_folder(tmp_path_factory.mktemp("images"))
+
+
+def write_image_folder(root: Path) -> Path:
     """DIR/train/CLASS/*.png (40 a class) and DIR/test/CLASS/*.png (8 a class); PNG and JPEG mixed."""
-    root = tmp_path_factory.mktemp("images")
     for split, n, offset in (("train", 40, 0), ("test", 8, 40)):
         images, labels = digits(n, len(CLASSES), offset)
         for i, (im, label) in enumerate(zip(images, labels)):

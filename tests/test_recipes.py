@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import run_cli, runtime_key
+from test_imdb import write_aclimdb
+from test_own_model import write_image_folder
 from xla_train.cli.main import main, split_argv
 from xla_train.config.recipes import available_recipes, lightning_args, load_recipe, recipe_path
 
@@ -80,3 +83,71 @@ def test_documented_commands_parse_with_jsonargparse(name, capsys, monkeypatch):
         for arg in lightning_args(command, pairs, flags)[5:]:  # each override landed where it was meant to
             flag, value = arg.split("=", 1)
             assert node(config, flag) == yaml.safe_load(value), (argv, flag, node(config, flag))
+
+
+@pytest.fixture(scope="module")
+def imdb_root(tmp_path_factory):
+    return write_aclimdb(tmp_path_factory.mktemp("imdb"), per_class=40)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return write_image_folder(tmp_path_factory.mktemp("images"))
+
+
+TRAINED = {  # every recipe, and a user's net from a folder on 8 devices, as a short fit (two of them in bf16); a
+    # user's text CSV: test_own_model.py::test_a_users_packed_gru_trains_on_a_text_csv_padded_at_the_back
+    "cifar10_bf16": lambda f: (
+        "recipe=cifar10",
+        f"data_dir={f['cifar']}",
+        "download=false",
+        "batch_size=32",
+        "precision=bf16-mixed",
+    ),
+    "cifar10_resnet": lambda f: (  # its blocks, shortcuts and optimizer at depth 8; depth 20 is test_resnet.py's
+        "recipe=cifar10_resnet",
+        "depth=8",
+        f"data_dir={f['cifar']}",
+        "download=false",
+        "batch_size=32",
+    ),
+    "imdb_bf16": lambda f: (
+        "recipe=imdb",
+        f"data_dir={f['imdb']}",
+        "download=false",
+        "maxlen=64",
+        "batch_size=16",
+        "precision=bf16-mixed",
+    ),
+    "images_8_devices": lambda f: (
+        "recipe=images",
+        f"data.path={f['images']}",
+        "data.image_size=16",
+        "net=user_nets.PixelNet",
+        "model.net.classes=4",
+        "devices=8",
+        "batch_size=8",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TRAINED)
+def test_every_recipe_and_a_users_folder_train_on_each_runtime(case, runtime, cifar_root, imdb_root, images, tmp_path):
+    """One training program and one validation program, compiled in epoch 1; the held-out test after."""
+    args = TRAINED[case]({"cifar": cifar_root, "imdb": imdb_root, "images": images})
+    devices = 8 if "devices=8" in args else 1
+    out = run_cli(
+        "fit",
+        *args,
+        runtime_key(runtime),
+        "accelerator=xla",
+        "epochs=1",
+        "trainer.limit_val_batches=2",
+        cwd=tmp_path,
+        devices=devices,
+    ).stdout
+    assert f"runtime: {runtime}\n" in out and f"xla, {devices} device(s))" in out, out[-3000:]
+    assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out[-3000:]
+    assert "test accuracy" in out, out[-3000:]
+    if "precision=bf16-mixed" in args:
+        assert "precision: bf16-mixed" in out, out[-3000:]
