@@ -93,7 +93,7 @@ def test_the_scans_time_steps_per_loop_iteration_are_the_platforms_on_jax(monkey
 def test_a_step_is_traced_as_one_program_and_a_net_without_a_convolution_compiles_at_level_2(rnn_check):
     """The LSTM's and the GRU's first programs compile alone: no op of their step runs on its own while traced
     (under jax.ensure_compile_time_eval around the whole step, the IMDB LSTM's made about 15). Host tensors made while
-    traced stay constants: the image recipes' channel statistics (test_every_recipe_and_a_users_data_train_on_jax).
+    traced stay constants: the image recipes' channel statistics (test_recipes.py::test_every_recipe_and_a_users_folder_train_on_each_runtime).
     On XLA:CPU a net without a convolution compiles at XLA's backend level 2, one with a convolution at the default;
     a level given in XLA_FLAGS is kept."""
     out = rnn_check
