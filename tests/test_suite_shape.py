@@ -41,22 +41,30 @@ def shared_cases() -> dict[str, int]:
             if isinstance(t, ast.Name)
         }
         given = {"runtime"}  # and the file's fixtures that take it (a run per runtime)
+        params = {}  # such a fixture's own parametrisation: its default-suite values
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and {a.arg for a in node.args.args} & given:
-                if any("fixture" in ast.unparse(d) and "module" not in ast.unparse(d) for d in node.decorator_list):
-                    given.add(node.name)
+                for d in node.decorator_list:
+                    if "fixture" in ast.unparse(d) and "module" not in ast.unparse(d):
+                        given.add(node.name)
+                        kw = {k.arg: k.value for k in d.keywords} if isinstance(d, ast.Call) else {}
+                        params[node.name] = _count(kw["params"], names) if "params" in kw else 1
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test"):
                 continue
             if not {a.arg for a in node.args.args} & given or any(map(_is_slow, node.decorator_list)):
                 continue
-            cases = 1
+            cases, fixtures = 1, {a.arg for a in node.args.args} & params.keys()
             for d in node.decorator_list:
                 if isinstance(d, ast.Call) and ast.unparse(d.func).endswith("mark.parametrize") and len(d.args) > 1:
                     argnames = ast.literal_eval(d.args[0])
-                    if "runtime" in (argnames.replace(",", " ").split() if isinstance(argnames, str) else argnames):
+                    argnames = argnames.replace(",", " ").split() if isinstance(argnames, str) else argnames
+                    if "runtime" in argnames:
                         cases = 0  # `runtime` given by a parametrisation, not the fixture
+                    fixtures -= set(argnames)  # a fixture parametrised here (indirect): these values, not its own
                     cases *= _count(d.args[1], names)
+            for f in fixtures:
+                cases *= params[f]
             if not cases:
                 continue
             found[path.name] = found.get(path.name, 0) + cases
@@ -64,7 +72,7 @@ def shared_cases() -> dict[str, int]:
 
 
 # The floor reached so far, raised as guarantees move onto the fixture (the aim: 60 cases over 10 files).
-LEAST_CASES, LEAST_FILES = 34, 12
+LEAST_CASES, LEAST_FILES = 51, 15
 BY_HAND = 'parametrize("runtime"'
 
 
@@ -82,7 +90,8 @@ def test_shared_guarantees_run_on_every_runtime_from_one_test():
 
 def test_the_count_reads_parametrisations_and_leaves_slow_cases_out(tmp_path, monkeypatch):
     """The counter itself: 2 x 3 cases, one of them slow; a slow test; one without `runtime`; one given it by hand;
-    one through a fixture that takes it; one slow on one runtime."""
+    one through a fixture that takes it; two through a parametrised fixture that takes it, and one that parametrises
+    that fixture itself; one slow on one runtime."""
     import test_suite_shape
 
     (tmp_path / "test_a.py").write_text(
@@ -97,10 +106,15 @@ def test_the_count_reads_parametrisations_and_leaves_slow_cases_out(tmp_path, mo
         "@pytest.fixture\n"
         "def run(runtime): pass\n"
         "def test_v(run): pass\n"
+        "@pytest.fixture(params=[1, 8])\n"
+        "def runs(runtime): pass\n"
+        "def test_t(runs): pass\n"
+        "@pytest.mark.parametrize('runs', [1], indirect=True)\n"
+        "def test_s(runs): pass\n"
         "@pytest.mark.runtime_marks(torch_xla=pytest.mark.slow)\n"
         "def test_u(runtime): pass\n"
         "@pytest.mark.parametrize('accelerator, runtime', [('cpu', 'jax')])\n"
         "def test_w(accelerator, runtime): pass\n"
     )
     monkeypatch.setattr(test_suite_shape, "TESTS", tmp_path)
-    assert shared_cases() == {"test_a.py": 4}
+    assert shared_cases() == {"test_a.py": 7}
