@@ -285,3 +285,67 @@ def test_a_jax_checkpoint_is_the_same_file_on_either_runtime(xla_runs, cifar_roo
         lines[f"test {runtime}"] = next(line for line in tested.splitlines() if line.startswith("test: "))
     assert lines["torch_xla"] == lines["jax"], lines
     assert lines["test torch_xla"] == lines["test jax"], lines
+
+
+EIGHT = (  # a short fit of a tiny BatchNorm net on 8 XLA devices
+    "recipe=quickstart",
+    "model.net.class_path=probes.TinyNet",
+    "epochs=2",
+    "predict_samples=2",
+)
+
+
+@pytest.fixture(scope="module")
+def eight_device_fits(tmp_path_factory):
+    """EIGHT on `runtime`, run once for the module: (its folder, its process). Several tests read one run."""
+    done = {}
+
+    def fit(runtime: str):
+        if runtime not in done:
+            work = tmp_path_factory.mktemp(f"eight_{runtime}")
+            done[runtime] = work, run_cli(*EIGHT, runtime_key(runtime), "devices=8", cwd=work, devices=8)
+        return done[runtime]
+
+    return fit
+
+
+def test_a_fit_on_eight_devices_compiles_once_per_phase_and_its_checkpoint_predicts_on_the_cpu(
+    eight_device_fits, runtime
+):
+    """One device: test_xla_fit_compiles_in_epoch_one_and_never_again, above."""
+    tmp_path, proc = eight_device_fits(runtime)
+    out = proc.stdout
+    assert "(accelerator xla, 8 device(s))" in out, out[-2000:]
+    assert "compiled graphs by phase: train 1 (" in out and ", validate 1 (" in out, out
+    assert f"runtime: {runtime}\n" in out and "compile cache:" not in out  # auto keeps none on the CPU
+    assert "held-out test accuracy" in out and "CPU predictions from" in out, out
+    ckpt = next(tmp_path.glob("runs/quickstart/version_0/checkpoints/best-*.ckpt"))
+    state = torch.load(ckpt, weights_only=True)
+    tracked = state["state_dict"]["net.body.0.num_batches_tracked"]
+    assert tracked.dtype == torch.int64 and int(tracked) > 0  # as torch keeps it, counted on the devices
+    assert state["state_dict"]["net.body.0.running_var"].sub(1).abs().max() > 1e-3  # the statistics moved
+    assert all(t.device.type == "cpu" for t in state["state_dict"].values())
+
+
+def test_data_held_on_eight_devices_trains_as_streamed_data_does(eight_device_fits, tmp_path, runtime):
+    """The splits uploaded once and passed to every program, the epoch's order with them: two epochs (two orders)
+    end at the weights the streamed run ends at, batch for batch; the held run is the fit above (on_device=auto).
+    One device: test_steps_per_execution.py::test_device_resident_data_trains_exactly_as_streamed_batches."""
+    weights = {}
+    for on in ("true", "false"):
+        if on == "true":
+            work, proc = eight_device_fits(runtime)
+        else:
+            work = tmp_path / on
+            work.mkdir()
+            proc = run_cli(
+                *EIGHT, runtime_key(runtime), "on_device=false", "devices=8", "predict_samples=0",
+                "test_after_fit=false", cwd=work, devices=8,
+            )  # fmt: skip
+        out = proc.stdout
+        assert ("data: on the device (" in out) == (on == "true"), out
+        last = torch.load(next(work.glob("runs/quickstart/version_0/checkpoints/last.ckpt")), weights_only=True)
+        weights[on] = last["state_dict"]
+    assert weights["true"].keys() == weights["false"].keys()
+    for name, t in weights["true"].items():
+        assert torch.allclose(t.float(), weights["false"][name].float(), atol=1e-6), name
