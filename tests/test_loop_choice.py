@@ -131,14 +131,3 @@ def test_a_run_whose_steps_cannot_be_a_program_stays_one_step_at_a_time():
     s._one_step_at_a_time("accumulate_grad_batches")
     s.fit_to_run(175, 175_000, _lstm())
     assert (s.steps_per_execution, s.trace_once) == (1, False) and "accumulate_grad_batches" in s.grouping.note
-
-
-@pytest.mark.parametrize("loop, run_steps", [("while", None), ("unroll", None), ("unroll", 480), ("unroll", LONG)])
-def test_each_runtimes_backend_groups_by_the_one_rule(runtime, loop, run_steps):
-    """Both XLA runtimes' Backends answer steps_per_execution=auto as decide() does, whichever runs the steps."""
-    from xla_train.runtime import registry
-    from xla_train.runtime.grouping import auto_steps
-
-    backend = registry.backend_for("xla", registry.RUNTIMES[runtime])
-    assert backend.groups_steps and backend.auto_steps(loop, run_steps) == auto_steps(loop, run_steps)
-    assert backend.execution_loop("unroll") == "unroll" and backend.execution_loop("while") == "while"

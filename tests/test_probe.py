@@ -12,7 +12,7 @@ import pytest
 from helpers import run_paced
 from xla_train.runtime import probe, registry
 from xla_train.runtime.torch_xla.devices import pjrt_device
-from xla_train.runtime.grouping import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K
+from xla_train.runtime.grouping import UNROLL_LONG_STEPS, UNROLLED_K, WHILE_K, auto_steps
 from xla_train.runtime.torch_xla.backend import XLA
 from xla_train.runtime.grouping import GroupingSettings, decide
 from xla_train.runtime.plan import run_steps
@@ -71,14 +71,14 @@ def test_a_second_run_in_the_process_is_planned_alike(new_user):
 def test_auto_k_on_unrolled_steps_pays_back_its_compile_else_runs_one_step_a_program():
     """A While program does not grow with K; an unrolled one does, so K=8 only for a run long enough to repay it,
     and a shorter run one step a program, traced once (docs/results.md)."""
-    k, note, pending = XLA.auto_steps("unroll", UNROLL_LONG_STEPS)
+    k, note, pending = auto_steps("unroll", UNROLL_LONG_STEPS)
     assert (k, pending) == (UNROLLED_K, False) and "enough to pay back" in note and UNROLLED_K == 8
-    k, note, pending = XLA.auto_steps("unroll", UNROLL_LONG_STEPS - 1)
+    k, note, pending = auto_steps("unroll", UNROLL_LONG_STEPS - 1)
     assert (k, pending) == (1, False) and note.endswith(
         "too few to pay back the longer compile of 8 unrolled steps; one step a program, traced once)"
     ), note
-    assert XLA.auto_steps("unroll", float("inf"))[0] == UNROLLED_K
-    assert XLA.auto_steps("while", 1)[:2] == (WHILE_K, f"{WHILE_K} (auto)")  # a While program does not grow with K
+    assert auto_steps("unroll", float("inf"))[0] == UNROLLED_K
+    assert auto_steps("while", 1)[:2] == (WHILE_K, f"{WHILE_K} (auto)")  # a While program does not grow with K
     # the run's length as the Trainer reads max_epochs and max_steps
     assert run_steps(40, 12, -1) == 480 and run_steps(40, 12, 100) == 100
     assert run_steps(40, None, -1) == 40_000 and run_steps(40, None, 16) == 16 and run_steps(40, -1, -1) == float("inf")

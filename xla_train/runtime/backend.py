@@ -13,7 +13,6 @@ from typing import Literal
 
 import torch
 
-from xla_train.runtime.grouping import execution_loop
 
 Accelerator = Literal["cpu", "gpu", "tpu", "xla"]  # what accelerator= names, past `auto`
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matrix arithmetic
@@ -115,15 +114,6 @@ class Backend:
         if cpu_bf16_flag() != "amx_bf16":
             return False, "compiled steps were not faster on a CPU without AMX"
         return "auto", ""
-
-    def execution_loop(self, setting: str = "auto", accelerator: str = "") -> str:
-        """How K steps run as one program: what execution_loop=auto means here (runtime/grouping.py)."""
-        return execution_loop(setting, host_platform=True)
-
-    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
-        """(K, what auto chose and why, whether the run's length may still change it) for steps_per_execution=auto
-        on a backend that runs `loop`; run_steps is the run's training steps where known."""
-        return 1, "", False
 
 
 MATMUL_PRECISIONS = ("default", "high", "highest")

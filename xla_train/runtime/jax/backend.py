@@ -5,7 +5,6 @@ step's key is derived from it and the step's number), its device and its memory.
 from __future__ import annotations
 
 from xla_train.runtime.backend import Backend
-from xla_train.runtime.grouping import auto_steps
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # jax/_src/dispatch.py, 0.10.2
 # A program found in the persistent compile cache (jax/_src/compiler.py, 0.10.2). It names no program, but the
@@ -35,9 +34,6 @@ class JaxBackend(Backend):
     @property
     def reads(self) -> int:
         return COUNTS.reads
-
-    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
-        return auto_steps(loop, run_steps)  # K from the loop and the run's length, as on torch_xla
 
     def listen(self) -> None:
         COUNTS.listen()

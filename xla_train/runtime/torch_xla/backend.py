@@ -7,7 +7,6 @@ import torch
 
 from xla_train.errors import ConfigError
 from xla_train.runtime.backend import MATMUL_PRECISIONS, Backend
-from xla_train.runtime.grouping import auto_steps, execution_loop
 from xla_train.runtime.probe import xla_platform
 
 _SYNC_SECONDS: list[float] | None = None  # [wall seconds, this thread's CPU seconds, compile seconds] in XLA syncs
@@ -23,13 +22,6 @@ class XLABackend(Backend):
     def platform(self, accelerator: str = "xla") -> str:
         """The platform the runtime will use (or uses): tpu or cpu; resolved once, before any default."""
         return xla_platform(accelerator)
-
-    def execution_loop(self, setting: str = "auto", accelerator: str = "xla") -> str:
-        """runtime/grouping.py's rule for the PJRT device the runtime will use."""
-        return execution_loop(setting, host_platform=self.platform(accelerator) == "cpu")
-
-    def auto_steps(self, loop: str, run_steps: float | None = None) -> tuple[int, str, bool]:
-        return auto_steps(loop, run_steps)
 
     def no_peak_memory(self, devices: int, described: str) -> str:
         """torch_xla reads no peak under SPMD (pjrt_computation_client.cpp answers for real devices, not the SPMD
