@@ -135,11 +135,11 @@ def built_cli(pairs: dict):
     (recipe, key checks, XlaTrainCLI.instantiate_trainer), attached as fit attaches them, and not run."""
 
     from xla_train.config.lightning_cli import XlaTrainCLI
-    from xla_train.config.recipes import lightning_args
+    from xla_train.config.run_spec import RunSpec
 
     saved, sys.argv = sys.argv, sys.argv[:1]  # as config/build.py does: the args are given, not read from argv
     try:
-        cli = XlaTrainCLI(lightning_args("fit", pairs, [])[1:], run=False)  # fit's config, built and not run
+        cli = XlaTrainCLI(RunSpec.parse("fit", pairs), run=False)  # fit's config, built and not run
     finally:
         sys.argv = saved
     cli.datamodule.trainer = cli.trainer

@@ -160,6 +160,22 @@ def test_a_builder_that_takes_no_such_argument_is_one_line(mixed_folder, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("net", ["user_nets.PixelNet", "user_nets.create_model"])
+def test_the_net_a_run_names_is_imported_once(net, monkeypatch):
+    """A class or builder path is resolved once per run (config/run_spec.py), and the object handed on: the recipe's
+    keys, the builder's call and the checkpoint's name do not import it again (jsonargparse builds a class from its
+    path by itself)."""
+    import importlib
+
+    from xla_train.config.build import build_parts
+
+    imported, real = [], importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *a: imported.append(name) or real(name, *a))
+    model, _ = build_parts("quickstart", {"net": net, "model.net.width": "6"})
+    assert imported.count("user_nets") == 1, imported
+    assert (model.net_reference().class_path, model.net_reference().init_args["width"]) == (net, 6)
+
+
 # --- arguments that are classes ----------------------------------------------------------------------------------
 
 

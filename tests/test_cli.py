@@ -9,11 +9,12 @@ import pytest
 from helpers import run_cli, run_paced, runtime_key
 from xla_train.cli.main import main, split_argv
 from xla_train.errors import ConfigError
-from xla_train.config.recipes import ALIASES, available_recipes, lightning_args
+from xla_train.config.recipes import ALIASES, available_recipes
+from xla_train.config.run_spec import RunSpec
 
 
 def test_key_values_aliases_and_native_flags_become_lightning_args():
-    args = lightning_args(
+    args = RunSpec.parse(
         "fit",
         {
             "recipe": "cifar10",
@@ -24,7 +25,7 @@ def test_key_values_aliases_and_native_flags_become_lightning_args():
             "trainer.log_every_n_steps": "5",
         },
         ["--trainer.max_time=00:00:10:00"],
-    )
+    ).lightning_args()
     assert args[:2] == ["fit", "--config"] and args[2].endswith("recipes/cifar10.yaml")
     for expected in (
         "--trainer.max_epochs=3",
@@ -38,9 +39,10 @@ def test_key_values_aliases_and_native_flags_become_lightning_args():
 
 
 def test_every_documented_alias_resolves():
-    args = lightning_args("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a not in ("ckpt", "net")}}, [])
+    args = RunSpec.parse("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a not in ("ckpt", "net")}})
+    args = args.lightning_args()
     assert len(args) == 5 + len(ALIASES) - 2
-    args = lightning_args("fit", {"recipe": "cifar10", "net": "xla_train.models.CifarResNet"}, [])
+    args = RunSpec.parse("fit", {"recipe": "cifar10", "net": "xla_train.models.CifarResNet"}).lightning_args()
     assert args[-1] == "--model.net.class_path=xla_train.models.CifarResNet"
 
 

@@ -107,9 +107,9 @@ def parse(argv: list[str]) -> None:
         return
     command, pairs, flags = split_argv(argv)
     if command in ("fit", "validate", "test"):
-        from xla_train.config.recipes import lightning_args
+        from xla_train.config.run_spec import RunSpec
 
-        lightning_args(command, pairs, flags)
+        RunSpec.parse(command, pairs, flags).lightning_args()
     elif command in ("predict", "export", "devices"):
         import importlib
 

@@ -16,7 +16,8 @@ from helpers import run_cli, runtime_key
 from test_imdb import write_aclimdb
 from test_own_model import write_image_folder
 from xla_train.cli.main import main, split_argv
-from xla_train.config.recipes import available_recipes, lightning_args, load_recipe, recipe_path
+from xla_train.config.recipes import available_recipes, load_recipe, recipe_path
+from xla_train.config.run_spec import RunSpec
 
 RECIPES = available_recipes()
 EXAMPLES = str(Path(__file__).resolve().parents[1] / "examples")  # the headers' PYTHONPATH=examples: my_nets.py
@@ -55,7 +56,7 @@ def test_recipe_header_gives_the_command_and_an_example_override(name):
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipe_resolves_to_lightning_args(name):
-    args = lightning_args("fit", {"recipe": name}, [])
+    args = RunSpec.parse("fit", {"recipe": name}).lightning_args()
     assert args == ["fit", "--config", str(recipe_path(name)), "--recipe_name", name]
     recipe = load_recipe(recipe_path(name))
     assert recipe["model"]["net"]["class_path"] and recipe["data"]["class_path"]
@@ -80,7 +81,8 @@ def test_documented_commands_parse_with_jsonargparse(name, capsys, monkeypatch):
         net = pairs.get("net") or recipe["model"]["net"]["class_path"]  # a user's net, named on the command line
         assert config["model"]["net"]["class_path"] == net, out
         assert config["data"]["class_path"] == recipe["data"]["class_path"], out
-        for arg in lightning_args(command, pairs, flags)[5:]:  # each override landed where it was meant to
+        args = RunSpec.parse(command, pairs, flags).lightning_args()
+        for arg in args[5:]:  # each override landed where it was meant to
             flag, value = arg.split("=", 1)
             assert node(config, flag) == yaml.safe_load(value), (argv, flag, node(config, flag))
 

@@ -1,6 +1,7 @@
 """xla_train from Python, for notebooks: the CLI's commands as functions.
 
-Keyword arguments become the key=value pairs the command line takes and go
+Keyword arguments become the key=value pairs the command line takes, in the same
+run spec (config/run_spec.py, with an instance or arrays as objects), and go
 through the same recipe lookup, key checks and LightningCLI (config/build.py),
 so `fit(recipe="cifar10", epochs=3)` and `python -m xla_train recipe=cifar10
 epochs=3` resolve the same config and write the same run folder. A wrong keyword
@@ -132,8 +133,8 @@ def fit(
     `x`, `y` (and `validation_data=(x, y)`, `test_data=(x, y)`) are arrays in memory (recipe "arrays"); `data` is
     a folder of class folders or a file (.npz, .csv; recipe "images", "texts" or "arrays" by what it holds)."""
     started = time.perf_counter()  # the run's clock: the end-of-fit time line starts at this call
-    recipe, given, settings = _own(recipe, net, x, y, validation_data, test_data, data, settings)
-    cli = _lightning("fit", recipe, settings, given, started)
+    recipe, instance, arrays, settings = _own(recipe, net, x, y, validation_data, test_data, data, settings)
+    cli = _lightning("fit", recipe, settings, instance, arrays, started)
     trainer = cli.trainer
     best, last = trainer.checkpoint_callback.best_model_path, cli.last_checkpoint.path
     # absolute, so that the run is still found after the notebook changes its working directory
@@ -173,8 +174,8 @@ def evaluate(run_or_checkpoint, split: str = "test", *, net=None, data=None, **s
                 f"settings it was trained with"
             )
         recipe = str(RunFolder(folder).config)
-    _, given, settings = _own(recipe, net, None, None, None, None, data, settings)
-    cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings}, given)
+    _, instance, _, settings = _own(recipe, net, None, None, None, None, data, settings)
+    cli = _lightning(SPLITS[split], recipe, {"ckpt_path": ckpt, **settings}, instance)
     return {k: v for k, v in cli.model.epoch_metrics.items() if k.startswith(split + "_")}
 
 
@@ -237,27 +238,30 @@ def benchmark(subcommand: str = "sweep", **settings) -> Path:
     return results
 
 
-def _lightning(command: str, recipe, settings: dict, given: dict | None = None, started: float | None = None):
+def _lightning(command: str, recipe, settings: dict, net=None, arrays=None, started: float | None = None):
+    """The run's spec (config/run_spec.py), as the command line's key=value pairs would make it, with the objects
+    Python hands over in it; built and run."""
     from xla_train.config.build import run_lightning
+    from xla_train.config.run_spec import RunSpec
 
     if "recipe" in settings:
         raise ConfigError("give the recipe once, as the first argument")
     pairs = {"recipe": str(recipe), **{k: _cli_value(v) for k, v in settings.items()}}
-    return _raising(run_lightning, command, pairs, [], given, started)
+    return _raising(lambda: run_lightning(RunSpec.parse(command, pairs, net=net, arrays=arrays, started=started)))
 
 
 def _own(recipe, net, x, y, validation_data, test_data, data, settings: dict) -> tuple:
-    """(recipe, objects for XlaTrainCLI, settings) from fit's own-model keywords: an instance travels as an object,
-    a class as its path; arrays in memory pick recipe "arrays"; a folder or file picks its recipe by what it holds."""
+    """(recipe, the net if an instance, arrays, settings) from fit's own-model keywords: a class or builder goes as
+    its path; arrays in memory pick recipe "arrays"; a folder or file picks its recipe by what it holds."""
     from xla_train.data.folders import recipe_for
 
-    settings, given = dict(settings), {}
+    settings, instance, arrays = dict(settings), None, None
     if net is not None:
-        given.update(_net_setting(net, settings))
+        instance = _net_setting(net, settings)
     if x is not None or y is not None:
         if x is None or y is None or data is not None:
             raise ConfigError("give the training arrays as x= and y= together (or data= a folder or file, not both)")
-        given["arrays"] = {"x": x, "y": y, "validation_data": validation_data, "test_data": test_data}
+        arrays = {"x": x, "y": y, "validation_data": validation_data, "test_data": test_data}
         recipe = recipe or "arrays"
     elif validation_data is not None or (test_data is not None and data is None):
         raise ConfigError("validation_data= and test_data= come with the arrays x= and y=")
@@ -271,26 +275,27 @@ def _own(recipe, net, x, y, validation_data, test_data, data, settings: dict) ->
         raise ConfigError(
             "which recipe? give one (fit('cifar10')), or your data: fit(net=..., x=..., y=...) or fit(net=..., data=PATH)"
         )
-    return recipe, given, settings
+    return recipe, instance, arrays, settings
 
 
-def _net_setting(net, settings: dict) -> dict:
-    """net= as an object for XlaTrainCLI (an instance) or as model.net.class_path (a class or its path)."""
+def _net_setting(net, settings: dict):
+    """net= as the instance the spec takes as it is, or as model.net.class_path (a class, a builder or its path: the
+    spec imports it once, as for the command line, so a class it cannot import again is refused alike); else None."""
     from torch import nn
 
     from xla_train.models.reference import class_path_of, is_builder
 
     if isinstance(net, nn.Module):
-        return {"net": net}
+        return net
     if (isinstance(net, type) and issubclass(net, nn.Module)) or is_builder(net):
         settings["model.net.class_path"] = class_path_of(net)
-    elif isinstance(net, str):
+        return None
+    if isinstance(net, str):
         settings["model.net.class_path"] = net
-    else:
-        raise ConfigError(
-            f"net= takes an nn.Module, its class, a function that builds it, or an import path; not {type(net).__name__}"
-        )
-    return {}
+        return None
+    raise ConfigError(
+        f"net= takes an nn.Module, its class, a function that builds it, or an import path; not {type(net).__name__}"
+    )
 
 
 def _raising(fn, *args):

@@ -144,12 +144,13 @@ def _fit_here(args: list[str], folder: Path, log: Path) -> tuple[dict[int, dict]
     import contextlib
 
     from xla_train.config.build import run_lightning
+    from xla_train.config.run_spec import RunSpec
     from xla_train.errors import UserError
 
     pairs = dict(a.split("=", 1) for a in args)
     with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
-            run_lightning("fit", pairs, [])
+            run_lightning(RunSpec.parse("fit", pairs))
             error = None
         except UserError as e:
             error = f"xla_train: error: {e}"

@@ -1,4 +1,5 @@
-"""The one way from a recipe and key=value settings to a built (and usually run) LightningCLI.
+"""The one way from a run's spec (config/run_spec.py: a recipe, key=value settings, the net) to a built (and usually
+run) LightningCLI.
 
 The command line, the Python API and the benchmarks all come through here, so
 they resolve the same config, check the same keys and raise the same one-line
@@ -10,12 +11,11 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from pathlib import Path
 
 from jsonargparse import ArgumentError
 
 from xla_train.config.lightning_cli import XlaTrainCLI
-from xla_train.config.recipes import ALIASES, lightning_args, take_builder
+from xla_train.config.run_spec import RunSpec
 from xla_train.config.startup_lines import held_startup_lines
 from xla_train.errors import ConfigError, one_line
 
@@ -29,48 +29,25 @@ def argument_errors_in_one_line():
         raise ConfigError(one_line(str(e))) from None
 
 
-def run_lightning(
-    command: str, pairs: dict[str, str], flags: list[str], given: dict | None = None, started: float | None = None
-) -> XlaTrainCLI:
-    """fit/validate/test a recipe with key=value pairs and native --flags; returns the finished CLI. `given`: what
-    Python hands over as objects (XlaTrainCLI); `started`: when the run's clock starts (perf_counter; now)."""
-    pairs, given = with_builder(pairs, given)
-    args = lightning_args(command, pairs, flags, net_given="net" in given or "builder" in given)
+def run_lightning(spec: RunSpec) -> XlaTrainCLI:
+    """fit/validate/test as `spec` says; returns the finished CLI."""
     # Lightning's start-up lines print once the run starts
     with argument_errors_in_one_line(), held_startup_lines() as lines:
-        return XlaTrainCLI(args, given=given, started=started, startup=lines)
+        return XlaTrainCLI(spec, startup=lines)
 
 
-def with_builder(pairs: dict[str, str], given: dict | None) -> tuple[dict[str, str], dict]:
-    """A net named by its builder travels to XlaTrainCLI as `given["builder"]`, not as a class path to parse; with a
-    checkpoint (validate, test, resume) its arguments are the ones it trained with, unless given again."""
-    pairs, builder = take_builder(pairs)
-    if builder is None:
-        return pairs, dict(given or {})
-    path, args = builder
-    ckpt = next((v for k, v in pairs.items() if ALIASES.get(k, k) == "ckpt_path"), None)
-    if ckpt and ckpt != "last" and Path(ckpt).is_file():
-        from xla_train.checkpoint import read_inference_block, safe_load
-        from xla_train.models.reference import NetRef, class_path_of, import_class
-
-        ref = NetRef.from_block(read_inference_block(safe_load(ckpt), ckpt), ckpt)
-        if ref.class_path == class_path_of(import_class(path)):
-            args = {**ref.plain_args(), **args}
-    return pairs, {**(given or {}), "builder": (path, args)}
+def build_parts(recipe: str, overrides: dict[str, str], net=None):
+    """(Classifier, data module) of a recipe with key=value overrides, seeded and initialised as fit does. `net`: an
+    nn.Module instance to build them with."""
+    return build_run(recipe, overrides, net)[:2]
 
 
-def build_parts(recipe: str, overrides: dict[str, str], given: dict | None = None):
-    """(Classifier, data module) of a recipe with key=value overrides, seeded and initialised as fit does."""
-    return build_run(recipe, overrides, given)[:2]
-
-
-def build_run(recipe: str, overrides: dict[str, str], given: dict | None = None):
+def build_run(recipe: str, overrides: dict[str, str], net=None):
     """(Classifier, data module, (max_epochs, max_steps)): build_parts and the length of the run fit would train,
     which steps_per_execution=auto needs to choose K as fit does (the benchmarks)."""
-    pairs, given = with_builder({"recipe": recipe, **overrides}, given)
-    args = lightning_args("fit", pairs, [], net_given="net" in given or "builder" in given)[1:]
+    spec = RunSpec.parse("fit", {"recipe": recipe, **overrides}, net=net)
     logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)  # "Seed set to 0", per build
     with argument_errors_in_one_line(), held_startup_lines():
-        cli = XlaTrainCLI(args, run=False, build_trainer=False, given=given)
+        cli = XlaTrainCLI(spec, run=False, build_trainer=False)
     trainer = cli.config.get("trainer") or {}
     return cli.model, cli.datamodule, (trainer.get("max_epochs"), trainer.get("max_steps", -1))

@@ -25,6 +25,7 @@ from xla_train.checkpoint import read_inference_block, safe_load
 from xla_train.config.fit_checkpoint import fit_checkpoint_to
 from xla_train.config.recipes import RUN_SETTINGS
 from xla_train.config.run_loggers import run_logger
+from xla_train.config.run_spec import RunSpec
 from xla_train.training.best_checkpoint import BestCheckpoint
 from xla_train.training.finite_loss import FiniteLoss
 from xla_train.training.run_folder import RunFolder
@@ -32,7 +33,7 @@ from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.config.startup_lines import StartupLines
 from xla_train.data.base import BaseDataModule
 from xla_train.errors import ConfigError
-from xla_train.models.reference import NetRef, build_with, import_class
+from xla_train.models.reference import NetRef, build_with
 from xla_train.runtime.eager.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
@@ -65,29 +66,24 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMislea
 class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
     """run=False builds the model, the data module and (unless build_trainer is off) the Trainer, and runs nothing.
 
-    `given` holds what Python hands over as objects rather than settings: "net", an nn.Module that stands in for
-    model.net (the saved config then says model.net: null; the checkpoint names its class), and "arrays", the
-    splits an ArraysDataModule takes in memory (its saved data.path is then null)."""
+    The spec's settings are parsed as the command line's are; its objects are not settings: a net given as an
+    instance or a builder stands in for model.net (the saved config then says model.net: null; the checkpoint names
+    it), and arrays in memory go to an ArraysDataModule (its saved data.path is then null)."""
 
     def __init__(
-        self,
-        args: list[str],
-        run: bool = True,
-        build_trainer: bool = True,
-        given: dict | None = None,
-        started: float | None = None,
-        startup: StartupLines | None = None,
+        self, spec: RunSpec, run: bool = True, build_trainer: bool = True, startup: StartupLines | None = None
     ):
         self.build_trainer = build_trainer
         self.startup = startup  # Lightning's start-up lines, held until _before_run's checks pass
-        self.given = given or {}
-        self.started = started if started is not None else time.perf_counter()  # the run's clock starts here
-        self.named = args[0] if run and args else None  # the subcommand the args name (subcommands)
+        self.spec = spec
+        self.started = spec.started if spec.started is not None else time.perf_counter()  # the run's clock
+        self.named = spec.command if run else None  # the subcommand that runs (subcommands)
+        args = spec.lightning_args()
         super().__init__(
             Classifier,
             BaseDataModule,
             subclass_mode_data=True,
-            args=args,
+            args=args if run else args[1:],
             run=run,
             auto_configure_optimizers=False,
             seed_everything_default=0,
@@ -133,33 +129,33 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
 
     @override
     def before_instantiate_classes(self) -> None:
-        if "builder" in self.given:  # seeded by now, as a net built from a class is
-            self.given["net"] = build_with(*self.given["builder"])
-        if "net" in self.given:  # an instance: built as it is, never from the config's class path
-            self._own_config().model.net = self.given["net"]
+        net = self.spec.net
+        if net is not None and net.kind == "builder":  # seeded by now, as a net built from a class is
+            self._own_config().model.net = build_with(net.path, net.args, net.made)
+        elif net is not None and net.kind == "instance":  # built as it is, never from the config's class path
+            self._own_config().model.net = net.made
 
     @override
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
-        cfg = self._own_config()
-        if "builder" in self.given:
+        cfg, net = self._own_config(), self.spec.net
+        if net is not None and net.kind == "builder":
             cfg.model.net = None  # the builder and its arguments are in the checkpoint; the config records none
-            path, args = self.given["builder"]
-            self.model.net_ref = NetRef.of(import_class(path), args, built=self.model.net)
-        elif "net" in self.given:
+            self.model.net_ref = NetRef.of(net.made, net.args, built=self.model.net)
+        elif net is not None and net.kind == "instance":
             cfg.model.net = None  # what the saved config says: the net came as an instance
             self.model.net_ref = NetRef.of(type(self.model.net))
         else:
-            spec = cfg.model.net
-            init_args = spec.init_args.as_dict() if spec.get("init_args") is not None else {}
+            named = cfg.model.net
+            init_args = named.init_args.as_dict() if named.get("init_args") is not None else {}
             self.model.net_ref = NetRef.of(type(self.model.net), init_args)
-        if "arrays" in self.given:
+        if self.spec.arrays is not None:
             if not hasattr(self.datamodule, "hold"):
                 raise ConfigError(
                     f"x= and y= are arrays in memory, which recipe=arrays takes; this recipe's data is "
                     f"{type(self.datamodule).__name__}"
                 )
-            self.datamodule.hold(**self.given["arrays"])
+            self.datamodule.hold(**self.spec.arrays)
 
     @override
     def instantiate_trainer(self, **kwargs) -> Trainer | None:

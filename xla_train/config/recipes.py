@@ -167,11 +167,6 @@ def _import(class_path: str):
         raise ConfigError(f"class {class_path!r} cannot be imported") from None
 
 
-def net_named(pairs: dict[str, str]) -> bool:
-    """Whether the user named the net's class on the command line (net= or model.net.class_path=)."""
-    return any(ALIASES.get(k, k) in ("model.net.class_path", "--model.net.class_path") for k in pairs)
-
-
 def require_named_net(ckpt: str, named: bool) -> None:
     """validate and test rebuild a checkpoint's net: a user's net in it is imported only where the user names its
     class, never because the checkpoint, or the run config beside it, does (models/reference.py)."""
@@ -183,9 +178,10 @@ def require_named_net(ckpt: str, named: bool) -> None:
         raise unnamed(ref, ckpt)
 
 
-def valid_keys(recipe: dict, pairs: dict[str, str], net_given: bool = False) -> dict[str, str]:
-    """User-facing dotted key -> the LightningCLI flag that sets it. With `net_given` (an instance from Python) the
-    recipe's net class is not imported: the instance's own arguments are its own."""
+def valid_keys(recipe: dict, pairs: dict[str, str], net_class=None, net_given: bool = False) -> dict[str, str]:
+    """User-facing dotted key -> the LightningCLI flag that sets it. `net_class`: the class the user's net= names,
+    imported already (config/run_spec.py); with `net_given` (an instance, or a builder) no net class is imported:
+    its arguments are its own."""
     from lightning.pytorch import Trainer
 
     from xla_train.training.module import Classifier
@@ -198,7 +194,7 @@ def valid_keys(recipe: dict, pairs: dict[str, str], net_given: bool = False) -> 
     net_path = given or ((recipe.get("model") or {}).get("net") or {}).get("class_path")
     keys["model.net.class_path"] = "--model.net.class_path"
     if net_path and not net_given:
-        names, _ = parameter_names(import_class(net_path))
+        names, _ = parameter_names(net_class if net_class is not None else import_class(net_path))
         keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in names})
     data_path = pairs.get("data.class_path") or (recipe.get("data") or {}).get("class_path")
     keys["data.class_path"] = "--data.class_path"
@@ -223,35 +219,6 @@ def resolve_key(key: str, keys: dict[str, str]) -> str:
     raise ConfigError(f"unknown key {key!r}{hint}")
 
 
-def take_builder(pairs: dict[str, str]) -> tuple[dict[str, str], tuple[str, dict] | None]:
-    """A net named by its builder (net=torchvision.models.resnet18, a function that returns the net): the pairs
-    without it and its arguments, and (its path, its arguments as values). xla_train calls the builder itself, once
-    the seed is set (config/lightning_cli.py), as jsonargparse can only call one annotated to return a Module. Its
-    arguments are model.net.NAME=value or model.net.init_args.NAME=value, any name where it takes **kwargs."""
-    from xla_train.models.reference import import_class, is_builder, parameter_names
-
-    key = next((k for k in pairs if ALIASES.get(k, k) == "model.net.class_path"), None)
-    if key is None:
-        return pairs, None
-    builder = import_class(pairs[key])
-    if not is_builder(builder):
-        return pairs, None
-    names, any_name = parameter_names(builder)
-    rest, args = {}, {}
-    for k, v in pairs.items():
-        name = k.split(".", 3)[-1] if k.startswith("model.net.init_args.") else k.split(".", 2)[-1]
-        if k == key or not k.startswith("model.net."):
-            if k != key:
-                rest[k] = v
-            continue
-        if name not in names and not any_name:
-            near = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(near)}?" if near else f"; it takes {', '.join(names) or 'none'}"
-            raise ConfigError(f"{pairs[key]} takes no argument {name!r}{hint}")
-        args[name] = yaml.safe_load(v) if isinstance(v, str) else v
-    return rest, (pairs[key], args)
-
-
 def latest_checkpoint(runs_dir: str, name: str) -> str:
     from xla_train.training.run_folder import RunFolder
 
@@ -261,11 +228,12 @@ def latest_checkpoint(runs_dir: str, name: str) -> str:
     return str(run.last)
 
 
-def lightning_args(command: str, pairs: dict[str, str], flags: list[str], net_given: bool = False) -> list[str]:
-    """LightningCLI's arguments for a command, a recipe and key=value pairs. `net_given`: Python hands the net over
-    as an instance (so the recipe's net is not built, and a checkpoint's user net counts as named)."""
-    pairs = dict(pairs)
-    name = pairs.pop("recipe", None)
+def recipe_args(
+    command: str, name: str | None, pairs: dict[str, str], flags: list[str], net_class=None, net_given: bool = False
+) -> list[str]:
+    """LightningCLI's arguments for a command, a recipe and key=value pairs (config/run_spec.py, RunSpec). The user's
+    net as valid_keys takes it: `net_class`, a class net= names; `net_given`, an instance or a builder, which
+    xla_train builds itself (so the recipe's net is not built). Either way a checkpoint's user net counts as named."""
     if name is None and any(f in ("-h", "--help") for f in flags):  # every option, the recipe's classes aside
         return [command, *flags]
     if name is None:
@@ -278,9 +246,8 @@ def lightning_args(command: str, pairs: dict[str, str], flags: list[str], net_gi
     if ckpt == "last":
         ckpt = latest_checkpoint(pairs.get("runs_dir", recipe.get("runs_dir", "runs")), name)
     if ckpt and command in ("validate", "test"):
-        require_named_net(ckpt, net_given or net_named(pairs))  # before the recipe's classes are imported
-    pairs, builder = take_builder(pairs)  # XlaTrainCLI calls a builder itself (config/build.py, with_builder)
-    keys = valid_keys(recipe, pairs, net_given or builder is not None)
+        require_named_net(ckpt, net_given or net_class is not None)  # before the recipe's classes are imported
+    keys = valid_keys(recipe, pairs, net_class, net_given)
     args = [command, "--config", str(path), "--recipe_name", name]
     resolved = {resolve_key(k, keys): v for k, v in pairs.items()}
     # a class path before its init arguments, whatever order they came in: jsonargparse reads them in turn

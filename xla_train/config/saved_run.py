@@ -84,10 +84,8 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
     ref = NetRef.from_block(block, ckpt)
     if ref.key is None and net is None:
         raise unnamed(ref, ckpt)
-    overrides, given = {}, {}
-    if isinstance(net, nn.Module):
-        given["net"] = net
-    elif net is not None:
+    overrides, instance = {}, net if isinstance(net, nn.Module) else None
+    if net is not None and instance is None:
         overrides["model.net.class_path"] = net if isinstance(net, str) else class_path_of(net)
     if data_dir is not None:
         overrides["data_dir"] = str(data_dir)
@@ -101,13 +99,13 @@ def build_from_run(config: Path, ckpt: Path, block: dict, batch_size=None, data_
     saved = yaml.safe_load(config.read_text()) or {}
     for key in ("ckpt_path", "weights_only"):  # the subcommand's own options; building the parts runs none
         saved.pop(key, None)
-    if not given and (saved.get("model") or {}).get("net") is None:  # a builder's run, or an instance's: the
+    if instance is None and (saved.get("model") or {}).get("net") is None:  # a builder's run, or an instance's: the
         for name, value in ref.plain_args().items():  # checkpoint's plain arguments for the net the user named
             overrides.setdefault(f"model.net.init_args.{name}", json.dumps(value))  # JSON is YAML
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp, "config.yaml")
         recipe.write_text(yaml.safe_dump(saved))
-        model, dm = build_parts(str(recipe), overrides, given)
+        model, dm = build_parts(str(recipe), overrides, instance)
     fit_checkpoint_to(block, model.net_reference(), model.net, dm, ckpt, f"its run config {config}")
     return model.net, dm
 

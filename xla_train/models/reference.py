@@ -230,9 +230,9 @@ def build(ref: NetRef, path, given=None, args: dict | None = None) -> nn.Module:
     return net
 
 
-def build_with(path: str, args: dict) -> nn.Module:
-    """fit's net from a builder the user named (config/recipes.py, take_builder), or one line."""
-    builder = import_class(path)
+def build_with(path: str, args: dict, builder=None) -> nn.Module:
+    """fit's net from a builder the user named (config/run_spec.py: `builder`, imported there), or one line."""
+    builder = builder if builder is not None else import_class(path)
     try:
         net = builder(**args)
     except Exception as e:
