@@ -647,3 +647,101 @@ def test_runtime_names_are_compared_only_in_the_registry():
 def test_the_name_check_finds_each_form():
     tree = ast.parse('a = r == "jax"\nb = x in ("torch_xla", "y")\nc = p.upper() == "TPU"\nd = "jax" in sys.modules\n')
     assert sorted(v for _, v in name_comparisons(tree)) == ["TPU", "jax", "torch_xla"]
+
+
+# --- what the runtimes need of the LightningModule (runtime/interface.py, StepModule) ------------------------------
+# the names the engines, strategies and runtime callbacks give the LightningModule
+MODULE_NAMES = {"module", "self.module", "self.lightning_module", "trainer.lightning_module", "pl_module"}
+
+
+def protocol_members(proto) -> dict:
+    """A Protocol's own members: its annotated attributes (None) and its methods."""
+    import inspect
+
+    members = dict.fromkeys(vars(proto).get("__annotations__", {}))
+    members.update({n: v for n, v in vars(proto).items() if inspect.isfunction(v) and not n.startswith("_")})
+    return members
+
+
+def unmet_members(cls, instance, proto) -> list[str]:
+    """The members of `proto` that `cls` lacks, or whose method cannot be called as the Protocol's is: with its
+    required arguments alone, and with all of them."""
+    import inspect
+
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    wrong = []
+    for name, method in protocol_members(proto).items():
+        own = getattr(cls, name, None)
+        if method is None:
+            if not (hasattr(cls, name) or hasattr(instance, name)):
+                wrong.append(f"{name}: {cls.__name__} has no such attribute")
+            continue
+        if not callable(own):
+            wrong.append(f"{name}: {cls.__name__} has no such method")
+            continue
+        params = list(inspect.signature(method).parameters.values())[1:]
+        for given in ([p for p in params if p.default is p.empty], params):
+            args = [None] + [None for p in given if p.kind in positional]
+            kwargs = {p.name: None for p in given if p.kind is inspect.Parameter.KEYWORD_ONLY}
+            try:
+                inspect.signature(own).bind(*args, **kwargs)
+            except TypeError as e:
+                wrong.append(f"{name}{inspect.signature(method)}: {cls.__name__}'s is {inspect.signature(own)} ({e})")
+                break
+    return wrong
+
+
+def module_uses(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) for each member asked of the LightningModule: module.name, getattr/hasattr(module, "name")."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in MODULE_NAMES:
+            found.append((node.lineno, node.attr))
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) in ("getattr", "hasattr")
+            and ast.unparse(node.args[0]) in MODULE_NAMES
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            found.append((node.lineno, node.args[1].value))
+    return found
+
+
+def test_the_lightning_module_has_what_the_runtimes_need():
+    from torch import nn
+
+    from xla_train.runtime.interface import StepModule
+    from xla_train.training.module import Classifier
+
+    assert len(protocol_members(StepModule)) > 10
+    assert not unmet_members(Classifier, Classifier(nn.Linear(2, 2)), StepModule)
+
+
+def test_the_runtimes_ask_the_lightning_module_only_what_step_module_names():
+    """Every engine, strategy and runtime callback file: the shared grouped steps, and each runtime's folder."""
+    from xla_train.runtime.interface import StepModule
+
+    runtime = PACKAGE / "runtime"
+    files = [runtime / "grouped_steps.py", *(p for f in RUNTIME_FOLDERS for p in sorted((runtime / f).glob("*.py")))]
+    uses = [(path, line, name) for path in files for line, name in module_uses(ast.parse(path.read_text()))]
+    assert len(uses) > 30, uses  # the engines' own: a scan that finds none checks nothing
+    members = protocol_members(StepModule)
+    wrong = [f"{p.relative_to(PACKAGE.parent)}:{n} asks for {name!r}" for p, n, name in uses if name not in members]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_step_module_checks_find_each_form():
+    from xla_train.runtime.interface import StepModule
+
+    tree = ast.parse(
+        'a = self.module.x\nb = module.y()\nc = getattr(trainer.lightning_module, "z", 0)\nd = pl_module.w\ne = o.v\n'
+    )
+    assert sorted(name for _, name in module_uses(tree)) == ["w", "x", "y", "z"]
+
+    class Lacking:  # step_state without its stage; nothing else
+        def step_state(self):
+            return {}
+
+    wrong = unmet_members(Lacking, Lacking(), StepModule)
+    assert any(w.startswith("step_state(self, stage") for w in wrong), wrong
+    assert any(w.startswith("reading:") for w in wrong) and any(w.startswith("trainer:") for w in wrong), wrong

@@ -27,7 +27,7 @@ from xla_train.runtime.jax import compat
 from xla_train.runtime.jax.backend import COUNTS, PROGRAM_PREFIX
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.grouping import convolution_in
-from xla_train.runtime.interface import Engine
+from xla_train.runtime.interface import Engine, StepModule
 from xla_train.runtime.probe import platform_named
 
 DATA_AXIS = "data"
@@ -82,7 +82,7 @@ class JaxEngine(Engine):
         self.env = compat.environment()
         self.autocast = "bfloat16" if precision in ("bf16", "bf16-mixed") else None
         self.matmul_precision = {"default": None, "high": "bfloat16_3x", "highest": "float32"}[matmul_precision]
-        self.module: nn.Module | None = None
+        self.module: StepModule | None = None
         self.opt: FunctionalOptimizer | None = None
         self.state: dict | None = None  # "params", "buffers", "opt", "sums": the arrays the programs read and write
         self.seed = 0
@@ -91,7 +91,7 @@ class JaxEngine(Engine):
         self._key = jax.random.key(0)
 
     # --- the state ---------------------------------------------------------------------------------------------
-    def bind(self, module: nn.Module, seed: int) -> None:
+    def bind(self, module: StepModule, seed: int) -> None:
         import jax
 
         self.module, self.seed = module, int(seed)

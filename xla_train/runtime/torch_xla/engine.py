@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from xla_train.runtime.torch_xla.backend import XLA
-from xla_train.runtime.interface import Engine
+from xla_train.runtime.interface import Engine, StepModule
 from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.runtime.torch_xla.step_program import Layout, StepProgram
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
@@ -61,7 +61,7 @@ class TorchXlaEngine(Engine):
         self.placement = placement
         self.device = placement.device
         self.loop = "unroll"  # or "while": how K steps run in one program
-        self.module = None
+        self.module: StepModule | None = None
         self._step_context = None
         self._swapped: dict = {}
         self.reset()
@@ -75,7 +75,7 @@ class TorchXlaEngine(Engine):
         self._programs, self._opt, self._signature, self._shared, self._pending = {}, None, None, [], False
         self._loss = None  # the last step's loss, carried with the state (step_loss)
 
-    def bind(self, module, step_context, loop: str) -> None:
+    def bind(self, module: StepModule, step_context, loop: str) -> None:
         """The LightningModule whose steps run, the context each traced step runs in (the precision plugin's), and
         how K steps run; at the strategy's setup."""
         self.module, self._step_context, self.loop = module, step_context, loop
