@@ -239,8 +239,7 @@ def benchmark(subcommand: str = "sweep", **settings) -> Path:
 
 
 def _lightning(command: str, recipe, settings: dict, net=None, arrays=None, started: float | None = None):
-    """The run's spec (config/run_spec.py), as the command line's key=value pairs would make it, with the objects
-    Python hands over in it; built and run."""
+    """The run's spec (config/run_spec.py) as the command line's pairs make it, with Python's objects in it."""
     from xla_train.config.build import run_lightning
     from xla_train.config.run_spec import RunSpec
 
@@ -288,14 +287,13 @@ def _net_setting(net, settings: dict):
     if isinstance(net, nn.Module):
         return net
     if (isinstance(net, type) and issubclass(net, nn.Module)) or is_builder(net):
-        settings["model.net.class_path"] = class_path_of(net)
-        return None
-    if isinstance(net, str):
-        settings["model.net.class_path"] = net
-        return None
-    raise ConfigError(
-        f"net= takes an nn.Module, its class, a function that builds it, or an import path; not {type(net).__name__}"
-    )
+        net = class_path_of(net)
+    if not isinstance(net, str):
+        raise ConfigError(
+            f"net= takes an nn.Module, its class, a function that builds it, or an import path; not {type(net).__name__}"
+        )
+    settings["model.net.class_path"] = net
+    return None
 
 
 def _raising(fn, *args):
