@@ -13,7 +13,7 @@ from PIL import Image
 
 import user_nets
 import xla_train
-from helpers import TESTS, cli_env, path_with_tests, run_cli
+from helpers import TESTS, cli_env, path_with_tests, run_cli, runtime_key
 from serving import Server, request
 from xla_train.checkpoint import atomic_save, safe_load
 from xla_train.cli.main import main
@@ -126,13 +126,11 @@ def test_a_builder_from_another_module_or_with_other_arguments_is_refused_in_one
     assert err == ["xla_train: error: input x.png does not exist"]  # the net loaded; the input is what is missing
 
 
-def test_a_create_model_function_trains_on_eight_xla_devices_and_predicts_as_itself(
-    mixed_folder, tmp_path, capsys, monkeypatch
-):
+def test_a_create_model_function_trains_on_eight_xla_devices_and_predicts_as_itself(mixed_folder, tmp_path, runtime):
     """No annotations (jsonargparse alone would refuse it): xla_train calls it once the seed is set."""
     run_cli(
         *("fit", "recipe=images", f"data.path={mixed_folder}", "net=user_nets.create_model", "model.net.width=6"),
-        *("data.image_size=16", "accelerator=xla", "devices=8", "batch_size=8", "epochs=1"),
+        *("data.image_size=16", "accelerator=xla", "devices=8", "batch_size=8", "epochs=1", runtime_key(runtime)),
         cwd=tmp_path,
         devices=8,
         env=cli_env(8, PYTHONPATH=path_with_tests()),

@@ -187,6 +187,30 @@ assert not {{"torch_xla", "jax", "torchax", "lightning"}} & set(sys.modules), sy
     assert proc.returncode == 0, proc.stderr
 
 
+def test_an_xla_checkpoint_exports_a_program_that_predicts_as_the_checkpoint_does(
+    xla_run, cifar_root, relaxed_cifar_checks, tmp_path
+):
+    """The best checkpoint each runtime writes, exported to .pt2 on the CPU: the program's probabilities are
+    load_for_inference's, on the test images (docs/serving.md)."""
+    import shutil
+
+    import numpy as np
+
+    from xla_train.data.cifar10 import CIFAR10DataModule
+    from xla_train.serve.export import export
+    from xla_train.serve.predictor import load_for_inference
+
+    run, _ = xla_run
+    ckpt = shutil.copy(next((run / "checkpoints").glob("best-*.ckpt")), tmp_path / "best.ckpt")
+    program = torch.export.load(export(ckpt, "pt2", None, None, None)).module()
+    images = CIFAR10DataModule(data_dir=str(cifar_root), download=False).arrays("test")[0][:16]
+    expected = load_for_inference(ckpt).probabilities(images).numpy()
+    with torch.no_grad():
+        found = program(torch.from_numpy(images)).numpy()  # the program ends in the softmax
+    assert np.ptp(expected, axis=0).max() > 0.01  # inputs the net tells apart
+    np.testing.assert_allclose(found, expected, atol=1e-5)
+
+
 def test_cpu_fit_trains_and_logs(cpu_run):
     rows = metrics_rows(cpu_run)
     assert epoch_value(rows, "train_acc")[0] > 0
