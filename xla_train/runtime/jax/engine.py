@@ -81,7 +81,9 @@ class JaxEngine(Engine):
         self.stacked = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))
         self.env = compat.environment()
         self.autocast = "bfloat16" if precision in ("bf16", "bf16-mixed") else None
-        self.matmul_precision = {"default": None, "high": "bfloat16_3x", "highest": "float32"}[matmul_precision]
+        # JAX's names for XLA's HIGH (a TPU: bf16 in three passes) and HIGHEST (float32), as torch_xla's; jax 0.10
+        # has no "bfloat16_3x", which raised at the first trace
+        self.matmul_precision = {"default": None, "high": "high", "highest": "highest"}[matmul_precision]
         self.module: StepModule | None = None
         self.opt: FunctionalOptimizer | None = None
         self.state: dict | None = None  # "params", "buffers", "opt", "sums": the arrays the programs read and write
