@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from helpers import SCRIPTS, cli_env, path_with_tests, script_json
+from helpers import rnn_states
 from helpers.packed import (
     CASES,
     LENGTHS,
@@ -260,3 +261,55 @@ def test_a_packed_batch_for_a_module_the_scan_cannot_run_is_one_line():
         net(torch.randn(STEPS, 4, 3), torch.tensor(LENGTHS))
     message = str(e.value)
     assert "\n" not in message and "plain nn.LSTM, nn.GRU or nn.RNN" in message and "padded ids" in message, message
+
+
+def _state_gradients_on_jax(cases: dict) -> dict[str, list[torch.Tensor]]:
+    """The scans on JAX, every case in one jitted program of the initial states' gradients, in this process."""
+    import jax
+    import numpy as np
+    from torchax.interop import jax_view, torch_view
+
+    from xla_train.runtime.jax.compat import environment
+    from xla_train.runtime.jax.recurrence import jax_recurrence
+
+    def arrays(tensors):
+        return [jax.numpy.asarray(t.detach().numpy()) for t in tensors]
+
+    scans = {name: ScanRNN(copy.deepcopy(net), jax_recurrence(1)) for name, (net, *_) in cases.items()}
+    fixed = {name: (arrays(scans[name].parameters()), arrays([x, *w])) for name, (_, x, _, w) in cases.items()}
+
+    def loss(states):
+        total = 0.0
+        with environment():
+            for name, scan in scans.items():
+                params, (x, *weights) = fixed[name]
+                named = dict(zip([n for n, _ in scan.named_parameters()], torch_view(params)))
+                hx = rnn_states.given(list(torch_view(states[name])))
+                out, final = torch.func.functional_call(scan, named, (torch_view(x), hx))
+                finals = final if isinstance(final, tuple) else (final,)
+                total = total + sum((t * w).sum() for t, w in zip((out, *finals), torch_view(weights)))
+        return jax_view(total)
+
+    grads = jax.jit(jax.grad(loss))({name: arrays(states) for name, (_, _, states, _) in cases.items()})
+    return {name: [torch.from_numpy(np.array(g)) for g in found] for name, found in grads.items()}
+
+
+STATE_GRADIENTS_ON = {  # runtime -> {case: [largest difference from nn, nn's smallest slice] per state}
+    "torch_xla": lambda request: request.getfixturevalue("on_xla")["initial state"],  # scan_rnn_on_xla.py's
+    "jax": lambda request: rnn_states.differences(
+        rnn_states.state_cases(), _state_gradients_on_jax(rnn_states.state_cases())
+    ),
+}
+
+
+def test_gradients_reach_an_lstms_and_a_grus_initial_state_as_on_the_cpu(runtime, request):
+    """A decoder that starts from its encoder's final state, or a net that learns its initial state, trains through
+    h0 (and an LSTM's c0) only if the scan's own backward hands their gradients on: with the scan on the runtime,
+    they are nn's on the CPU, for each layer and direction of a two-layer bidirectional LSTM and GRU."""
+    found = STATE_GRADIENTS_ON[runtime](request)
+    assert sorted(found) == sorted(rnn_states.MODES), found
+    for name, states in found.items():
+        assert len(states) == (2 if rnn_states.MODES[name] == "LSTM" else 1), (name, states)
+        for i, (difference, least) in enumerate(states):
+            assert least > 1e-2, (name, i, least)  # through nn the loss reaches every layer's and direction's slice
+            assert difference < 1e-5, (name, f"d state {i}", difference)

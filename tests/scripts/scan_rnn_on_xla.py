@@ -13,6 +13,7 @@ from xla_train.runtime.torch_xla.recurrence import torch_xla_recurrence
 from xla_train.runtime.layers.scan_rnn import ScanRNN, restore_rnn, use_scan_rnn
 
 import helpers.packed as packed_cases
+import helpers.rnn_states as rnn_states
 
 torch.manual_seed(0)
 dev, cpu = torch_xla.device(), torch.device("cpu")
@@ -144,6 +145,16 @@ for name in packed_cases.CASES:
         "read": read,
         "compiled again": met.metric_data("CompileTime")[0] - compiles,
     }
+
+
+# Started from a state of its own (an LSTM's h0 and c0, a GRU's h0): the gradients that reach it are nn's, for each
+# layer and direction; every case in one graph.
+cases, grads = rnn_states.state_cases(), {}
+for name, (ref, x, states, weights) in cases.items():
+    scan = ScanRNN(copy.deepcopy(ref), torch_xla_recurrence).to(dev)
+    grads[name] = rnn_states.state_gradients(scan, x.to(dev), [s.to(dev) for s in states], [w.to(dev) for w in weights])
+torch_xla.sync()
+found["initial state"] = rnn_states.differences(cases, {k: [g.cpu() for g in v] for k, v in grads.items()})
 
 
 # Lengths read on the host as numpy (.cpu().numpy()), which torch_xla can do (a step that reads the host): they
