@@ -1,5 +1,6 @@
 """What hosts and worker processes tell each other, as fast round trips: the pod's stop agreement over a real
-key-value store, and what an xla_mp worker hands back to the parent process (its metrics, logger and callbacks).
+key-value store (torch_xla) and over the engine's all-gather (JAX), and what an xla_mp worker hands back to the parent
+process (its metrics, logger and callbacks).
 
 The real two-host and forked-worker runs are in tests/test_pods.py and tests/test_xla_mp.py (`-m slow`); these
 check the pieces those runs depend on, in the default suite.
@@ -11,15 +12,19 @@ import types
 from datetime import timedelta
 from functools import partial
 
+import numpy as np
+import pytest
 import torch.distributed as dist
 from lightning.pytorch.loggers import CSVLogger
 
-from xla_train.runtime.torch_xla.multihost import HostChannel, HostTopology
+from helpers import require
+from xla_train.runtime.hosts import HostTopology, ProgramHosts
+from xla_train.runtime.torch_xla.multihost import StoreChannel
 from helpers import free_port
 
 
-def _channels(world: int) -> list[HostChannel]:
-    """HostChannels over one TCPStore, as torch_xla's xla:// rendezvous would hand them to each host."""
+def _channels(world: int) -> list[StoreChannel]:
+    """StoreChannels over one TCPStore, as torch_xla's xla:// rendezvous would hand them to each host."""
     port = free_port()
     server = dist.TCPStore(
         "127.0.0.1", port, world, is_master=True, timeout=timedelta(seconds=30), wait_for_workers=False
@@ -31,7 +36,7 @@ def _channels(world: int) -> list[HostChannel]:
             if rank == 0
             else dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=30))
         )
-        ch = HostChannel.__new__(HostChannel)  # the rendezvous itself needs a TPU pod's runtime
+        ch = StoreChannel.__new__(StoreChannel)  # the rendezvous itself needs a TPU pod's runtime
         ch.store, ch.rank, ch.world, ch._calls, ch._gathered = (
             dist.PrefixStore("xla_train", store),
             rank,
@@ -43,17 +48,51 @@ def _channels(world: int) -> list[HostChannel]:
     return out
 
 
-def _on_every_host(channels, requests: list[list[bool]]) -> list[list[bool]]:
-    """Each host calls agree_to_stop once per step with its own requests; returns each host's answers."""
-    from xla_train.runtime.torch_xla.spmd import SPMDStrategy
+class _Gathering:
+    """JaxEngine.gather (an all-gather over the processes, stacked in process order) among threads that stand for
+    the processes: JAX's multi-controller runtime itself needs several processes (tests/test_jax_pods.py)."""
 
-    answers = [[] for _ in channels]
+    def __init__(self, world: int) -> None:
+        self.barrier, self.rows = threading.Barrier(world, timeout=30), [None] * world
+
+    def engine(self, rank: int):
+        return types.SimpleNamespace(gather=partial(self._gather, rank))
+
+    def _gather(self, rank: int, a):
+        self.rows[rank] = np.array(a)
+        self.barrier.wait()
+        out = np.stack(self.rows)
+        self.barrier.wait()
+        return out
+
+
+def _engine_channels(world: int) -> list:
+    require("torchax")
+    from xla_train.runtime.jax.multihost import ProcessChannel
+
+    gathering, out = _Gathering(world), []
+    for rank in range(world):
+        ch = ProcessChannel.__new__(ProcessChannel)
+        ch.engine, ch.rank, ch.world = gathering.engine(rank), rank, world
+        out.append(ch)
+    return out
+
+
+CHANNELS = {"torch_xla": _channels, "jax": _engine_channels}
+
+
+def _on_every_host(channels, each) -> list:
+    """each(me, rank) on every host at once, me a strategy's host side (runtime/hosts.py) over its channel; returns
+    each host's answer."""
+    answers = [None] * len(channels)
 
     def host(rank: int) -> None:
         me = types.SimpleNamespace(topology=HostTopology(rank, len(channels), 1, len(channels)), channel=channels[rank])
-        me.reduce_boolean_decision = partial(SPMDStrategy.reduce_boolean_decision, me)
-        for requested in requests[rank]:
-            answers[rank].append(SPMDStrategy.agree_to_stop(me, requested))
+        me.reduce_boolean_decision = partial(ProgramHosts.reduce_boolean_decision, me)
+        try:
+            answers[rank] = each(me, rank)
+        except Exception as e:
+            answers[rank] = e
 
     threads = [threading.Thread(target=host, args=(r,)) for r in range(len(channels))]
     for t in threads:
@@ -63,17 +102,63 @@ def _on_every_host(channels, requests: list[list[bool]]) -> list[list[bool]]:
     return answers
 
 
-def test_pod_hosts_agree_to_stop_after_the_step_in_which_any_host_was_signalled():
+def _agreeing(requests: list[list[bool]]):
+    return lambda me, rank: [ProgramHosts.agree_to_stop(me, r) for r in requests[rank]]
+
+
+@pytest.mark.parametrize("runtime", CHANNELS)
+def test_pod_hosts_agree_to_stop_after_the_step_in_which_any_host_was_signalled(runtime):
     # host 1 receives the signal at step 3, host 2 at step 4; host 0 never does: every host stops after step 3
     requests = [[False] * 5, [False, False, True, True, True], [False, False, False, True, True]]
-    answers = _on_every_host(_channels(3), requests)
+    answers = _on_every_host(CHANNELS[runtime](3), _agreeing(requests))
     assert answers == [[False, False, True, True, True]] * 3
+
+
+def test_jax_processes_broadcast_over_the_engines_all_gather_and_refuse_to_fall_out_of_step():
+    """Lightning's broadcast (the run folder) from process 1 reaches every process whole; a process that broadcasts
+    from another line of code is refused by name, not handed the others' value."""
+    sent = {"run": "runs/quickstart/version_3", "long": "x" * 5000}
+
+    def broadcast(me, rank):
+        return me.channel.broadcast(sent if rank == 1 else None, src=1, site="fit.py:10")
+
+    assert _on_every_host(_engine_channels(3), broadcast) == [sent] * 3
+
+    def astray(me, rank):
+        return me.channel.broadcast(rank, src=0, site="fit.py:10" if rank else "fit.py:99")
+
+    answers = _on_every_host(_engine_channels(2), astray)
+    assert answers[0] == 0, answers
+    assert isinstance(answers[1], RuntimeError), answers
+    assert str(answers[1]) == "hosts out of step: host 0 broadcast from fit.py:99, host 1 expected one from fit.py:10"
+
+
+def test_the_jax_strategy_reduces_a_processs_own_tensor_over_its_engine_and_leaves_the_programs_sums():
+    """Lightning's reduce (a data loader's length on every process) sums over the processes through the engine's
+    all-gather; the sums a program computed over the global batch are already the same everywhere and stay as they
+    are."""
+    require("torchax")
+    import torch
+
+    from xla_train.runtime.jax.engine import HostSums
+    from xla_train.runtime.jax.strategy import JaxStrategy
+
+    gathering, program_sums = _Gathering(2), HostSums(None, np.ones(4, np.float32))
+
+    def reduce(me, rank):
+        me.engine, me.world_size = gathering.engine(rank), 2
+        me.all_gather = partial(JaxStrategy.all_gather, me)
+        own = JaxStrategy.reduce(me, torch.tensor([rank + 1.0, 10.0]), reduce_op="sum")
+        mean = JaxStrategy.reduce(me, torch.tensor([rank + 1.0]))
+        return own.tolist(), mean.tolist(), JaxStrategy.reduce(me, program_sums, reduce_op="sum") is program_sums
+
+    assert _on_every_host([None, None], reduce) == [([3.0, 20.0], [1.5], True)] * 2
 
 
 def test_the_stop_agreement_leaves_no_keys_behind_in_the_store():
     """Each gather deletes the host's key of the one before, so a long run's store does not grow a key a step."""
     channels = _channels(2)
-    _on_every_host(channels, [[False] * 50, [False] * 50])
+    _on_every_host(channels, _agreeing([[False] * 50, [False] * 50]))
     assert channels[0].store.num_keys() <= 2 + 2  # the last gather's two keys, and the store's own bookkeeping
 
 

@@ -31,6 +31,13 @@ class HardwareError(UserError):
     """The requested accelerator or device count is not on this machine."""
 
 
+class ProcessLost(UserError):
+    """Another process of a run over several processes ended or stopped answering, so this one ends too (exit code 1:
+    nothing the user gave was wrong)."""
+
+    exit_code = 1
+
+
 class TrainingDiverged(UserError):
     """A training loss that is not a number: the run stopped, its last finite state kept (exit code 1: it ran)."""
 

@@ -22,9 +22,10 @@ import torch
 from torch import nn
 
 from xla_train.compat import mark_optimizer_stepped
-from xla_train.errors import ConfigError
+from xla_train.errors import ConfigError, ProcessLost
 from xla_train.runtime.jax import compat
 from xla_train.runtime.jax.backend import COUNTS, PROGRAM_PREFIX
+from xla_train.runtime.jax.multihost import watching
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.grouping import convolution_in
 from xla_train.runtime.interface import Engine, StepModule
@@ -54,8 +55,17 @@ class HostSums:
     def cpu(self) -> torch.Tensor:
         if self.host is None:
             COUNTS.reads += 1
-            self.host = np.array(self.array, dtype=np.float32)
+            self.host = whole(self.array).astype(np.float32)
         return torch.from_numpy(self.host.copy())
+
+
+def whole(a) -> np.ndarray:
+    """A replicated array on the host, read from this process's own copy: with several processes the array spans
+    devices this one cannot address, and each holds all of it."""
+    import jax
+
+    with watching(jax.process_count()):
+        return np.array(a.addressable_data(0))
 
 
 def host_array(t: torch.Tensor) -> np.ndarray:
@@ -73,7 +83,9 @@ class JaxEngine(Engine):
         import jax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-        self.devices, self.loop = list(devices), loop
+        self.devices, self.loop = list(devices), loop  # every process's: one program over all of them
+        self.processes = jax.process_count()
+        self.lost = False  # another process ended: nothing more runs (ProcessLost)
         self.platform = platform_named(self.devices[0].platform)  # cpu, gpu or tpu
         self.mesh = Mesh(np.array(self.devices), (DATA_AXIS,))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
@@ -90,14 +102,13 @@ class JaxEngine(Engine):
         self.seed = 0
         self._jitted: dict = {}
         self.compiler_options: dict = {}  # XLA's options for this module's programs, set by bind
-        self._key = jax.random.key(0)
+        self._key = self._key_of(0)
 
     # --- the state ---------------------------------------------------------------------------------------------
     def bind(self, module: StepModule, seed: int) -> None:
-        import jax
 
         self.module, self.seed = module, int(seed)
-        self._key = jax.random.key(self.seed)
+        self._key = self._key_of(self.seed)
         self._hook = _Hook(module)
         self._params = [n for n, _ in module.named_parameters()]
         self._buffers = [n for n, _ in module.named_buffers()]
@@ -106,19 +117,52 @@ class JaxEngine(Engine):
         self.compiler_options = compat.cpu_compiler_options(convolutions) if self.platform == "cpu" else {}
 
     def set_seed(self, seed: int) -> None:
+        self.seed = int(seed)
+        self._key = self._key_of(self.seed)
+
+    def _key_of(self, seed: int):
+        """The run's key as the program takes it: its data, replicated (a key made on one device of one process
+        cannot go into a program over every process's devices); the program wraps it again."""
         import jax
 
-        self.seed = int(seed)
-        self._key = jax.random.key(self.seed)
+        return self.put(np.asarray(jax.random.key_data(jax.random.key(seed))), self.replicated)
+
+    def put(self, a: np.ndarray, sharding):
+        """A host array as the programs take it. Replicated, it is the same on every process; split over the mesh,
+        it is this process's rows of the global array (its slice of each global batch, in process order)."""
+        import jax
+
+        if self.processes == 1:
+            return jax.device_put(a, sharding)
+        shape = list(a.shape)
+        for dim, axis in enumerate(sharding.spec):
+            if axis == DATA_AXIS:
+                shape[dim] *= self.processes
+        return jax.make_array_from_process_local_data(sharding, a, tuple(shape))
+
+    def gather(self, a: np.ndarray) -> np.ndarray:
+        """Every process's `a` (the same shape on each), stacked in process order: the collective behind what
+        Lightning asks of several processes (runtime/jax/multihost.py's channel, the strategy's reduce)."""
+        from jax.experimental import multihost_utils
+
+        with self._watch():
+            return np.array(multihost_utils.process_allgather(a))
+
+    @contextlib.contextmanager
+    def _watch(self):
+        """Around a wait on the processes' programs: another process that ended is one line (multihost.watching)."""
+        try:
+            with watching(self.processes):
+                yield
+        except ProcessLost:
+            self.lost = True
+            raise
 
     def _put(self, tensors) -> list:
-        import jax
-
-        return [jax.device_put(host_array(t), self.replicated) for t in tensors]
+        return [self.put(host_array(t), self.replicated) for t in tensors]
 
     def take_state(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """The module's (and the optimizer's) torch state to the devices; again after torch's side changed."""
-        import jax
 
         module = self.module
         self.state = {
@@ -126,7 +170,7 @@ class JaxEngine(Engine):
             "buffers": self._put([b for _, b in module.named_buffers()]),
             "opt": [],
             "sums": {},
-            "loss": jax.device_put(np.float32(0), self.replicated),  # the last step's (step_loss)
+            "loss": self.put(np.float32(0), self.replicated),  # the last step's (step_loss)
         }
         if optimizer is not None:
             self.opt = FunctionalOptimizer(optimizer)
@@ -150,24 +194,22 @@ class JaxEngine(Engine):
 
     def sums(self, stage: str):
         """The stage's sums as an array: the module's (the device's, or fresh zeros)."""
-        import jax
 
         held = self.module.step_state(stage)[stage]
         if isinstance(held, HostSums):
             return held.array
-        return jax.device_put(host_array(held), self.replicated)
+        return self.put(host_array(held), self.replicated)
 
     def resident(self, train: bool) -> dict:
         """A training (or evaluation) step's other inputs (the data held on the device, the epoch's order) as device
         arrays, each uploaded once: the tables replicated, the order's rows split as a batch's are."""
-        import jax
 
         out = {}
         cache = self.__dict__.setdefault("_uploaded", {})
         for name, (array, batch_like) in self.module.program_inputs(train).items():
             if cache.get(name, (None,))[0] is not array:  # the array itself is kept, so its id is not reused
                 sharding = self.batch if batch_like else self.replicated
-                cache[name] = (array, jax.device_put(host_array(torch.from_numpy(np.asarray(array))), sharding))
+                cache[name] = (array, self.put(host_array(torch.from_numpy(np.asarray(array))), sharding))
             out[name] = cache[name][1]
         return out
 
@@ -178,11 +220,11 @@ class JaxEngine(Engine):
         COUNTS.reads += 1
         with torch.no_grad():
             for (_, p), a in zip(self.module.named_parameters(), self.state["params"]):
-                p.copy_(torch.from_numpy(np.array(a)))
+                p.copy_(torch.from_numpy(whole(a)))
             for (_, b), a in zip(self.module.named_buffers(), self.state["buffers"]):
-                b.copy_(torch.from_numpy(np.array(a)).to(b.dtype))
+                b.copy_(torch.from_numpy(whole(a)).to(b.dtype))
         if self.opt is not None and self.state["opt"]:
-            self.opt.store([torch.from_numpy(np.array(a)) for a in self.state["opt"]], 0)
+            self.opt.store([torch.from_numpy(whole(a)) for a in self.state["opt"]], 0)
 
     # --- tracing -----------------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -224,7 +266,7 @@ class JaxEngine(Engine):
         import jax
         from torchax.interop import jax_view, torch_view
 
-        key = jax.random.fold_in(key0, step)
+        key = jax.random.fold_in(jax.random.wrap_key_data(key0), step)
 
         def loss_of(params):
             with self._torch(key, train=True):
@@ -303,7 +345,8 @@ class JaxEngine(Engine):
         program = self._jit(name, fn, **kwargs)
         COUNTS.dispatched += 1
         try:
-            return program(*args)
+            with self._watch():
+                return program(*args)
         except (OperatorNotFound, NotImplementedError) as e:
             raise ConfigError(
                 f"runtime=jax: torchax cannot run an op of this net ({str(e).strip().splitlines()[0][:160]}); "
@@ -325,14 +368,13 @@ class JaxEngine(Engine):
     def stack(self, batches: Sequence[Sequence[torch.Tensor]], k: int) -> list:
         """K batches (the first len(batches) real, the rest zeros), one device array per tensor of the batch, each
         (K, batch, ...) with the batch split over the mesh."""
-        import jax
 
         out = []
         for j in range(len(batches[0])):
             rows = [host_array(b[j]) for b in batches]
             rows += [np.zeros_like(rows[0])] * (k - len(rows))
             stacked = np.stack(rows)
-            out.append(jax.device_put(stacked, self.stacked if stacked.ndim >= 2 else self.replicated))
+            out.append(self.put(stacked, self.stacked if stacked.ndim >= 2 else self.replicated))
         return out
 
     def wait(self) -> None:
@@ -343,15 +385,14 @@ class JaxEngine(Engine):
         import jax
 
         t0, cpu0 = time.perf_counter(), time.thread_time()
-        jax.block_until_ready(self.state)
+        with self._watch():
+            jax.block_until_ready(self.state)
         COUNTS.waited[0] += time.perf_counter() - t0
         COUNTS.waited[1] += time.thread_time() - cpu0
 
     def place(self, t: torch.Tensor):
         """One batch tensor on the mesh, split along dimension 0 (a scalar replicated)."""
-        import jax
-
-        return jax.device_put(host_array(t), self.batch if t.dim() else self.replicated)
+        return self.put(host_array(t), self.batch if t.dim() else self.replicated)
 
     # --- a group of steps (runtime/interface.py) --------------------------------------------------------
     def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
@@ -374,17 +415,15 @@ class JaxEngine(Engine):
         time (JaxBackend.sync_clock) leaves it out."""
         if not read:
             return None
-        import jax
 
         self.wait()
         COUNTS.reads += 1
-        loss, sums = jax.device_get((self.state["loss"], self.state["sums"]["train"]))
+        loss, sums = (whole(a) for a in (self.state["loss"], self.state["sums"]["train"]))
         self.module.load_step_state({"train": HostSums(self.state["sums"]["train"], np.asarray(sums, np.float32))})
         return torch.tensor(float(loss))
 
     def train(self, batches, rows: Sequence[Sequence[float]], steps: Sequence[int], k: int) -> None:
         """Run len(batches) <= k training steps as one program of k; the state stays on the devices, dispatched."""
-        import jax
 
         n = len(batches)
         self.state["sums"] = {"train": self.sums("train")}
@@ -395,9 +434,9 @@ class JaxEngine(Engine):
         args = (
             self.state,
             self.stack(batches, k),
-            jax.device_put(scalars, self.replicated),
-            jax.device_put(numbers, self.replicated),
-            jax.device_put(np.int32(n), self.replicated),
+            self.put(scalars, self.replicated),
+            self.put(numbers, self.replicated),
+            self.put(np.int32(n), self.replicated),
             self._key,
             self.resident(train=True),
         )
@@ -423,6 +462,7 @@ class JaxEngine(Engine):
             sums,
             placed,
             self.resident(train=False),
+            out_shardings=self.replicated,  # the sums over the global batch, whole on every process
         )
         self.module.load_step_state({stage: HostSums(new)})
 
@@ -438,6 +478,7 @@ class JaxEngine(Engine):
             self.state["buffers"],
             placed,
             self.resident(train=False),
+            out_shardings=self.replicated,
         )
         COUNTS.reads += 1
-        return jax.tree.map(lambda a: torch.from_numpy(np.array(a)), out)
+        return jax.tree.map(lambda a: torch.from_numpy(whole(a)), out)

@@ -1,26 +1,27 @@
 """The Lightning strategy of the JAX runtime: Lightning keeps the loop, the callbacks, the logging and the checkpoints'
 timing; the engine (runtime/jax/engine.py) runs every step.
 
-To Lightning this is n devices in a world of one process, whose module stays on the host: batches are not moved,
-gradients are not reduced, and the optimizer's step() is not called, because each training step, its gradient and its
-update run inside the engine's program, K steps at a time. The steps are kept until K are there, or until the state
+To Lightning this is one process of n devices, in a world of one process per host (runtime/hosts.py), whose module
+stays on the host: batches are not moved, gradients are not reduced, and the optimizer's step() is not called, because
+each training step, its gradient and its update run inside the engine's program over every process's devices, K steps
+at a time. The steps are kept until K are there, or until the state
 must be true (the end of an epoch or of max_steps, a checkpoint, validation), as on torch_xla.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
+import numpy as np
 import torch
-from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceStrategy
+from lightning.pytorch.strategies import ParallelStrategy
 from typing_extensions import override
 
 from xla_train.runtime.checkpoint_io import AtomicCheckpointIO
 from xla_train.runtime.grouped_steps import GroupedSteps
+from xla_train.runtime.hosts import HostTopology, ProgramHosts
 from xla_train.runtime.jax.backend import JaxBackend
 from xla_train.runtime.jax.engine import JaxEngine
+from xla_train.runtime.jax.multihost import ProcessChannel
 
 # The scan's time steps per loop iteration on a JAX platform, where not runtime/layers/scan_rnn.py's CHUNK (1, the
 # CPU's). On a GPU each iteration of a While loop has a fixed cost beside a time step of the tutorial's LSTM, a few
@@ -47,22 +48,32 @@ class EngineAutocast(Precision):
         self.precision = precision
 
 
-class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
+class JaxStrategy(GroupedSteps, ProgramHosts, ParallelStrategy):
+    """Lightning's strategy for the JAX engine, which it holds: one process of the program's (one on one host, one a
+    host on a pod slice), n devices of its own. Where Lightning needs a collective, it is the engine's."""
+
     strategy_name = "jax"
     always_traced = True  # every step is the engine's program
     fallback = False  # there is no Lightning step to fall back to: what cannot be a program is refused, in one line
     grouping_what = "runtime=jax"
+    hosts_advice = "on runtime=jax num_nodes is the number of processes"
 
-    def __init__(self, devices: list, loop: str = "unroll", precision: str = "32", matmul_precision: str = "default"):
-        engine = JaxEngine(devices, loop, precision, matmul_precision)
-        SingleDeviceStrategy.__init__(
-            self,
-            device=torch.device("cpu"),
+    def __init__(
+        self,
+        devices: list,
+        loop: str = "unroll",
+        precision: str = "32",
+        matmul_precision: str = "default",
+        topology: HostTopology | None = None,
+    ):
+        engine = JaxEngine(devices, loop, precision, matmul_precision)  # devices: every process's
+        topology = topology or HostTopology(0, 1, len(devices), len(devices))
+        super().__init__(
+            parallel_devices=[torch.device("cpu", i) for i in range(topology.local_devices)],
             checkpoint_io=AtomicCheckpointIO(),
             precision_plugin=EngineAutocast("bf16-mixed" if engine.autocast else "32-true"),
         )
-        self.parallel_devices = [torch.device("cpu", i) for i in range(len(devices))]
-        self.cluster_environment = LightningEnvironment()
+        self.place_in_world(topology)
         self.engine = engine
         self._backend = JaxBackend(engine)  # what the rest of the package asks of this run's devices
         self._group: list = []
@@ -71,51 +82,30 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
     def backend(self) -> JaxBackend:
         return self._backend
 
-    # One process, whatever the devices: plain attributes, as SPMD's single host has them.
-    global_rank, local_rank, node_rank, world_size = 0, 0, 0, 1
-
     @property
     @override
     def root_device(self) -> torch.device:
-        return torch.device("cpu")
+        return torch.device("cpu")  # the module stays on the host; its state is the engine's
 
-    @property
-    @override
-    def is_global_zero(self) -> bool:
-        return True
-
-    @property
-    @override
-    def distributed_sampler_kwargs(self) -> dict:
-        return {"num_replicas": 1, "rank": 0}
+    def open_channel(self) -> ProcessChannel:
+        return ProcessChannel(self.engine)
 
     @override
-    def reduce(self, tensor, *args, **kwargs):
-        return tensor
+    def reduce(self, tensor, group=None, reduce_op="mean"):
+        """What the engine's programs computed (a stage's sums: HostSums) is over the global batch, the same on every
+        process, so it stays as it is; a process's own tensor is summed, or averaged, over the processes."""
+        if not self.topology.multi_host or not isinstance(tensor, torch.Tensor):
+            return tensor
+        total = self.all_gather(tensor).sum(0)
+        return total if str(reduce_op).lower().endswith("sum") else total / self.world_size
 
     @override
     def all_gather(self, tensor, group=None, sync_grads: bool = False):
-        return tensor
+        if not self.topology.multi_host:
+            return tensor
+        from xla_train.runtime.jax.engine import host_array
 
-    @override
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        return decision
-
-    @override
-    def barrier(self, *args, **kwargs) -> None:
-        pass
-
-    @override
-    def broadcast(self, obj, src: int = 0):
-        return obj
-
-    @contextmanager
-    @override
-    def block_backward_sync(self):
-        yield None
-
-    def agree_to_stop(self, requested: bool) -> bool:
-        return requested
+        return torch.from_numpy(np.array(self.engine.gather(host_array(tensor)))).to(tensor.dtype)
 
     @override
     def model_to_device(self) -> None:
@@ -178,7 +168,8 @@ class JaxStrategy(GroupedSteps, SingleDeviceStrategy, ParallelStrategy):
 
     @override
     def teardown(self) -> None:
-        self.flush(materialize=True)
+        if not self.engine.lost:  # another process ended: no program of theirs can run, nor is there state to take
+            self.flush(materialize=True)
         super().teardown()
         from xla_train.runtime.layers import rewrites
 

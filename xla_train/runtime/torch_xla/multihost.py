@@ -3,7 +3,7 @@
 Every host runs the same command and executes one compiled program in lockstep, so each loads only its share of
 a global batch (torch_xla's `minibatch` sharding), and a device read by one host alone would hang the slice. The
 few answers the hosts need from each other (the run folder, whether to stop, "the checkpoint is on disk") go over
-the key-value store of torch_xla's `xla://` rendezvous (`HostChannel`): no device work, no extra program.
+the key-value store of torch_xla's `xla://` rendezvous (`StoreChannel`, runtime/hosts.py's channel): no device work, no extra program.
 `coordinator()` sets MASTER_ADDR from the slice's worker list first: without it the rendezvous finds host 0 by a
 transfer over every device (docs/scaling.md, "TPU pod slices").
 """
@@ -14,23 +14,10 @@ import atexit
 import datetime
 import pickle
 import time
-from dataclasses import dataclass
-
 from xla_train.errors import HardwareError
+from xla_train.runtime.hosts import HostChannel, HostTopology
 
 WAIT = datetime.timedelta(minutes=10)  # host 0 may be writing a large checkpoint while the others wait
-
-
-@dataclass(frozen=True)
-class HostTopology:
-    process_index: int = 0
-    process_count: int = 1
-    local_devices: int = 1
-    global_devices: int = 1
-
-    @property
-    def multi_host(self) -> bool:
-        return self.process_count > 1
 
 
 def host_topology() -> HostTopology:
@@ -71,12 +58,8 @@ def coordinator() -> str | None:
     return os.environ["MASTER_ADDR"]
 
 
-class HostChannel:
-    """Small pickled messages between the hosts; every host must make the same calls in the same order.
-
-    A broadcast carries the caller's code location, so hosts that fall out of step
-    fail with a message instead of exchanging each other's values.
-    """
+class StoreChannel(HostChannel):
+    """runtime/hosts.py's channel over the rendezvous store: no device work."""
 
     def __init__(self) -> None:
         import torch.distributed as dist
@@ -100,9 +83,7 @@ class HostChannel:
             self.store.set(key, pickle.dumps((site, obj)))
         their_site, value = pickle.loads(self.store.get(key))
         if their_site != site:
-            raise RuntimeError(
-                f"hosts out of step: host {src} broadcast from {their_site}, host {self.rank} expected one from {site}"
-            )
+            raise self.out_of_step(src, their_site, site)
         return value
 
     def all_gather(self, obj) -> list:
@@ -116,9 +97,6 @@ class HostChannel:
             self.store.delete_key(self._gathered)
         self._gathered = key
         return values
-
-    def barrier(self) -> None:
-        self.all_gather(None)
 
     def _leave(self) -> None:
         """Host 0 serves the store, so at exit it waits (a while) until every other host is done with it."""

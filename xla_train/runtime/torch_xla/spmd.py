@@ -10,12 +10,9 @@ along the batch (docs/scaling.md, "One program for every device (SPMD)").
 
 from __future__ import annotations
 
-import builtins
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch.strategies import ParallelStrategy
 from torch import nn
 from typing_extensions import override
@@ -25,7 +22,8 @@ from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
 from xla_train.runtime.torch_xla.engine import OneDevice
-from xla_train.runtime.torch_xla.multihost import HostChannel, HostTopology
+from xla_train.runtime.hosts import HostTopology, ProgramHosts
+from xla_train.runtime.torch_xla.multihost import StoreChannel
 from xla_train.runtime.torch_xla.strategy import XLASingleDeviceStrategy, device_loader
 
 DATA_AXIS = "data"
@@ -149,7 +147,7 @@ def require_replicated(state, where: str = "checkpoint") -> None:
         )
 
 
-class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
+class SPMDStrategy(ProgramHosts, XLASingleDeviceStrategy, ParallelStrategy):
     """One process per host, one compiled program, n devices: the batch is split, everything else is replicated.
 
     Under SPMD torch_xla shows the n devices as one virtual device, so this is the
@@ -170,13 +168,10 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         mesh = data_mesh(topology.global_devices)
         placement = DataMesh(torch_xla.device(0), mesh, topology)
         super().__init__(0, accelerator=accelerator, precision_plugin=precision_plugin, placement=placement)
-        self.topology, self.mesh = topology, mesh
+        self.mesh = mesh
         self.parallel_devices = [torch.device("xla", i) for i in range(num_devices)]
-        self.cluster_environment = LightningEnvironment()  # one process per host: never launches any
-        self.global_rank = self.node_rank = self.topology.process_index
-        self.world_size = self.topology.process_count
+        self.place_in_world(topology)
         self._batch_norms: dict[nn.Module, type] = {}
-        self._channel: HostChannel | None = None
 
     @override
     def setup(self, trainer) -> None:
@@ -189,73 +184,8 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         restore_batch_norm(self._batch_norms)
         self._batch_norms = {}
 
-    # Plain attributes, which SingleDeviceStrategy assigns; __init__ sets them per host (rank 0 of 1 on one host).
-    global_rank, local_rank, node_rank, world_size = 0, 0, 0, 1
-
-    # num_nodes and set_world_ranks are not methods of any base class: Lightning's accelerator connector looks
-    # for them with hasattr (as DDPStrategy has them), so they carry no @override.
-    @property
-    def num_nodes(self) -> int:
-        return self.topology.process_count
-
-    @num_nodes.setter
-    def num_nodes(self, n: int) -> None:  # Lightning passes on Trainer(num_nodes=...)
-        if n != self.topology.process_count:
-            raise HardwareError(
-                f"num_nodes={n} but the XLA runtime has {self.topology.process_count} host(s); "
-                f"leave num_nodes unset on XLA, the runtime knows its hosts"
-            )
-
-    @property
-    @override
-    def is_global_zero(self) -> bool:
-        return self.global_rank == 0
-
-    def set_world_ranks(self) -> None:
-        if self.topology.multi_host:  # Lightning's rank_zero_only loggers and messages: host 0 only
-            self.cluster_environment.set_world_size(self.world_size)
-            self.cluster_environment.set_global_rank(self.global_rank)
-            compat.set_rank_zero_only(self.global_rank)
-
-    @property
-    @override
-    def distributed_sampler_kwargs(self) -> dict:
-        return {"num_replicas": self.world_size, "rank": self.global_rank}  # one host loads its global-batch share
-
-    @property
-    def channel(self) -> HostChannel:
-        if self._channel is None:
-            self._channel = HostChannel()
-        return self._channel
-
-    @override
-    def broadcast(self, obj, src: int = 0):
-        if not self.topology.multi_host:
-            return obj
-        return self.channel.broadcast(obj, src, site=compat.caller_site())
-
-    @override
-    def barrier(self, *args, **kwargs) -> None:
-        if self.topology.multi_host:
-            self.channel.barrier()
-
-    @override
-    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
-        # no device tensor, no device sync: on one host there is nothing to agree with
-        if not self.topology.multi_host:
-            return decision
-        decisions = self.channel.all_gather(bool(decision))
-        return builtins.all(decisions) if all else any(decisions)
-
-    def agree_to_stop(self, requested: bool) -> bool:
-        """Whether any host was asked to stop; every host calls it once after every training step.
-
-        A preemption signal reaches the hosts at different steps. A host that stopped
-        on its own would save while the others ran the next step's program, and the
-        slice would hang; asked here, over the store, every host stops after one same
-        step, at the cost of one host-side exchange a step and no device work.
-        """
-        return self.reduce_boolean_decision(requested, all=False)
+    def open_channel(self) -> StoreChannel:
+        return StoreChannel()
 
     @override
     def reduce(self, tensor, *args, **kwargs):
@@ -274,11 +204,6 @@ class SPMDStrategy(XLASingleDeviceStrategy, ParallelStrategy):
         checkpoint = to_cpu(checkpoint)
         if self.is_global_zero:
             self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
-
-    @contextmanager
-    @override
-    def block_backward_sync(self):
-        yield None
 
     @override
     def process_dataloader(self, dataloader):
