@@ -1,5 +1,6 @@
 """TPU pod slices, the paths only a pod takes: a preemption signal that reaches one host, a data folder all
-hosts share. Emulated pod hosts on XLA:CPU (tests/pod_host.py, as in tests/test_scaling.py)."""
+hosts share. Emulated pod hosts on XLA:CPU (tests/pod_host.py, as in tests/test_scaling.py), and on JAX real processes
+(tests/test_jax_pods.py)."""
 
 from __future__ import annotations
 
@@ -9,27 +10,8 @@ import sys
 import pytest
 import torch
 
-from helpers import SCRIPTS, cli_env, run_paced, run_pod
+from helpers import POD_STEPS, SCRIPTS, cli_env, pod_fit, run_paced
 from xla_train.training.resume import PREEMPTED_EXIT_CODE
-
-STEPS = 6
-
-
-def _pod(work, *extra: str, host1: tuple[str, ...] = (), timeout: int = 150):
-    """Two emulated hosts (1 XLA:CPU device each) run one fit; `host1` are arguments for host 1 alone."""
-
-    def args(h: int) -> tuple[str, ...]:
-        stop = work / f"host{h}" / "stop.json"
-        fit = (
-            "epochs=1",
-            "test_after_fit=false",
-            f"runs_dir={work / 'runs'}",
-            f"--trainer.limit_train_batches={STEPS}",
-        )
-        record = ("--trainer.callbacks+=probes.StopRecord", f"--trainer.callbacks.init_args.out={stop}")
-        return (*fit, *record, *extra, *(host1 if h == 1 else ()))
-
-    return run_pod(lambda h: work / f"host{h}", args, timeout)
 
 
 def _last(work, version: int) -> dict:
@@ -38,14 +20,15 @@ def _last(work, version: int) -> dict:
     )
 
 
-@pytest.mark.slow  # three 2-host fits: about a minute of CPU, three on this shared machine
-def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resumes_exactly(tmp_path):
-    """SIGTERM reaches host 1 alone, after step 2. The hosts agree over their store (no device work) to stop
-    after one same step, both save there and exit 75; resuming from that checkpoint ends with the weights of
-    the run that was never stopped."""
+@pytest.mark.runtime_marks(torch_xla=pytest.mark.slow)  # three 2-host fits: about a minute of CPU on torch_xla
+def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resumes_exactly(tmp_path, runtime):
+    """SIGTERM reaches host 1 alone, after step 2. The hosts agree (over torch_xla's store, or JAX's collectives) to
+    stop after one same step, both save there and exit 75; resuming from that checkpoint on both ends with the weights
+    of the run that was never stopped. On torch_xla the hosts are emulated (tests/pod_host.py); on JAX they are two
+    real processes of 4 CPU devices (tests/test_jax_pods.py)."""
     import json
 
-    whole = _pod(tmp_path / "whole")
+    whole = pod_fit(tmp_path / "whole", runtime=runtime)
     for p in whole:
         assert p.returncode == 0, p.stderr[-4000:]
 
@@ -55,23 +38,24 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
         "--trainer.callbacks.init_args.step=2",
         "--trainer.callbacks.init_args.sig=SIGTERM",
     )
-    stopped = _pod(work, host1=kill)
+    stopped = pod_fit(work, host1=kill, runtime=runtime)
     for p in stopped:
         assert p.returncode == PREEMPTED_EXIT_CODE, p.stderr[-4000:]
     steps = [json.loads((work / f"host{h}" / "stop.json").read_text()) for h in (0, 1)]
     assert steps[0] == steps[1] and steps[0]["exception"] == "SIGTERMException", steps
     at = steps[0]["step"]
-    assert 2 <= at < STEPS  # after the signal's step, before the epoch's end
+    assert 2 <= at < POD_STEPS  # after the signal's step, before the epoch's end
     assert _last(work, 0)["global_step"] == at  # host 0 wrote what both hosts saved
     assert f"stopped by signal after step {at}" in stopped[0].stderr
 
-    resumed = _pod(work, f"ckpt={work / 'runs/quickstart/version_0/checkpoints/last.ckpt'}")
+    resumed = pod_fit(work, f"ckpt={work / 'runs/quickstart/version_0/checkpoints/last.ckpt'}", runtime=runtime)
     for p in resumed:
         assert p.returncode == 0, p.stderr[-4000:]
     a, b = _last(tmp_path / "whole", 0), _last(work, 1)
-    assert a["global_step"] == b["global_step"] == STEPS
+    assert a["global_step"] == b["global_step"] == POD_STEPS
     for k in a["state_dict"]:
         torch.testing.assert_close(b["state_dict"][k], a["state_dict"][k], atol=1e-5, rtol=0, msg=k)
+    assert sorted(p.name for p in (work / "host1").iterdir()) == ["stop.json"]  # host 1 wrote nothing else
 
 
 def test_hosts_sharing_a_data_dir_download_once_while_the_others_wait(tmp_path):

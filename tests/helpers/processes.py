@@ -141,20 +141,52 @@ POD_FIT = (  # a short quickstart fit of a tiny net, as every emulated pod test 
 )
 
 
-def run_pod(work_of, args_of, timeout: int = 150) -> list[subprocess.CompletedProcess]:
-    """Two emulated pod hosts (tests/pod_host.py, 1 XLA:CPU device each) started together: host h runs in the
-    folder work_of(h) with POD_FIT plus args_of(h)."""
+def run_pod(work_of, args_of, timeout: int = 150, runtime: str = "torch_xla", devices: int = 1):
+    """Two pod hosts started together, host h in the folder work_of(h) with POD_FIT plus args_of(h). On torch_xla
+    emulated (tests/pod_host.py, 1 XLA:CPU device each); on jax two real processes of JAX's multi-controller runtime
+    with `devices` CPU devices each, told who is who as a launch without a cluster tells them."""
     port = str(free_port())
 
     def host(h: int):
         work = work_of(h)
         work.mkdir(parents=True, exist_ok=True)
-        env = cli_env(2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        command = [sys.executable, str(TESTS / "pod_host.py"), *POD_FIT, *args_of(h)]
+        if runtime == "jax":
+            who = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(h)}
+            env = cli_env(devices, **who)
+            keys = ("runtime=jax", f"devices={devices}", "num_nodes=2")
+            command = [sys.executable, str(TESTS / "fixture_cli.py"), *POD_FIT, *keys, *args_of(h)]
+        else:
+            env = cli_env(
+                2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
+            )
+            command = [sys.executable, str(TESTS / "pod_host.py"), *POD_FIT, *args_of(h)]
         return run_paced(command, timeout, cwd=work, env=env)
 
     with ThreadPoolExecutor(2) as pool:
         return list(pool.map(host, (0, 1)))
+
+
+POD_STEPS = 5  # a pod fit's training steps: the digits' training split holds 5 global batches of 8 devices x 32
+
+
+def pod_fit(work: Path, *extra: str, host1: tuple[str, ...] = (), runtime: str = "torch_xla", timeout: int = 150):
+    """Two pod hosts run one fit of POD_STEPS steps, host h in work/host{h}, the run in work/runs, each host writing
+    the step it stopped at (if an exception stopped it) to its stop.json; `host1` are arguments for host 1 alone.
+    On jax each host is a process of 4 CPU devices."""
+
+    def args(h: int) -> tuple[str, ...]:
+        stop = work / f"host{h}" / "stop.json"
+        fit = (
+            "epochs=1",
+            "test_after_fit=false",
+            f"runs_dir={work / 'runs'}",
+            f"--trainer.limit_train_batches={POD_STEPS}",
+        )
+        record = ("--trainer.callbacks+=probes.StopRecord", f"--trainer.callbacks.init_args.out={stop}")
+        # one step an execution: the hosts agree whether to stop after every step
+        return (*fit, "steps_per_execution=1", *record, *extra, *(host1 if h == 1 else ()))
+
+    return run_pod(lambda h: work / f"host{h}", args, timeout, runtime, 4 if runtime == "jax" else 1)
 
 
 def run_cli(

@@ -178,6 +178,7 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
             runtime=self.setting("runtime") or "auto",
             scan_chunk=self.setting("scan_chunk"),
             device_data_mb=self.setting("device_data_mb"),
+            process_timeout=self.setting("process_timeout"),
         )
         kwargs.update(plan.trainer_kwargs)
         self.plan = plan

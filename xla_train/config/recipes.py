@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 import yaml
-from jsonargparse.typing import NonNegativeFloat, PositiveInt
+from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from xla_train.errors import ConfigError
 from xla_train.runtime.registry import runtime_names
@@ -90,6 +90,11 @@ RUN_SETTINGS = {  # the run's own settings beside trainer., model. and data.: na
         NonNegativeFloat,
         1024,
         "XLA: what data.on_device=auto may hold on each device, in MB (every split, replicated)",
+    ),
+    "process_timeout": (
+        PositiveFloat,
+        300,
+        "runtime=jax over num_nodes processes: seconds each waits for the others to join before it ends in one line",
     ),
     "matmul_precision": (
         Literal["default", "high", "highest"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from xla_train import compat
 from xla_train.runtime import probe, registry
-from xla_train.runtime.settings import DEVICE_DATA_MB, CompileSetting, HardwarePlan, PlanSettings
+from xla_train.runtime.settings import DEVICE_DATA_MB, PROCESS_TIMEOUT_S, CompileSetting, HardwarePlan, PlanSettings
 
 
 def run_steps(epoch_steps: int, max_epochs=None, max_steps=-1) -> float:
@@ -37,6 +37,7 @@ def plan_hardware(
     runtime: str = "auto",
     scan_chunk: int | None = None,
     device_data_mb: float = DEVICE_DATA_MB,
+    process_timeout: float = PROCESS_TIMEOUT_S,
 ) -> HardwarePlan:
     settings = PlanSettings(
         accelerator=str(accelerator),
@@ -53,6 +54,7 @@ def plan_hardware(
         runtime=runtime,
         scan_chunk=scan_chunk,
         device_data_mb=device_data_mb,
+        process_timeout=process_timeout,
     )
     return plan_settings(settings)
 

@@ -14,6 +14,9 @@ from xla_train.runtime.grouping import EXECUTION_LOOPS
 # memory (v2: 8 GiB) and a sixteenth of a v5e chip's, and holds CIFAR-10 and IMDB at maxlen 500 with room to spare.
 DEVICE_DATA_MB = 1024
 CompileSetting = bool | str  # True, False or "auto"
+# Several processes (num_nodes on runtime=jax): how long each waits for the others to join before it ends in one line
+# naming the missing ones. JAX's own default: a pod slice's hosts may come up minutes apart.
+PROCESS_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class PlanSettings:
     runtime: str = "auto"
     scan_chunk: int | None = None  # the scan's time steps per loop iteration; None: the runtime's for its platform
     device_data_mb: float = DEVICE_DATA_MB  # what data.on_device=auto may put on each device
+    process_timeout: float = PROCESS_TIMEOUT_S  # several processes: how long each waits for the others to join
 
     def __post_init__(self) -> None:
         n = self.num_nodes
@@ -49,6 +53,9 @@ class PlanSettings:
             raise ConfigError(f"execution_loop={self.execution_loop!r}; use one of {', '.join(EXECUTION_LOOPS)}")
         object.__setattr__(self, "compile", parse_setting("compile", self.compile))
         object.__setattr__(self, "channels_last", parse_setting("channels_last", self.channels_last))
+        t = self.process_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or t <= 0:
+            raise ConfigError(f"process_timeout={t!r} is not a number of seconds (more than 0)")
         mb = self.device_data_mb
         if isinstance(mb, bool) or not isinstance(mb, (int, float)) or mb < 0:
             raise ConfigError(f"device_data_mb={mb!r} is not a number of megabytes (0 or more)")

@@ -134,7 +134,7 @@ def jax_devices(kind: str, devices="auto") -> list:
         if platform == "cpu":
             jax.config.update("jax_platforms", "cpu")
     try:
-        found = jax.devices(platform) if platform else jax.devices()
+        found = jax.local_devices(backend=platform)  # this process's (with several, jax.devices() is all of theirs)
     except RuntimeError:
         raise HardwareError(
             f"accelerator={kind} on runtime=jax but JAX has no {platform.upper()} backend here; install "

@@ -1,6 +1,11 @@
-"""Several processes, one JAX program: what JAX's multi-controller runtime (one process a host of a pod slice) adds to
-the engine. The few host-side answers Lightning shares between processes go over the engine's collectives
-(`ProcessChannel`), and a collective that fails because another process ended is one line (`watching`).
+"""Several processes, one JAX program: JAX's multi-controller runtime, as a pod slice runs it (one process a host).
+
+Every process runs the same command and joins the others with `jax.distributed.initialize` before JAX starts a
+backend. JAX finds who is who on a Cloud TPU slice, under SLURM, Open MPI and Kubernetes; where nothing says,
+JAX_COORDINATOR_ADDRESS (JAX's own name, which it reads too), JAX_NUM_PROCESSES and JAX_PROCESS_ID do, as the
+launch sets them on each process. On the CPU the processes' collectives go over gloo. The engine's mesh then spans
+every device of every process, and each process feeds its own slice of each global batch (runtime/jax/engine.py).
+The few host-side answers Lightning shares between processes go over the engine's collectives (`ProcessChannel`).
 """
 
 from __future__ import annotations
@@ -13,8 +18,186 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from xla_train.errors import ProcessLost
-from xla_train.runtime.hosts import HostChannel
+from xla_train.errors import ConfigError, HardwareError, ProcessLost
+from xla_train.runtime.hosts import HostChannel, HostTopology
+
+# How long a process waits to hear from the others once they have joined before JAX's coordination service declares
+# one dead and ends every process: bounded, so that a process that dies leaves no other hanging.
+HEARTBEAT_S = 60
+STALE_S = 20  # xla_train's own watch (Watch): a process silent this long is named, in one line, before JAX's heartbeat
+SAY_WHO = "JAX_COORDINATOR_ADDRESS=HOST:PORT (process 0's), JAX_NUM_PROCESSES and JAX_PROCESS_ID"
+
+
+def _listed(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        raise ConfigError(f"{name}={value!r} is not a whole number; set it to the {name[4:].lower().replace('_', ' ')}")
+    return int(value)
+
+
+def join(num_nodes: int, timeout_s: float) -> bool:
+    """Join the other processes (num_nodes in all) before JAX starts a backend; False where this process runs alone.
+    A process that does not join within `timeout_s` ends this one in one line naming it."""
+    import jax
+
+    from xla_train.runtime.jax import compat
+
+    count, index = _listed("JAX_NUM_PROCESSES"), _listed("JAX_PROCESS_ID")
+    if count is not None and count != num_nodes:
+        raise HardwareError(
+            f"num_nodes={num_nodes} but JAX_NUM_PROCESSES={count}; on runtime=jax num_nodes is the number of "
+            f"processes: set num_nodes={count} on every process"
+        )
+    if num_nodes == 1:
+        return False
+    if jax.distributed.is_initialized():  # an earlier run in this process (a notebook) joined them
+        return True
+    if compat.backends_started():
+        raise HardwareError(
+            f"num_nodes={num_nodes}: JAX started its backends in this process before joining the other processes; "
+            f"run in a new process"
+        )
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # the CPU's collectives between processes
+    kwargs = {}
+    if count is not None:
+        if index is None or not 0 <= index < count:
+            raise ConfigError(f"JAX_PROCESS_ID={index} with JAX_NUM_PROCESSES={count}; set it to 0 to {count - 1}")
+        kwargs = {"num_processes": count, "process_id": index}
+        roll_call(os.environ.get("JAX_COORDINATOR_ADDRESS", ""), count, index, timeout_s)
+    try:
+        jax.distributed.initialize(
+            initialization_timeout=max(1, int(timeout_s)), heartbeat_timeout_seconds=HEARTBEAT_S, **kwargs
+        )
+    except (ValueError, TypeError) as e:  # no cluster says who is who, and the variables do not either
+        raise HardwareError(
+            f"num_nodes={num_nodes} on runtime=jax, but no cluster (a Cloud TPU slice, SLURM, Open MPI, "
+            f"Kubernetes) says which process this is ({e}); set {SAY_WHO} on each process"
+        ) from None
+    return True
+
+
+def topology(num_nodes: int) -> HostTopology:
+    """This process's place, once JAX's backends have started (asking starts them)."""
+    import jax
+
+    if jax.process_count() != num_nodes:
+        raise HardwareError(
+            f"num_nodes={num_nodes} but JAX's runtime joined {jax.process_count()} processes; set "
+            f"num_nodes={jax.process_count()} on every process"
+        )
+    local, total = jax.local_device_count(), jax.device_count()
+    return HostTopology(jax.process_index(), jax.process_count(), local, total)
+
+
+def roll_call(coordinator: str, count: int, index: int, timeout_s: float) -> None:
+    """Every process signs in on a store that process 0 serves at the coordinator's port + 1, before JAX's own join,
+    whose timeout ends a process with a fatal log that names no one: a process missing after `timeout_s` is named
+    here, in one line."""
+    import datetime
+    import time
+
+    from torch.distributed import TCPStore
+
+    host, _, port = coordinator.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"JAX_COORDINATOR_ADDRESS={coordinator!r}; set it to process 0's HOST:PORT")
+    late = f"did not join within {timeout_s:g} s; start every process with the same command and {SAY_WHO}"
+    try:
+        store = TCPStore(
+            host,
+            int(port) + 1,
+            count,
+            is_master=index == 0,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+    except RuntimeError:  # torch's DistStoreError: process 0's store never answered
+        raise HardwareError(f"process 0 of num_nodes={count} (at {host}:{int(port) + 1}) {late}") from None
+    store.set(f"present/{index}", "1")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = [i for i in range(count) if not store.check([f"present/{i}"])]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if missing:
+        raise HardwareError(f"process(es) {', '.join(map(str, missing))} of num_nodes={count} {late}")
+    Watch(store, count, index).start()
+
+
+class Watch:
+    """Each process beats on the roll call's store every second and watches the others' beats, from a thread of its
+    own: a process whose beat stops for STALE_S (it died, or hangs) ends every other in one line naming it, within a
+    bounded time and before JAX's own heartbeat (HEARTBEAT_S) would abort them with pages of logs; process 0's store
+    gone is process 0 gone. At a normal exit a process says it is done, and process 0, which serves the store, waits
+    (as long as the others beat) until every other is."""
+
+    def __init__(self, store, count: int, index: int) -> None:
+        import threading
+
+        self.store, self.count, self.index = store, count, index
+        self.others = [i for i in range(count) if i != index]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="xla_train-processes", daemon=True)
+        self._seen: dict = {}  # process -> (its last beat, when this one saw it change)
+
+    def start(self) -> None:
+        atexit.register(self.leave)  # after JAX's own shutdown was registered: runs before it
+        self.thread.start()
+
+    def _beat(self) -> None:
+        beat = 0
+        while not self.stop.wait(1.0):
+            beat += 1
+            try:
+                self.store.set(f"alive/{self.index}", str(beat))
+                for i in self.others:
+                    if self._stale(i):
+                        self._lost(i, f"stopped answering for {STALE_S} s")
+            except RuntimeError:  # the store's connection: process 0 serves it
+                if not self.stop.is_set():
+                    self._lost(0, "ended")
+
+    def _stale(self, i: int) -> bool:
+        import time
+
+        now = time.monotonic()
+        if self.store.check([f"done/{i}"]):
+            return False
+        beat = self.store.get(f"alive/{i}") if self.store.check([f"alive/{i}"]) else b""
+        last, since = self._seen.get(i, (None, now))
+        if beat != last:
+            self._seen[i] = (beat, now)
+            return False
+        return now - since > STALE_S
+
+    def _lost(self, i: int, how: str) -> None:
+        print(
+            f"xla_train: error: process {i} of num_nodes={self.count} {how}, so process {self.index} ends too; start "
+            f"every process again with ckpt=last",
+            file=sys.stderr,
+            flush=True,
+        )
+        _leave(ProcessLost.exit_code)
+
+    def leave(self) -> None:
+        import time
+
+        self.stop.set()
+        self.thread.join(10)
+        try:
+            self.store.set(f"done/{self.index}", "1")
+            if self.index:
+                return
+            self._seen = {}
+            waiting = list(self.others)
+            while waiting:  # process 0 serves the store: until every other is done, or has stopped beating
+                waiting = [i for i in waiting if not self.store.check([f"done/{i}"]) and not self._stale(i)]
+                time.sleep(0.1)
+        except RuntimeError:  # a process that has already failed has nothing left to say
+            pass
 
 
 @contextmanager
