@@ -106,7 +106,6 @@ def _agreeing(requests: list[list[bool]]):
     return lambda me, rank: [ProgramHosts.agree_to_stop(me, r) for r in requests[rank]]
 
 
-@pytest.mark.parametrize("runtime", CHANNELS)
 def test_pod_hosts_agree_to_stop_after_the_step_in_which_any_host_was_signalled(runtime):
     # host 1 receives the signal at step 3, host 2 at step 4; host 0 never does: every host stops after step 3
     requests = [[False] * 5, [False, False, True, True, True], [False, False, False, True, True]]
