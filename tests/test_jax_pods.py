@@ -10,7 +10,19 @@ import sys
 import pytest
 import torch
 
-from helpers import POD_FIT, POD_STEPS, TESTS, cli_env, free_port, pod_fit, require, run_cli, run_paced
+from helpers import (
+    POD_FIT,
+    POD_STEPS,
+    TESTS,
+    cli_env,
+    epoch_value,
+    free_port,
+    metrics_rows,
+    pod_fit,
+    require,
+    run_cli,
+    run_paced,
+)
 
 require("torchax")
 
@@ -26,7 +38,7 @@ def _ours(out: str) -> list[str]:
 
 
 def _last(work) -> dict:
-    return torch.load(work / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    return torch.load(work / "host0" / "runs/quickstart/version_0/checkpoints/last.ckpt", weights_only=True)
 
 
 def test_two_processes_of_4_devices_train_to_one_of_8_devices_weights_and_process_1_writes_nothing(tmp_path):
@@ -34,13 +46,18 @@ def test_two_processes_of_4_devices_train_to_one_of_8_devices_weights_and_proces
     for p in (p0, p1):
         assert p.returncode == 0, p.stderr[-4000:]
     single = tmp_path / "single"
-    single.mkdir()
+    (single / "host0").mkdir(parents=True)
     fit = ("epochs=1", "test_after_fit=false", f"--trainer.limit_train_batches={POD_STEPS}", "steps_per_execution=1")
-    run_cli(*POD_FIT, "runtime=jax", "devices=8", *fit, f"runs_dir={single / 'runs'}", cwd=single, devices=8)
+    run_cli(*POD_FIT, "runtime=jax", "devices=8", *fit, f"runs_dir={single / 'host0/runs'}", cwd=single, devices=8)
     a, b = _last(single), _last(tmp_path / "pod")
     assert a["global_step"] == b["global_step"] == POD_STEPS
     for k in a["state_dict"]:
         torch.testing.assert_close(b["state_dict"][k], a["state_dict"][k], atol=TOLERANCE, rtol=0, msg=k)
+    # the epoch's metrics are the global batch's: every process's sums, each sample counted once
+    run = "runs/quickstart/version_0"
+    for key in ("train_loss", "train_acc", "val_loss", "val_acc"):
+        one, two = (epoch_value(metrics_rows(w / "host0" / run), key) for w in (single, tmp_path / "pod"))
+        assert one.keys() == two.keys() == {0} and abs(one[0] - two[0]) < 1e-6, (key, one, two)
     assert list((tmp_path / "pod" / "host1").rglob("*")) == []  # no file, no folder: process 0 writes the run
     assert _ours(p1.stdout) == []  # the run report and the epoch lines are process 0's
     assert "(accelerator xla, 4 device(s) on each of 2 hosts)" in p0.stdout, p0.stdout
@@ -72,5 +89,5 @@ def test_a_process_that_dies_mid_run_ends_the_other_in_one_line_naming_it(tmp_pa
     assert p0.returncode == 1, p0.stderr[-3000:]
     last = p0.stderr.strip().splitlines()[-1]
     assert last.startswith("xla_train: error: process 1 of num_nodes=2 "), p0.stderr[-3000:]
-    assert f"stopped answering for {STALE_S} s, so process 0 ends too" in last, p0.stderr[-3000:]
+    assert f"ended, or stopped answering for {STALE_S} s, so process 0 ends too" in last, p0.stderr[-3000:]
     assert "Traceback" not in p0.stderr, p0.stderr[-3000:]

@@ -15,8 +15,9 @@ from xla_train.training.resume import PREEMPTED_EXIT_CODE
 
 
 def _last(work, version: int) -> dict:
+    """Host 0's last checkpoint of its run version_N (pod_fit: each host has its own runs_dir, host 1's empty)."""
     return torch.load(
-        work / "runs" / "quickstart" / f"version_{version}" / "checkpoints" / "last.ckpt", weights_only=True
+        work / "host0" / "runs/quickstart" / f"version_{version}/checkpoints/last.ckpt", weights_only=True
     )
 
 
@@ -48,7 +49,8 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
     assert _last(work, 0)["global_step"] == at  # host 0 wrote what both hosts saved
     assert f"stopped by signal after step {at}" in stopped[0].stderr
 
-    resumed = pod_fit(work, f"ckpt={work / 'runs/quickstart/version_0/checkpoints/last.ckpt'}", runtime=runtime)
+    last = work / "host0" / "runs/quickstart/version_0/checkpoints/last.ckpt"
+    resumed = pod_fit(work, f"ckpt={last}", runtime=runtime)  # host 1 reads the file host 0 wrote
     for p in resumed:
         assert p.returncode == 0, p.stderr[-4000:]
     a, b = _last(tmp_path / "whole", 0), _last(work, 1)

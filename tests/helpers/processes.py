@@ -170,16 +170,16 @@ POD_STEPS = 5  # a pod fit's training steps: the digits' training split holds 5 
 
 
 def pod_fit(work: Path, *extra: str, host1: tuple[str, ...] = (), runtime: str = "torch_xla", timeout: int = 150):
-    """Two pod hosts run one fit of POD_STEPS steps, host h in work/host{h}, the run in work/runs, each host writing
-    the step it stopped at (if an exception stopped it) to its stop.json; `host1` are arguments for host 1 alone.
-    On jax each host is a process of 4 CPU devices."""
+    """Two pod hosts run one fit of POD_STEPS steps, host h in work/host{h} with its own runs_dir there (host 0's
+    fills, host 1's must stay empty), each writing the step it stopped at (if an exception stopped it) to its
+    stop.json; `host1` are arguments for host 1 alone. On jax each host is a process of 4 CPU devices."""
 
     def args(h: int) -> tuple[str, ...]:
         stop = work / f"host{h}" / "stop.json"
         fit = (
             "epochs=1",
             "test_after_fit=false",
-            f"runs_dir={work / 'runs'}",
+            f"runs_dir={work / f'host{h}' / 'runs'}",
             f"--trainer.limit_train_batches={POD_STEPS}",
         )
         record = ("--trainer.callbacks+=probes.StopRecord", f"--trainer.callbacks.init_args.out={stop}")

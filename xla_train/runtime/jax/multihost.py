@@ -25,6 +25,7 @@ from xla_train.runtime.hosts import HostChannel, HostTopology
 # one dead and ends every process: bounded, so that a process that dies leaves no other hanging.
 HEARTBEAT_S = 60
 STALE_S = 20  # xla_train's own watch (Watch): a process silent this long is named, in one line, before JAX's heartbeat
+WAITING = [None]  # since when this process's main thread has waited on the processes' programs (watching), if it has
 SAY_WHO = "JAX_COORDINATOR_ADDRESS=HOST:PORT (process 0's), JAX_NUM_PROCESSES and JAX_PROCESS_ID"
 
 
@@ -131,8 +132,9 @@ class Watch:
     """Each process beats on the roll call's store every second and watches the others' beats, from a thread of its
     own: a process whose beat stops for STALE_S (it died, or hangs) ends every other in one line naming it, within a
     bounded time and before JAX's own heartbeat (HEARTBEAT_S) would abort them with pages of logs; process 0's store
-    gone is process 0 gone. At a normal exit a process says it is done, and process 0, which serves the store, waits
-    (as long as the others beat) until every other is."""
+    gone is process 0 gone. At exit a process says it is done, and process 0, which serves the store, waits (as long
+    as the others beat) until every other is; one that left while this one still waits on their programs (it ended
+    on an error of its own) ends this one after STALE_S too."""
 
     def __init__(self, store, count: int, index: int) -> None:
         import threading
@@ -155,7 +157,7 @@ class Watch:
                 self.store.set(f"alive/{self.index}", str(beat))
                 for i in self.others:
                     if self._stale(i):
-                        self._lost(i, f"stopped answering for {STALE_S} s")
+                        self._lost(i, f"ended, or stopped answering for {STALE_S} s")
             except RuntimeError:  # the store's connection: process 0 serves it
                 if not self.stop.is_set():
                     self._lost(0, "ended")
@@ -164,8 +166,9 @@ class Watch:
         import time
 
         now = time.monotonic()
-        if self.store.check([f"done/{i}"]):
-            return False
+        if self.store.check([f"done/{i}"]):  # it left (an error of its own, or the end): this one must not wait on it
+            since = WAITING[0]
+            return since is not None and not self.stop.is_set() and now - since > STALE_S
         beat = self.store.get(f"alive/{i}") if self.store.check([f"alive/{i}"]) else b""
         last, since = self._seen.get(i, (None, now))
         if beat != last:
@@ -205,8 +208,11 @@ def watching(processes: int):
     """Where the engine waits on the processes' programs: a collective that fails because another process ended (gloo
     on the CPU: "Connection closed by peer") ends this process in one line, not a traceback, and without JAX's
     shutdown, which would wait for the lost process to the heartbeat's timeout and then abort with pages of logs."""
+    import time
+
     import jax
 
+    WAITING[0] = time.monotonic()
     try:
         yield
     except jax.errors.JaxRuntimeError as e:
@@ -220,6 +226,8 @@ def watching(processes: int):
             f"{who} of num_nodes={processes} ended or stopped answering, so process {me} ends too ({first}); start "
             f"every process again with ckpt=last"
         ) from None
+    finally:
+        WAITING[0] = None
 
 
 def _leave(code: int) -> None:
