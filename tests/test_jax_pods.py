@@ -22,6 +22,7 @@ from helpers import (
     require,
     run_cli,
     run_paced,
+    run_pod,
 )
 
 require("torchax")
@@ -30,6 +31,7 @@ require("torchax")
 # reduced in another order (over gloo between the processes). Measured on this machine: at most 7.5e-9 apart in any
 # weight after 5 steps (TinyNet, the digits); the bound leaves room for another machine's order.
 TOLERANCE = 1e-7
+LSTM_TOLERANCE = 1e-6  # the IMDB LSTM's: measured at most 7.5e-8 apart after its 2 steps here
 
 
 def _ours(out: str) -> list[str]:
@@ -91,3 +93,40 @@ def test_a_process_that_dies_mid_run_ends_the_other_in_one_line_naming_it(tmp_pa
     assert last.startswith("xla_train: error: process 1 of num_nodes=2 "), p0.stderr[-3000:]
     assert f"ended, or stopped answering for {STALE_S} s, so process 0 ends too" in last, p0.stderr[-3000:]
     assert "Traceback" not in p0.stderr, p0.stderr[-3000:]
+
+
+def test_two_processes_train_the_imdb_lstm_scan_to_one_of_8_devices_weights(tmp_path):
+    """The IMDB recipe's LSTM, a lax.scan over the time steps, on 2 processes x 4 devices and on 1 x 8 (device-resident
+    text, maxlen 32): the same weights within the tolerance below."""
+    from test_imdb import write_aclimdb
+
+    data = write_aclimdb(tmp_path / "imdb", per_class=80)
+    fit = (
+        "recipe=imdb",
+        f"data_dir={data}",
+        "download=false",
+        "maxlen=32",
+        "batch_size=8",
+        "epochs=1",
+        "test_after_fit=false",
+        "predict_samples=0",
+        "steps_per_execution=1",
+        "--trainer.num_sanity_val_steps=0",
+    )
+
+    def runs(h: int) -> tuple[str, ...]:
+        return (f"runs_dir={tmp_path / 'pod' / f'host{h}' / 'runs'}",)
+
+    for p in run_pod(lambda h: tmp_path / "pod" / f"host{h}", runs, 300, "jax", 4, fit=fit):
+        assert p.returncode == 0, p.stderr[-4000:]
+    (tmp_path / "single").mkdir()
+    run_cli(
+        *fit, "runtime=jax", "devices=8", f"runs_dir={tmp_path / 'single/runs'}", cwd=tmp_path / "single", devices=8
+    )
+    last = "runs/imdb/version_0/checkpoints/last.ckpt"
+    a = torch.load(tmp_path / "single" / last, weights_only=True)
+    b = torch.load(tmp_path / "pod" / "host0" / last, weights_only=True)
+    assert a["global_step"] == b["global_step"] > 0
+    apart = {k: (b["state_dict"][k].float() - a["state_dict"][k].float()).abs().max().item() for k in a["state_dict"]}
+    assert max(apart.values()) <= LSTM_TOLERANCE, apart
+    assert list((tmp_path / "pod" / "host1").rglob("*")) == []

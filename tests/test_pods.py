@@ -29,7 +29,8 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
     real processes of 4 CPU devices (tests/test_jax_pods.py)."""
     import json
 
-    whole = pod_fit(tmp_path / "whole", runtime=runtime)
+    streamed = "on_device=false"  # each host's slice of each global batch from the host (test_jax_pods.py: resident)
+    whole = pod_fit(tmp_path / "whole", streamed, runtime=runtime)
     for p in whole:
         assert p.returncode == 0, p.stderr[-4000:]
 
@@ -39,7 +40,7 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
         "--trainer.callbacks.init_args.step=2",
         "--trainer.callbacks.init_args.sig=SIGTERM",
     )
-    stopped = pod_fit(work, host1=kill, runtime=runtime)
+    stopped = pod_fit(work, streamed, host1=kill, runtime=runtime)
     for p in stopped:
         assert p.returncode == PREEMPTED_EXIT_CODE, p.stderr[-4000:]
     steps = [json.loads((work / f"host{h}" / "stop.json").read_text()) for h in (0, 1)]
@@ -50,7 +51,7 @@ def test_sigterm_on_one_pod_host_stops_every_host_after_the_same_step_and_resume
     assert f"stopped by signal after step {at}" in stopped[0].stderr
 
     last = work / "host0" / "runs/quickstart/version_0/checkpoints/last.ckpt"
-    resumed = pod_fit(work, f"ckpt={last}", runtime=runtime)  # host 1 reads the file host 0 wrote
+    resumed = pod_fit(work, streamed, f"ckpt={last}", runtime=runtime)  # host 1 reads the file host 0 wrote
     for p in resumed:
         assert p.returncode == 0, p.stderr[-4000:]
     a, b = _last(tmp_path / "whole", 0), _last(work, 1)

@@ -141,8 +141,8 @@ POD_FIT = (  # a short quickstart fit of a tiny net, as every emulated pod test 
 )
 
 
-def run_pod(work_of, args_of, timeout: int = 150, runtime: str = "torch_xla", devices: int = 1):
-    """Two pod hosts started together, host h in the folder work_of(h) with POD_FIT plus args_of(h). On torch_xla
+def run_pod(work_of, args_of, timeout: int = 150, runtime: str = "torch_xla", devices: int = 1, fit=POD_FIT):
+    """Two pod hosts started together, host h in the folder work_of(h) with `fit` plus args_of(h). On torch_xla
     emulated (tests/pod_host.py, 1 XLA:CPU device each); on jax two real processes of JAX's multi-controller runtime
     with `devices` CPU devices each, told who is who as a launch without a cluster tells them."""
     port = str(free_port())
@@ -154,12 +154,12 @@ def run_pod(work_of, args_of, timeout: int = 150, runtime: str = "torch_xla", de
             who = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(h)}
             env = cli_env(devices, **who)
             keys = ("runtime=jax", f"devices={devices}", "num_nodes=2")
-            command = [sys.executable, str(TESTS / "fixture_cli.py"), *POD_FIT, *keys, *args_of(h)]
+            command = [sys.executable, str(TESTS / "fixture_cli.py"), *fit, *keys, *args_of(h)]
         else:
             env = cli_env(
                 2, FAKE_HOST=str(h), FAKE_HOSTS="2", FAKE_LOCAL="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port
             )
-            command = [sys.executable, str(TESTS / "pod_host.py"), *POD_FIT, *args_of(h)]
+            command = [sys.executable, str(TESTS / "pod_host.py"), *fit, *args_of(h)]
         return run_paced(command, timeout, cwd=work, env=env)
 
     with ThreadPoolExecutor(2) as pool:
