@@ -109,6 +109,24 @@ class TinyNet(torch.nn.Module):
         return self.body(x)
 
 
+class DropoutNet(torch.nn.Module):
+    """Rows to one logit through nn.Dropout, with nothing that reads the batch's statistics: on one row repeated, a
+    step's loss moves with its dropout masks alone, whatever order the rows come in."""
+
+    def __init__(self, features: int = 16, p: float = 0.5):
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(features, 64), torch.nn.Tanh(), torch.nn.Dropout(p), torch.nn.Linear(64, 1)
+        )
+        g = torch.Generator().manual_seed(0)  # the same weights whatever the run's seed: only the masks follow it
+        with torch.no_grad():
+            for w in self.parameters():
+                w.copy_(torch.rand(w.shape, generator=g) - 0.5)
+
+    def forward(self, x):
+        return self.body(x)
+
+
 def _as_tensor(x):
     return torch.as_tensor(x)
 

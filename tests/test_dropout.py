@@ -3,11 +3,14 @@ scales it, decided by the step's seed, with one random number drawn per call ins
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 
 from helpers import SCRIPTS, cli_env, path_with_tests, script_json
+
+STEPS_APART = 1e-4  # two steps' losses under other masks: 1e-2 apart and more; under the same masks, equal
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +48,18 @@ def test_gradient_eval_edges_inplace_and_a_subclass(found):
 def test_the_strategy_swaps_only_nn_dropout_on_xla_cpu_and_restores_it(found):
     assert found["in fit"] == [True, True, False]  # Linear's gradient swap, Dropout's; Dropout2d is left alone
     assert found["after fit"] == ["Linear", "Dropout", "Dropout2d"]
+
+
+def test_dropout_changes_every_step_and_repeats_from_the_seed(runtime, tmp_path):
+    """Fits of probes.DropoutNet on one row repeated, at a learning rate that leaves its weights as they are and one
+    step an epoch, in one process: each step's loss differs from every other (new masks each step); a later fit
+    with the same seed repeats the losses, and one with another seed (the same weights: the net's are fixed) does
+    not. torch_xla's device generator ignored the run's seed, so its masks followed the process, not the seed."""
+    env = cli_env(1, PYTHONPATH=path_with_tests())
+    first, again, other = script_json(
+        SCRIPTS / "dropout_per_step.py", env=env, cwd=tmp_path, args=[runtime, tmp_path, 0, 0, 1]
+    )
+    for losses in (first, other):
+        assert len(losses) == 4 and all(abs(a - b) > STEPS_APART for a, b in itertools.combinations(losses, 2)), losses
+    assert again == first, (first, again)
+    assert max(abs(a - b) for a, b in zip(first, other)) > STEPS_APART, (first, other)

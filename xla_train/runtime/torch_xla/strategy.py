@@ -41,6 +41,9 @@ class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDevice
     @override
     def setup(self, trainer) -> None:
         super().setup(trainer)
+        # the device's generator from the run's seed, as JAX's key is: torch.manual_seed leaves it where the process
+        # left it (101 in a new one), so dropout's masks would not follow the seed; a resume restores it after this
+        XLA.set_rng_state(self.root_device, torch.initial_seed())
         self.engine.bind(self.lightning_module, self.precision_plugin.train_step_context, self.execution_loop)
 
     @override
