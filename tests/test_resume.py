@@ -238,68 +238,41 @@ def test_sigint_is_a_clean_stop_too(cifar_root, tmp_path):
     assert final_weights(tmp_path)[0] == 3
 
 
-# What each runtime's run adds: on JAX a tiny net with dropout, its steps a While loop of an epoch's 6 in groups of 2
-# between checkpoints, so that a SIGTERM lands inside a group, where a step numbered one too far on would draw
-# another mask; and the tolerance each holds.
-RESUMED_ON = {
-    "torch_xla": ((), 1e-5),
-    "jax": (
-        (
-            "model.net.class_path=probes.TinyNet",
-            "model.net.init_args.dropout=0.5",
-            "trainer.limit_val_batches=1",
-            "execution_loop=while",
-        ),
-        1e-6,
-    ),
-}
+# A tiny net with dropout, the data on the device with crops and flips drawn there, its steps a While loop of an
+# epoch's 6 in groups of 2 between checkpoints, so that a SIGTERM lands inside a group, where a step numbered one too
+# far on would draw another mask. Each runtime's tolerance, and whether its device RNG has a state that moves every
+# step (torch_xla's generator) or none (JAX's key is the run's seed folded with the step's number).
+RESUMED = (
+    "model.net.class_path=probes.TinyNet",
+    "model.net.init_args.dropout=0.5",
+    "trainer.limit_val_batches=1",
+    "execution_loop=while",
+    "augment=true",
+    "on_device=true",
+)
+RESUMED_ON = {"torch_xla": (1e-5, True), "jax": (1e-6, False)}
 
 
-# torch_xla's case is depth (-m slow) for default-suite time: its SIGTERM stays via test_steps_per_execution's
-# SIGTERM-in-a-group; SIGKILL (None) is depth on both
-@pytest.mark.runtime_marks(torch_xla=pytest.mark.slow)
-@pytest.mark.parametrize("sig", [pytest.param(None, marks=pytest.mark.slow), "SIGTERM"])
+@pytest.mark.parametrize("sig", [pytest.param(None, marks=pytest.mark.slow), "SIGTERM"])  # SIGKILL (None): depth
 def test_xla_sigterm_then_resume_matches_the_uninterrupted_run(runtime, cifar_root, tmp_path, sig):
     """Killed at step 9 and resumed from the step-8 checkpoint (SIGKILL), or stopped by SIGTERM after step 9, which
-    saves then: the resumed run ends at the weights of the run that was never stopped, dropout included on JAX (its
-    keys come from the seed and the step's number). On torch_xla the resumed run recompiles its graphs, and XLA may
-    fuse the first step after a restore differently from the steady step, so float results can differ in the last
-    bits; 1e-5 absolute on weights of order 0.1 allows that and still fails on any skipped, repeated or reordered
-    batch (those move weights by about 1e-3 here). In the default suite: as a slow test it hid such a bug for a day.
-    The run's seed is not the default 0: a resumed JAX run that fell back to seed 0's key would draw other masks."""
-    extra, tol = RESUMED_ON[runtime]
-    args = (*COMMON, "accelerator=xla", runtime_key(runtime), f"data_dir={cifar_root}", "seed=42", *extra)
+    saves then: the resumed run ends at the weights of the run that was never stopped, and draws from every RNG, the
+    device's included, what it drew: dropout's masks and the crops and flips drawn on the device come from the seed,
+    which the checkpoint keeps (a lost or redrawn crop moves weights by 1e-3). On torch_xla the resumed run
+    recompiles its graphs, and XLA may fuse the first step after a restore differently from the steady step, so
+    float results can differ in the last bits; 1e-5 absolute allows that and still fails on any skipped, repeated or
+    reordered batch. The run's seed is not the default 0: a resumed JAX run that fell back to seed 0's key would draw
+    other masks."""
+    tol, device_moves = RESUMED_ON[runtime]
+    args = (*COMMON, "accelerator=xla", runtime_key(runtime), f"data_dir={cifar_root}", "seed=42", *RESUMED)
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     first = run_cli(*args, cwd=a)
-    if "execution_loop=while" in extra:
-        assert "as an XLA While loop" in first.stdout
+    assert "as an XLA While loop" in first.stdout and "data: on the device (" in first.stdout, first.stdout[-3000:]
     stopped_at(9, *args, cwd=b, sig=sig)
-    assert final_weights(b)[0] == (8 if sig is None else 9)
+    at = 8 if sig is None else 9
+    assert final_weights(b)[0] == at
     resumed = run_cli(*args, "ckpt=last", cwd=b)
     assert_same_weights(final_weights(b), final_weights(a), tol=tol)
+    assert_same_draws(rng_draws(b), rng_draws(a), after=at, device=device_moves)
     assert "compile" in resumed_epoch_line(resumed.stdout)  # the new process's compiles are counted, not hidden
-
-
-def test_xla_resume_on_device_data_with_device_augmentation_ends_at_the_uninterrupted_weights(cifar_root, tmp_path):
-    """On XLA with the data on the device and augment=true, crops and flips are drawn on the device from its seed,
-    which the checkpoint keeps: killed at step 9 and resumed from step 8, the run ends where the uninterrupted one
-    did. A tiny net (fast to compile) with dropout-free BatchNorm; a lost or redrawn crop moves weights by 1e-3."""
-    args = (
-        *COMMON,
-        "accelerator=xla",
-        "model.net.class_path=probes.TinyNet",
-        "augment=true",
-        "on_device=true",
-        f"data_dir={cifar_root}",
-        "trainer.limit_val_batches=1",
-    )
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir(), b.mkdir()
-    first = run_cli(*args, cwd=a)
-    assert "data: on the device (" in first.stdout
-    stopped_at(9, *args, cwd=b)
-    assert final_weights(b)[0] == 8
-    run_cli(*args, "ckpt=last", cwd=b)
-    assert_same_weights(final_weights(b), final_weights(a), tol=1e-5)
-    assert_same_draws(rng_draws(b), rng_draws(a), after=8, device=True)  # the device's RNG too
