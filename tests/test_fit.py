@@ -351,6 +351,34 @@ def test_a_fit_on_eight_devices_compiles_once_per_phase_and_its_checkpoint_predi
     assert all(t.device.type == "cpu" for t in state["state_dict"].values())
 
 
+@pytest.mark.parametrize("devices", [1, 8])
+def test_the_held_out_test_accuracy_counts_each_test_sample_once(
+    xla_runs, eight_device_fits, runtime, devices, cifar_root, relaxed_cifar_checks
+):
+    """The test split fills no last batch (80 CIFAR images at 32 on one device, 360 digits at 8 x 32 on eight), and
+    the padding that keeps the program's shapes fixed counts nowhere: the accuracy the fit reports is its best
+    checkpoint's net on the CPU over the split, sample for sample."""
+    from probes import TinyNet
+    from xla_train import Run, load_for_inference
+    from xla_train.data.cifar10 import CIFAR10DataModule
+    from xla_train.data.digits import DigitsDataModule
+
+    if devices == 1:
+        run, data, net = xla_runs(runtime)[0], CIFAR10DataModule(data_dir=str(cifar_root), download=False), None
+    else:
+        run, data, net = (
+            eight_device_fits(runtime)[0] / "runs" / "quickstart" / "version_0",
+            DigitsDataModule(),
+            TinyNet,
+        )
+    x, y = data.arrays("test")
+    assert len(x) % (32 * devices), len(x)  # a last batch that padding fills
+    predictor = load_for_inference(next(run.glob("checkpoints/best-*.ckpt")), net=net)
+    right = int((predictor.probabilities(x).argmax(1).numpy() == y).sum())
+    assert 0 < right < len(x), right
+    assert Run.from_folder(run).test_metrics["test_acc"] == pytest.approx(right / len(x), abs=1e-6), (right, len(x))
+
+
 def test_data_held_on_eight_devices_trains_as_streamed_data_does(eight_device_fits, tmp_path, runtime):
     """The splits uploaded once and passed to every program, the epoch's order with them: two epochs (two orders)
     end at the weights the streamed run ends at, batch for batch; the held run is the fit above (on_device=auto).
