@@ -73,17 +73,31 @@ def text_csv(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def spmd_images(image_folder, tmp_path_factory):
-    work = tmp_path_factory.mktemp("spmd_images")
-    proc = run_cli(
-        *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
-        *("model.net.classes=4", "model.net.width=6", "accelerator=xla", "devices=8", "batch_size=8", "epochs=2"),
-        "val_fraction=0.2",
-        cwd=work,
-        devices=8,
-    )
-    run = work / "runs" / "images" / "version_0"
-    return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
+def spmd_image_runs(image_folder, tmp_path_factory):
+    """fit(runtime) -> (run folder, process, best checkpoint): PixelNet on the image folder on 8 XLA devices, once
+    per runtime for the module."""
+    done = {}
+
+    def fit(runtime: str):
+        if runtime not in done:
+            work = tmp_path_factory.mktemp(f"spmd_images_{runtime}")
+            proc = run_cli(
+                *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
+                *("model.net.classes=4", "model.net.width=6", "accelerator=xla", "devices=8", "batch_size=8"),
+                *("epochs=2", "val_fraction=0.2", runtime_key(runtime)),
+                cwd=work,
+                devices=8,
+            )
+            run = work / "runs" / "images" / "version_0"
+            done[runtime] = run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
+        return done[runtime]
+
+    return fit
+
+
+@pytest.fixture
+def spmd_images(spmd_image_runs, runtime):
+    return spmd_image_runs(runtime)
 
 
 def test_a_folder_smaller_than_one_global_batch_on_8_devices_is_one_line_before_anything_compiles(
