@@ -13,7 +13,6 @@ from datetime import timedelta
 from functools import partial
 
 import numpy as np
-import pytest
 import torch.distributed as dist
 from lightning.pytorch.loggers import CSVLogger
 
