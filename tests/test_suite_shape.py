@@ -72,7 +72,7 @@ def shared_cases() -> dict[str, int]:
 
 
 # The floor reached so far, raised as guarantees move onto the fixture (the aim: 60 cases over 10 files).
-LEAST_CASES, LEAST_FILES = 66, 19
+LEAST_CASES, LEAST_FILES = 67, 20
 BY_HAND = 'parametrize("runtime"'
 
 
