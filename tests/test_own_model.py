@@ -3,6 +3,7 @@ folder of images under SPMD on 8 devices, a text CSV with a GRU that packs its b
 predicted on the CPU as the net itself computes, served, exported, and never imported because a checkpoint names it."""
 
 import csv
+import functools
 import json
 import re
 import sys
@@ -76,21 +77,19 @@ def text_csv(tmp_path_factory) -> tuple[Path, Path]:
 def spmd_image_runs(image_folder, tmp_path_factory):
     """fit(runtime) -> (run folder, process, best checkpoint): PixelNet on the image folder on 8 XLA devices, once
     per runtime for the module."""
-    done = {}
 
+    @functools.cache
     def fit(runtime: str):
-        if runtime not in done:
-            work = tmp_path_factory.mktemp(f"spmd_images_{runtime}")
-            proc = run_cli(
-                *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
-                *("model.net.classes=4", "model.net.width=6", "accelerator=xla", "devices=8", "batch_size=8"),
-                *("epochs=2", "val_fraction=0.2", runtime_key(runtime)),
-                cwd=work,
-                devices=8,
-            )
-            run = work / "runs" / "images" / "version_0"
-            done[runtime] = run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
-        return done[runtime]
+        work = tmp_path_factory.mktemp(f"spmd_images_{runtime}")
+        proc = run_cli(
+            *("fit", "recipe=images", f"data.path={image_folder}", "data.image_size=16", "net=user_nets.PixelNet"),
+            *("model.net.classes=4", "model.net.width=6", "accelerator=xla", "devices=8", "batch_size=8"),
+            *("epochs=2", "val_fraction=0.2", runtime_key(runtime)),
+            cwd=work,
+            devices=8,
+        )
+        run = work / "runs" / "images" / "version_0"
+        return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
 
     return fit
 
@@ -132,19 +131,17 @@ def texts_fit(text_csv, tmp_path_factory):
     """fit(runtime) -> (run folder, process, best checkpoint): PackedWordsNet trained on the text CSV from the command
     line on XLA, once per runtime for the module."""
     train, test = text_csv
-    done = {}
 
+    @functools.cache
     def fit(runtime: str):
-        if runtime not in done:
-            work = tmp_path_factory.mktemp(f"texts_{runtime}")
-            proc = run_cli(
-                *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", *PACKED_TEXTS),
-                *("accelerator=xla", runtime_key(runtime), "epochs=2", "batch_size=16", "lr=0.01"),
-                cwd=work,
-            )
-            run = work / "runs" / "texts" / "version_0"
-            done[runtime] = run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
-        return done[runtime]
+        work = tmp_path_factory.mktemp(f"texts_{runtime}")
+        proc = run_cli(
+            *("fit", "recipe=texts", f"data.path={train}", f"data.test={test}", *PACKED_TEXTS),
+            *("accelerator=xla", runtime_key(runtime), "epochs=2", "batch_size=16", "lr=0.01"),
+            cwd=work,
+        )
+        run = work / "runs" / "texts" / "version_0"
+        return run, proc, max((run / "checkpoints").glob("best-*.ckpt"))
 
     return fit
 
