@@ -549,6 +549,7 @@ def test_bad_own_model_or_data_is_one_line_before_anything_runs(tmp_path, monkey
     [
         ({"y": np.zeros(9)}, "y has 9 labels for 10 samples"),
         ({"y": np.full(10, -1)}, "the labels include a negative number"),
+        ({"y": np.zeros(10)}, "the data has 1 class (0); a classifier needs samples of at least two classes"),
         ({"y": np.linspace(0, 1, 10)}, "y holds float64 values; labels are class numbers 0..C-1"),
         ({"x": np.zeros((10, 3), dtype=object)}, "x holds object values"),
         ({"validation_data": (np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4))}, "the val inputs are uint8 (8, 8, 3)"),

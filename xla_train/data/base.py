@@ -121,6 +121,8 @@ def check_logits(out, n: int, labels: list[str], net_class: type) -> None:
     classes, or (N,) or (N, 1) for two (a binary classifier's one logit, as the IMDB LSTM has)."""
     classes = len(labels)
     shown = ", ".join(labels[:5]) + (", ..." if classes > 5 else "")
+    if classes < 2:  # no last layer fits: a classifier tells at least two classes apart
+        raise ConfigError(f"the data has {classes} class ({shown}); a classifier needs samples of at least two classes")
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         what = f"a {type(out).__name__}" if not isinstance(out, torch.Tensor) else f"{out.dtype} values"
         raise ConfigError(f"the net ({net_class.__name__}) returns {what}; it must return one float tensor of logits")
