@@ -343,8 +343,11 @@ class PlainLoop(Loop):
         return run(plan, net, opt, sched, dm)
 
     def torch_xla_steps(self, plan, net, opt, sched, dm) -> Stopwatch:
+        import torch
+
         from xla_train.objective import masked_stats
         from xla_train.runtime.torch_xla.accelerators import keep_cuda_probe_off_the_trace
+        from xla_train.runtime.torch_xla.backend import XLA
         from xla_train.runtime.layers import rewrites
         from xla_train.runtime.torch_xla.engine import layer_rewrites
         from xla_train.runtime.torch_xla.strategy import device_loader
@@ -355,6 +358,8 @@ class PlainLoop(Loop):
         keep_cuda_probe_off_the_trace()  # as xla_train's XLA runs do, and as a process without Lightning is
         rewrites.apply(net, layer_rewrites(), verbose=False)  # as xla_train's torch_xla runs do
         net.to(device).train()
+        # the device's generator from the seed, as torch_xla's docs teach and xla_train's strategy does: the same masks
+        XLA.set_rng_state(device, torch.initial_seed())
         watch = Stopwatch(s["warmup"], s["steps"], device)
         watch.scan_chunk = scan_chunk(net)
         inputs = dm.batch_inputs()
