@@ -134,3 +134,19 @@ def test_kernel_profile_sums_each_kernel_a_step_and_a_call_leaving_out_the_spans
     assert (rows["wrapped_scatter"]["ms_per_call"], rows["wrapped_scatter"]["ms_per_step"]) == (4, 2)
     assert rows["wrapped_scatter.clone"]["first_ms"] == 0 and rows["while.16"]["first_ms"] == 5
     assert list(rows) == ["while.16", "dot.31", "wrapped_scatter.clone", "wrapped_scatter"]  # longest first
+
+
+def test_import_floor_reads_a_steps_peak_and_the_peak_its_exit_adds():
+    """tools/import_floor.py's figures are the child's own: a step that holds 200 MiB peaks above it, and memory
+    touched only as the process exits (as PyPI torch's CUDA libraries touch theirs) is in the peak it reports, as in
+    /usr/bin/time's, and not in the peak before the exit."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import import_floor
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    held = import_floor.measure("x = bytearray(200 << 20)\nx[::4096] = b'1' * len(x[::4096])\n")
+    assert held["peak_mib"] >= 200 and held["exit_peak_mib"] >= 200
+    at_exit = "import atexit\ndef touch():\n    y = bytearray(300 << 20)\n    y[::4096] = b'1' * len(y[::4096])\n"
+    exiting = import_floor.measure(at_exit + "atexit.register(touch)\n")
+    assert exiting["peak_mib"] < 100 <= 300 <= exiting["exit_peak_mib"]

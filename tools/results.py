@@ -40,6 +40,7 @@ TABLES = {
     "overhead-settings": peers.overhead_settings,
     "keras-steps": peers.keras_steps,
     "keras-job": peers.keras_job,
+    "import-floor": runs.import_floor,
     "accelerator": eager_cpu.accelerator,
     "serving-forms": serving.serving_forms,
     "serving-load": serving.serving_load,

@@ -144,3 +144,23 @@ def suite_claim() -> Claim:
         ("ci-runs.csv", "test-suite.csv"),
         "the-test-suite",
     )
+
+
+def import_floor() -> str:
+    """What a process holds before it trains: tools/import_floor.py, each step a fresh process."""
+    rows = read("import-floor.csv")[1]
+    out = [
+        "| step (each adds to the one above) | peak MiB, its exit included | peak before its exit | anonymous / file "
+        "MiB at its end | also loaded |",
+        "|---|---:|---:|---:|---|",
+    ]
+    seen: set[str] = set()
+    for step in dict.fromkeys(r["step"] for r in rows):
+        mine = [r for r in rows if r["step"] == step]
+        loaded = set(mine[0]["loaded"].split())
+        new, seen = sorted(loaded - seen), seen | loaded if step != rows[0]["step"] else seen
+        peak, before = (" / ".join(mb(r[key]) for r in mine) for key in ("peak_mib", "peak_before_exit_mib"))
+        out.append(
+            f"| {step} | {peak} | {before} | {mb(mine[0]['anon_mib'])} / {mb(mine[0]['file_mib'])} | {', '.join(new)} |"
+        )
+    return block(out, "import-floor.csv")
