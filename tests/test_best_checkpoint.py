@@ -20,13 +20,16 @@ def chosen(monitor: str, epochs: list[tuple[float, float] | None]) -> tuple[Best
     """Each epoch's (val_acc, val_loss) shown to the chooser in turn (None: the epoch ended before it validated, the
     last scores still in callback_metrics); which ones it would save as the best."""
     chooser = BestCheckpoint(monitor)
-    trainer = SimpleNamespace(strategy=SimpleNamespace(reduce_boolean_decision=lambda b: b), sanity_checking=False)
+    module = SimpleNamespace(validated_epoch=None)
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(reduce_boolean_decision=lambda b: b), sanity_checking=False, lightning_module=module
+    )
     saved = []
     for epoch, scores in enumerate(epochs):
         trainer.current_epoch = epoch
         if scores is not None:
             trainer.callback_metrics = {"val_acc": torch.tensor(scores[0]), "val_loss": torch.tensor(scores[1])}
-            chooser.validated = epoch  # what on_validation_end records, beside Lightning's own work there
+            module.validated_epoch = epoch  # what the module records as it logs the epoch's val_*
         saved.append(chooser.check_monitor_top_k(trainer, trainer.callback_metrics[monitor]))
     return chooser, saved
 

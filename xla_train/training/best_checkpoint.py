@@ -15,6 +15,8 @@ from pathlib import Path
 from lightning.pytorch.callbacks import ModelCheckpoint
 from typing_extensions import override
 
+from xla_train.training.metrics_log import validated_this_epoch
+
 MONITORS = {"val_acc": ("max", "val_loss"), "val_loss": ("min", "val_acc")}  # metric -> (mode, its tie-break)
 
 
@@ -25,7 +27,6 @@ class BestCheckpoint(ModelCheckpoint):
         self.best_scores: dict[str, float] | None = None  # the best epoch's two metrics
         self.best_epoch: int | None = None  # 0-based, as Lightning counts; the file name and the report add 1
         self.tied_with: list[int] = []  # epochs whose score equalled the best's and lost on the tie-break
-        self.validated: int | None = None  # the last epoch that validated: max_steps may end one before it does
 
     @override
     def format_checkpoint_name(self, metrics: dict, filename=None, ver=None, prefix=None) -> str:
@@ -48,14 +49,8 @@ class BestCheckpoint(ModelCheckpoint):
         return sign * (new[self.tie_break] - old[self.tie_break]) < 0  # the other way: lower loss, higher accuracy
 
     @override
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking:
-            self.validated = trainer.current_epoch
-        super().on_validation_end(trainer, pl_module)
-
-    @override
     def check_monitor_top_k(self, trainer, current=None) -> bool:
-        if self.validated != trainer.current_epoch:
+        if not validated_this_epoch(trainer):
             return False  # an epoch that never validated holds the last one's scores: neither better nor a tie
         scores = self._scores(trainer)
         if current is None or scores is None or not all(math.isfinite(v) for v in scores.values()):

@@ -25,6 +25,11 @@ def publish(trainer, metrics: dict[str, float]) -> None:
             logger.log_metrics({**metrics, "epoch": trainer.current_epoch}, step=trainer.global_step)
 
 
+def validated_this_epoch(trainer) -> bool:
+    """Whether the val_* in callback_metrics are the current epoch's (the module says which epoch they are)."""
+    return trainer.lightning_module.validated_epoch == trainer.current_epoch
+
+
 def epoch_history(metrics_csv) -> tuple[list[dict], dict]:
     """A run's metrics.csv (one logged group per line) -> (one dict per epoch, the test metrics).
 

@@ -69,6 +69,9 @@ class Classifier(pl.LightningModule):
         self.batch_inputs: BatchInputs = StreamedInputs(keep)  # the data module's, once a Trainer sets up
         self._totals: dict[str, torch.Tensor] = {}
         self.epoch_metrics: dict[str, float] = {}
+        # The epoch the val_* in callback_metrics belong to: max_steps may end an epoch before it validates, and then
+        # they are the last validated epoch's, which no callback should show or compare as this epoch's.
+        self.validated_epoch: int | None = None
 
     @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -193,6 +196,8 @@ class Classifier(pl.LightningModule):
 
     @override
     def on_validation_epoch_end(self) -> None:
+        if not self.trainer.sanity_checking:
+            self.validated_epoch = self.trainer.current_epoch
         self._log_epoch("val")
 
     @override

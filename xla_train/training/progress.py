@@ -14,7 +14,7 @@ import time
 
 from typing_extensions import override
 
-from xla_train.training.metrics_log import EpochCallback
+from xla_train.training.metrics_log import EpochCallback, validated_this_epoch
 
 
 def _fmt_time(seconds: float) -> str:
@@ -28,7 +28,6 @@ class KerasProgress(EpochCallback):
         self._t0 = 0.0
         self._steps = 0  # steps this process ran in the epoch
         self._first = self._last = 0  # the epoch's first and last step this process ran, counted from 1
-        self._validated: int | None = None  # the last epoch that validated: max_steps may end one before it does
         self.live = self.stream.isatty() and every > 0
 
     @property
@@ -59,15 +58,10 @@ class KerasProgress(EpochCallback):
         self.stream.flush()
 
     @override
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking:
-            self._validated = trainer.current_epoch
-
-    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if not trainer.is_global_zero:
             return
-        fresh = self._validated == trainer.current_epoch  # else val_* are the last validated epoch's
+        fresh = validated_this_epoch(trainer)  # else val_* are the last validated epoch's
         m = {k: float(v) for k, v in trainer.callback_metrics.items() if fresh or not k.startswith("val_")}
         total, steps = trainer.num_training_batches, self._steps
         train_s = m.get("train_seconds", time.perf_counter() - self._t0)
