@@ -133,8 +133,8 @@ def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> Spli
     if not np.array_equal(np.sort(index), np.arange(len(inputs))):  # a lost or doubled sample is a bug, never a file
         raise RuntimeError(f"split prediction returned {len(index)} rows for {len(inputs)} samples")
     order = np.argsort(index)
-    root = trainer.strategy.root_device
-    device = str(root) if trainer.num_devices == 1 else f"{trainer.num_devices} {root.type} devices"
+    backend, n = backend_of_strategy(trainer.strategy), trainer.num_devices  # JAX's runs on no torch device
+    device = backend.describe(trainer.strategy.root_device) + (f" x{n}" if n > 1 else "")
     return SplitPredictions(
         probs[order],
         np.asarray(labels, dtype=np.int64),
@@ -143,5 +143,5 @@ def predict_arrays(net: nn.Module, dm, split: str, trainer_kwargs: dict) -> Spli
         global_batch,
         len(sampler),
         device,
-        backend_of_strategy(trainer.strategy).compiles_steps,
+        backend.compiles_steps,
     )

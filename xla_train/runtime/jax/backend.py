@@ -83,8 +83,8 @@ class JaxBackend(Backend):
         import jax
 
         d = jax.devices()[0]
-        kind = d.device_kind if d.platform != "cpu" else (cpu_model or "cpu")
-        return f"JAX {d.platform.upper()} ({kind})"
+        kind = d.device_kind if d.platform != "cpu" else cpu_model
+        return f"JAX {d.platform.upper()}" + (f" ({kind})" if kind else "")
 
 
 class Counts:
