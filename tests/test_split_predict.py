@@ -68,9 +68,8 @@ def test_split_predict_on_xla_devices_keeps_every_sample_in_order(
     np.testing.assert_allclose([float(r["probability"]) for r in rows], reference.max(1), atol=1e-4)
     global_batch = batch_size * devices
     where = {"torch_xla": "XLA:CPU", "jax": "JAX CPU"}[runtime] + (f" x{devices}" if devices > 1 else "")
-    assert f"80 samples of the test split on {where} in" in proc.stdout, (
-        proc.stdout
-    )  # the runtime's device, not torch's
+    # the runtime's device, not its strategy's torch device
+    assert f"80 samples of the test split on {where} in" in proc.stdout, proc.stdout
     assert f"batch(es) of {global_batch}" in proc.stdout
     first, after = map(
         int, re.search(r"XLA graphs compiled: (\d+) for the first batch, (\d+) after it", proc.stdout).groups()
