@@ -40,6 +40,15 @@ class Probe(pl.Callback):
             from xla_train.runtime.torch_xla.spmd import use_reduction_batch_norm
 
             use_reduction_batch_norm(pl_module)
+        # the strategy's placement (before it places the run's module) of a net whose classifier shares the
+        # embedding's weight, as a tied language model's does
+        tied = nn.Sequential(nn.Embedding(4, 2), nn.Linear(2, 4))
+        tied[1].weight = tied[0].weight
+        strategy, run_module = trainer.strategy, trainer.strategy.model
+        strategy.model = tied
+        strategy.model_to_device()
+        strategy.model = run_module
+        self.record["tied"] = tied[0].weight.device.type == "xla" and tied[1].weight is tied[0].weight
 
     @staticmethod
     def _host_reads() -> int:
@@ -351,6 +360,12 @@ def test_each_of_the_eight_devices_holds_one_slice_of_the_batch(runs):
     assert p["param_spec"] == p["optimizer_state_spec"] == "{replicated}"
     assert p["batch_norm_error"] < 1e-4  # training-mode statistics over the whole batch, not per slice
     assert "(accelerator xla, 8 device(s))" in runs[8][1].stdout
+
+
+def test_tied_parameters_stay_tied_on_one_device_and_on_eight(runs):
+    """Moving a module to XLA makes new Parameters, so tied ones would train as two; each torch_xla strategy's
+    model_to_device ties them again (SPMD's, a ParallelStrategy, has no SingleDeviceXLAStrategy.setup to)."""
+    assert probe(runs[1][0])["tied"] and probe(runs[8][0])["tied"]
 
 
 def test_eight_devices_compile_in_epoch_one_and_never_sync_per_step(runs):

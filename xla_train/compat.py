@@ -58,6 +58,17 @@ def init_single_device_xla_strategy(strategy, device, accelerator, precision_plu
     strategy.debug = False
 
 
+def counts_as_lightning_xla_strategy(cls: type) -> type:
+    """A class decorator for a ParallelStrategy of xla_train's on XLA devices (SPMD's), which Lightning's accelerator
+    connector must take for one of its XLA strategies: by isinstance, it refuses an XLAAccelerator beside any strategy
+    but SingleDeviceXLAStrategy or XLAStrategy (_lazy_init_strategy), and gives those two XLAPrecision
+    (_check_and_init_precision). Registered as a virtual subclass of SingleDeviceXLAStrategy (abc's register), the
+    class answers those checks and inherits none of that strategy's code."""
+    from lightning.pytorch.strategies import SingleDeviceXLAStrategy
+
+    return SingleDeviceXLAStrategy.register(cls)
+
+
 class OwnCheckpointIO:
     """For XLA strategies: Lightning's SingleDeviceXLAStrategy.checkpoint_io asserts an XLACheckpointIO;
     this one keeps whatever plugin is set in Strategy._checkpoint_io, else `default_checkpoint_io()`."""

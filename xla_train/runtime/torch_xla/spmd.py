@@ -21,10 +21,10 @@ from xla_train import compat
 from xla_train.runtime.torch_xla import compat as xla_compat
 from xla_train.checkpoint import to_cpu
 from xla_train.errors import HardwareError
-from xla_train.runtime.torch_xla.engine import OneDevice
+from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
 from xla_train.runtime.hosts import HostTopology, ProgramHosts
 from xla_train.runtime.torch_xla.multihost import StoreChannel
-from xla_train.runtime.torch_xla.strategy import XLASingleDeviceStrategy, device_loader
+from xla_train.runtime.torch_xla.strategy import TorchXlaSteps, device_loader
 
 DATA_AXIS = "data"
 
@@ -147,14 +147,14 @@ def require_replicated(state, where: str = "checkpoint") -> None:
         )
 
 
-class SPMDStrategy(ProgramHosts, XLASingleDeviceStrategy, ParallelStrategy):
+@compat.counts_as_lightning_xla_strategy
+class SPMDStrategy(ProgramHosts, TorchXlaSteps, ParallelStrategy):
     """One process per host, one compiled program, n devices: the batch is split, everything else is replicated.
 
-    Under SPMD torch_xla shows the n devices as one virtual device, so this is the
-    single-device strategy (its checkpoint writer and MpDeviceLoader included) with
-    a sharded input and the device list Lightning needs to count n devices. With
-    several hosts it is also one rank of a world of hosts, and passes the few
-    host-side answers Lightning shares between ranks over runtime/torch_xla/multihost.py's channel.
+    Under SPMD torch_xla shows the n devices as one virtual device, the root device, where the engine places the
+    model, with a sharded input; Lightning counts the n devices of `parallel_devices`. With several hosts it is
+    also one rank of a world of hosts, and passes the few host-side answers Lightning shares between ranks over
+    runtime/torch_xla/multihost.py's channel.
     """
 
     strategy_name = "spmd"
@@ -165,13 +165,20 @@ class SPMDStrategy(ProgramHosts, XLASingleDeviceStrategy, ParallelStrategy):
         enable_spmd()
         # num_devices are this host's; the mesh spans every host's (the same on a single host)
         topology = topology or HostTopology(0, 1, num_devices, num_devices)
-        mesh = data_mesh(topology.global_devices)
-        placement = DataMesh(torch_xla.device(0), mesh, topology)
-        super().__init__(0, accelerator=accelerator, precision_plugin=precision_plugin, placement=placement)
-        self.mesh = mesh
-        self.parallel_devices = [torch.device("xla", i) for i in range(num_devices)]
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=[torch.device("xla", i) for i in range(num_devices)],
+            precision_plugin=precision_plugin,
+        )
+        self.mesh = data_mesh(topology.global_devices)
+        self.engine = TorchXlaEngine(DataMesh(torch_xla.device(0), self.mesh, topology))
         self.place_in_world(topology)
         self._batch_norms: dict[nn.Module, type] = {}
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        return self.engine.device
 
     @override
     def setup(self, trainer) -> None:

@@ -1,17 +1,18 @@
 """The Lightning strategy of the torch_xla runtime: Lightning keeps the loop, the callbacks, the logging and the
 checkpoints' timing; the engine (runtime/torch_xla/engine.py) places the model and runs K steps as one program.
 
-The single-device strategy is Lightning's own, taking its device from the current torch_xla API and writing
-checkpoints through the atomic writer. Batches go through torch_xla's MpDeviceLoader, which overlaps
-host-to-device copies with compute and cuts the lazy graph after every batch, so each step is one cached graph.
-Every nn.LSTM, nn.GRU and nn.RNN runs as scans (runtime/layers/scan_rnn.py), whose compile time does not grow with
-the sequence length. SPMD over n devices is this strategy with the mesh's placement (spmd.py).
+The single-device strategy is Lightning's own, taking its device from the current torch_xla API; SPMD's (spmd.py) is
+one of Lightning's parallel strategies. Each holds its engine, and what they share is TorchXlaSteps. Batches go
+through torch_xla's MpDeviceLoader, which overlaps host-to-device copies with compute and cuts the lazy graph after
+every batch, so each step is one cached graph. Every nn.LSTM, nn.GRU and nn.RNN runs as scans
+(runtime/layers/scan_rnn.py), whose compile time does not grow with the sequence length.
 """
 
 from __future__ import annotations
 
 import torch
 from lightning.pytorch.strategies import SingleDeviceXLAStrategy
+from lightning.pytorch.utilities import find_shared_parameters, set_shared_parameters
 from typing_extensions import override
 
 from xla_train import compat
@@ -22,14 +23,12 @@ from xla_train.runtime.grouped_steps import GroupedSteps
 from xla_train.runtime.torch_xla.engine import OneDevice, TorchXlaEngine
 
 
-class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDeviceXLAStrategy):
-    strategy_name = "xla_single"
+class TorchXlaSteps(GroupedSteps, compat.OwnCheckpointIO):
+    """What both torch_xla strategies do with the engine they hold (`self.engine`, placed on one device or on SPMD's
+    mesh), mixed in before the one Lightning strategy each is: the model and the optimizer placed by the engine, the
+    device's generator seeded, the atomic checkpoint writer, batches through MpDeviceLoader."""
 
-    def __init__(self, index: int = 0, accelerator=None, precision_plugin=None, placement=None):
-        import torch_xla
-
-        compat.init_single_device_xla_strategy(self, torch_xla.device(index), accelerator, precision_plugin)
-        self.engine = TorchXlaEngine(placement or OneDevice(self.root_device))
+    engine: TorchXlaEngine
 
     @property
     def backend(self):
@@ -48,7 +47,11 @@ class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDevice
 
     @override
     def model_to_device(self) -> None:
-        self.engine.place_model(self.model, super().model_to_device, self.scan_chunk or 1)
+        # tied parameters stay tied: moving a module to XLA makes new Parameters (as SingleDeviceXLAStrategy.setup
+        # re-ties them around this call)
+        shared = find_shared_parameters(self.model)
+        self.engine.place_model(self.model, lambda: self.model.to(self.root_device), self.scan_chunk or 1)
+        set_shared_parameters(self.model, shared)
 
     @override
     def on_train_start(self) -> None:
@@ -67,6 +70,16 @@ class XLASingleDeviceStrategy(GroupedSteps, compat.OwnCheckpointIO, SingleDevice
     def rows_to_device(self, rows: torch.Tensor) -> torch.Tensor:
         """A batch-like host tensor, placed as a loaded batch is (data/batching.py, the epoch's order)."""
         return self.engine.placement.rows(rows)
+
+
+class XLASingleDeviceStrategy(TorchXlaSteps, SingleDeviceXLAStrategy):
+    strategy_name = "xla_single"
+
+    def __init__(self, index: int = 0, accelerator=None, precision_plugin=None):
+        import torch_xla
+
+        compat.init_single_device_xla_strategy(self, torch_xla.device(index), accelerator, precision_plugin)
+        self.engine = TorchXlaEngine(OneDevice(self.root_device))
 
 
 def device_loader(dataloader, device, **kwargs):
