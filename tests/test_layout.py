@@ -390,20 +390,25 @@ def test_lightning_hook_overrides_are_marked():
     assert not missing, "\n".join(missing)
 
 
-def test_every_override_names_a_method_of_a_base_class():
-    """At run time, on every class the package defines: a method marked @override must exist in a class after it
-    in the MRO of each concrete class that uses it (a mixin's overrides are checked where it is mixed in), so a
-    misspelt hook fails here instead of never being called."""
+def package_classes() -> set[type]:
+    """Every class the package defines, its modules imported."""
     import importlib
     import inspect
 
     names = [n for n in MODULES if not n.endswith("__main__")]  # __main__ runs the command line
-    ours = {
+    return {
         cls
         for name in names
         for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass)
         if cls.__module__.startswith("xla_train")
     }
+
+
+def test_every_override_names_a_method_of_a_base_class():
+    """At run time, on every class the package defines: a method marked @override must exist in a class after it
+    in the MRO of each concrete class that uses it (a mixin's overrides are checked where it is mixed in), so a
+    misspelt hook fails here instead of never being called."""
+    ours = package_classes()
     leaves = {cls for cls in ours if not any(c is not cls and cls in c.__mro__ for c in ours)}
     wrong, checked = [], 0
     for leaf in leaves:
@@ -417,6 +422,36 @@ def test_every_override_names_a_method_of_a_base_class():
                     if not any(attr in vars(base) for base in mro[i + 1 :]):
                         wrong.append(f"{cls.__module__}.{cls.__qualname__}.{attr} (in {leaf.__qualname__})")
     assert checked > 50 and not wrong, "\n".join(sorted(set(wrong)))
+
+
+def lightning_strategies_inherited(cls: type) -> list[type]:
+    """The Lightning strategies whose code `cls` inherits: those of Lightning in its MRO that no other one there
+    derives from (SingleDeviceXLAStrategy, not also the SingleDeviceStrategy and Strategy under it)."""
+    lightning = [c for c in cls.__mro__ if c.__module__.startswith("lightning.") and "Strategy" in c.__name__]
+    return [c for c in lightning if not any(d is not c and c in d.__mro__ for d in lightning)]
+
+
+def test_each_strategy_inherits_one_lightning_strategy():
+    """A strategy holds its engine and is one of Lightning's strategies (docs/layout.md): two of them inherited
+    leaves one's collectives answering for the other's world, stubbed where they disagree."""
+    from lightning.pytorch.strategies import Strategy
+
+    strategies = [cls for cls in package_classes() if Strategy in cls.__mro__]
+    assert len(strategies) >= 4, strategies  # single-device, SPMD and xla_mp on torch_xla, JAX's
+    wrong = {cls.__qualname__: lightning_strategies_inherited(cls) for cls in strategies}
+    wrong = {name: [c.__name__ for c in found] for name, found in wrong.items() if len(found) != 1}
+    assert not wrong, wrong
+
+
+def test_the_one_strategy_check_finds_two():
+    from lightning.pytorch.strategies import ParallelStrategy, SingleDeviceXLAStrategy
+
+    from xla_train.runtime.hosts import ProgramHosts
+
+    class Two(ProgramHosts, SingleDeviceXLAStrategy, ParallelStrategy):
+        pass
+
+    assert lightning_strategies_inherited(Two) == [SingleDeviceXLAStrategy, ParallelStrategy]
 
 
 def code_lines(path: Path) -> int:
