@@ -5,7 +5,9 @@ pod (processes on several machines, a TPU's interconnect) was never run here."""
 
 from __future__ import annotations
 
+import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import torch
 from helpers import (
     POD_FIT,
     POD_STEPS,
+    SCRIPTS,
     TESTS,
     cli_env,
     epoch_value,
@@ -77,6 +80,39 @@ def test_a_process_that_never_joins_ends_the_other_in_one_line_naming_it(tmp_pat
     lines = p.stderr.strip().splitlines()
     assert lines[-1].startswith("xla_train: error: process(es) 1 of num_nodes=2 did not join within 5 s"), lines
     assert not (tmp_path / "runs").exists()
+
+
+def _pair(ends: tuple[str, str], who=None, stale_s: float | None = None) -> list:
+    """tests/scripts/jax_process_pair.py as processes 0 and 1 (1 CPU device each), process h ending as ends[h] says
+    once joined; who(h, port) is process h's environment saying who is who (by default JAX's three variables)."""
+    port = free_port()
+
+    def jax_variables(h: int, port: int) -> dict:
+        return {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(h)}
+
+    def process(h: int):
+        command = [sys.executable, str(SCRIPTS / "jax_process_pair.py"), ends[h], "60"]
+        command += [str(stale_s)] if stale_s is not None else []
+        # run_paced's limit is the bound: a survivor that waits its 60 s out prints "outlived" and fails the test
+        return run_paced(command, 120, env=cli_env(1, **(who or jax_variables)(h, port)))
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(process, (0, 1)))
+
+
+def test_process_0_ended_by_sigterm_ends_process_1_at_once_through_jaxs_abort():
+    """A SIGTERM to process 0 once joined ends it (JAX's preemption service, which join turns off, caught it and the
+    process ran on). Process 0 served JAX's coordination service, so process 1 ends at once, not a hang. Its end is
+    JAX's abort and fatal log, which jax 0.10.2 gives no way to replace (docs/scaling.md; xla_train's line only where
+    its Watch, one beat a second, happens to see process 0 gone first), without the preemption service's lines."""
+    from xla_train.errors import ProcessLost
+
+    p0, p1 = _pair(("TERM", "wait"))
+    assert p0.stdout.splitlines() == ["joined"] and p0.returncode == -signal.SIGTERM, p0.stderr[-3000:]
+    assert "outlived" not in p1.stdout and p1.returncode in (-signal.SIGABRT, ProcessLost.exit_code), p1.stderr[-3000:]
+    if p1.returncode == ProcessLost.exit_code:
+        assert p1.stderr.strip().splitlines()[-1].startswith("xla_train: error: process 0 of num_nodes=2 ended")
+    assert "preemption" not in p1.stderr, p1.stderr[-3000:]
 
 
 @pytest.mark.slow  # a fit and Watch's STALE_S: the missing process above is the default suite's case

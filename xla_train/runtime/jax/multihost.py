@@ -61,6 +61,10 @@ def join(num_nodes: int, timeout_s: float) -> bool:
             f"run in a new process"
         )
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # the CPU's collectives between processes
+    # JAX's preemption service: its SIGTERM handler, set here, would swallow a SIGTERM that comes before xla_train's
+    # own (training/resume.py: the process logged it and ran on), and it adds its own log lines to JAX's abort when
+    # process 0 ends; xla_train's stop on SIGTERM is its own agreement between the processes.
+    jax.config.update("jax_enable_preemption_service", False)
     kwargs = {}
     if count is not None:
         if index is None or not 0 <= index < count:
@@ -132,7 +136,8 @@ class Watch:
     """Each process beats on the roll call's store every second and watches the others' beats, from a thread of its
     own: a process whose beat stops for STALE_S (it died, or hangs) ends every other in one line naming it, within a
     bounded time and before JAX's own heartbeat (HEARTBEAT_S) would abort them with pages of logs; process 0's store
-    gone is process 0 gone. At exit a process says it is done, and process 0, which serves the store, waits (as long
+    gone is process 0 gone (though JAX's own abort comes first there: process 0 serves its coordination service, whose
+    end jax 0.10.2 answers at once with a fatal log that no supported setting replaces, docs/scaling.md). At exit a process says it is done, and process 0, which serves the store, waits (as long
     as the others beat) until every other is; one that left while this one still waits on their programs (it ended
     on an error of its own) ends this one after STALE_S too."""
 
