@@ -82,7 +82,7 @@ def test_a_process_that_never_joins_ends_the_other_in_one_line_naming_it(tmp_pat
     assert not (tmp_path / "runs").exists()
 
 
-def _pair(ends: tuple[str, str], who=None, stale_s: float | None = None) -> list:
+def _pair(ends: tuple[str, str], who=None, stale_s: int | None = None) -> list:
     """tests/scripts/jax_process_pair.py as processes 0 and 1 (1 CPU device each), process h ending as ends[h] says
     once joined; who(h, port) is process h's environment saying who is who (by default JAX's three variables)."""
     port = free_port()
@@ -113,6 +113,24 @@ def test_process_0_ended_by_sigterm_ends_process_1_at_once_through_jaxs_abort():
     if p1.returncode == ProcessLost.exit_code:
         assert p1.stderr.strip().splitlines()[-1].startswith("xla_train: error: process 0 of num_nodes=2 ended")
     assert "preemption" not in p1.stderr, p1.stderr[-3000:]
+
+
+def test_a_process_that_dies_where_jax_detected_the_cluster_is_named_by_the_watch_in_one_line():
+    """No JAX_* variable: the two processes are told who is who as SLURM tells its tasks, and JAX's own cluster
+    detection (jax/_src/clusters/slurm_cluster.py) joins them. The Watch then runs at the address JAX resolved: process
+    1 is killed, and process 0, idle, ends after the Watch's bound (2 s here, STALE_S in a run) in one line naming it,
+    before JAX's heartbeat (60 s) would abort it."""
+    port = free_port()
+
+    def slurm(h: int, _) -> dict:  # the coordinator: the node list's first host, at JAX_COORDINATOR_PORT (JAX's own)
+        ids = {"SLURM_PROCID": str(h), "SLURM_LOCALID": str(h), "JAX_COORDINATOR_PORT": str(port)}
+        return {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NTASKS": "2", **ids}
+
+    p0, p1 = _pair(("wait", "KILL"), slurm, stale_s=2)
+    assert p1.returncode == -signal.SIGKILL, p1.stderr[-3000:]
+    assert p0.returncode == 1 and "outlived" not in p0.stdout, p0.stderr[-3000:]
+    last = p0.stderr.strip().splitlines()[-1]
+    assert last.startswith("xla_train: error: process 1 of num_nodes=2 ended, or stopped answering for 2 s"), last
 
 
 @pytest.mark.slow  # a fit and Watch's STALE_S: the missing process above is the default suite's case

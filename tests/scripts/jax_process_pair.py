@@ -16,7 +16,7 @@ from xla_train.runtime.jax import multihost
 
 end, wait_s = sys.argv[1], float(sys.argv[2])
 if len(sys.argv) > 3:
-    multihost.STALE_S = float(sys.argv[3])
+    multihost.STALE_S = int(sys.argv[3])
 multihost.join(2, 30)
 print("joined", flush=True)
 if end != "wait":

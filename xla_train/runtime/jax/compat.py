@@ -143,6 +143,16 @@ def backends_started() -> bool:
     return xla_bridge.backends_are_initialized()
 
 
+def distributed_who() -> tuple[str, int, int]:
+    """The coordinator's address, the number of processes and this process's index as jax.distributed.initialize
+    resolved them, a cluster's detection included (jax._src.distributed.global_state, which State.initialize sets):
+    JAX has no public answer for the address, and jax.process_index() would start the backends."""
+    from jax._src import distributed
+
+    state = distributed.global_state
+    return state.coordinator_address, state.num_processes, state.process_id
+
+
 def import_jax_keeping_numpy_rng() -> None:
     """Import jax now, where it is installed, with numpy's global RNG as it was: jax 0.10.2's import draws from it.
     torch_xla 2.9.0 imports jax itself where it can (torch_xla/debug/profiler.py, Trace.__enter__ ->

@@ -80,6 +80,8 @@ def join(num_nodes: int, timeout_s: float) -> bool:
             f"num_nodes={num_nodes} on runtime=jax, but no cluster (a Cloud TPU slice, SLURM, Open MPI, "
             f"Kubernetes) says which process this is ({e}); set {SAY_WHO} on each process"
         ) from None
+    if count is None:  # a cluster said who is who: the processes have joined, and now watch each other
+        roll_call(*compat.distributed_who(), timeout_s, joined=True)
     return True
 
 
@@ -96,10 +98,11 @@ def topology(num_nodes: int) -> HostTopology:
     return HostTopology(jax.process_index(), jax.process_count(), local, total)
 
 
-def roll_call(coordinator: str, count: int, index: int, timeout_s: float) -> None:
-    """Every process signs in on a store that process 0 serves at the coordinator's port + 1, before JAX's own join,
-    whose timeout ends a process with a fatal log that names no one: a process missing after `timeout_s` is named
-    here, in one line."""
+def roll_call(coordinator: str, count: int, index: int, timeout_s: float, joined: bool = False) -> None:
+    """Every process signs in on a store that process 0 serves at the coordinator's port + 1 (- 1 at the last port),
+    before JAX's own join, whose timeout ends a process with a fatal log that names no one: a process missing after
+    `timeout_s` is named here, in one line. Where a cluster said who is who it runs after JAX's join, at the address
+    JAX resolved, for the Watch alone."""
     import datetime
     import time
 
@@ -108,18 +111,22 @@ def roll_call(coordinator: str, count: int, index: int, timeout_s: float) -> Non
     host, _, port = coordinator.rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"JAX_COORDINATOR_ADDRESS={coordinator!r}; set it to process 0's HOST:PORT")
-    late = f"did not join within {timeout_s:g} s; start every process with the same command and {SAY_WHO}"
+    at = int(port) + 1 if int(port) < 65535 else int(port) - 1
+    if joined:  # JAX's join is behind them: only the store's port can keep a process from signing in
+        late = f"could not be reached within {timeout_s:g} s; the processes watch each other there: open that port"
+    else:
+        late = f"did not join within {timeout_s:g} s; start every process with the same command and {SAY_WHO}"
     try:
         store = TCPStore(
             host,
-            int(port) + 1,
+            at,
             count,
             is_master=index == 0,
             timeout=datetime.timedelta(seconds=timeout_s),
             wait_for_workers=False,
         )
     except RuntimeError:  # torch's DistStoreError: process 0's store never answered
-        raise HardwareError(f"process 0 of num_nodes={count} (at {host}:{int(port) + 1}) {late}") from None
+        raise HardwareError(f"process 0 of num_nodes={count} (at {host}:{at}) {late}") from None
     store.set(f"present/{index}", "1")
     deadline = time.monotonic() + timeout_s
     while True:
