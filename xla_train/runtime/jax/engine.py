@@ -1,48 +1,32 @@
-"""The engine on JAX: a LightningModule's steps as jitted JAX programs, through torchax.
+"""The engine on JAX: a LightningModule's steps (runtime/jax/step_program.py) as jitted JAX programs, through torchax.
 
 The module stays a torch module on the host; its state (parameters, buffers, the optimizer's state, the epoch's
 metric sums) lives on the JAX devices as arrays, replicated over a 1-D `data` mesh, and each batch is split along
-that axis, so one program drives every device. A training step is the module's own `training_step`, run by
-torch.func.functional_call on torchax views of the arrays, differentiated by jax.value_and_grad and updated by
-FunctionalOptimizer, so it computes what the torch_xla engine does. K steps are one program over the K stacked
-batches: unrolled, or a While loop over the real steps. Each step draws its random numbers from the run's key folded with the step's
-number, an input of the program, so dropout changes every step and a resumed run draws the same masks. The state goes
-back into the torch module, as torch tensors on the CPU, when a checkpoint or the end of a fit needs it.
+that axis, so one program drives every device. The steps are pure functions of those arrays, kept apart from the
+state they are run on; the engine places the arrays, jits and runs the steps, and keeps one execution in flight. The
+state goes back into the torch module, as torch tensors on the CPU, when a checkpoint or the end of a fit needs it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from xla_train.compat import mark_optimizer_stepped
-from xla_train.errors import ConfigError, ProcessLost
+from xla_train.errors import ProcessLost
 from xla_train.runtime.jax import compat
 from xla_train.runtime.jax.backend import COUNTS, PROGRAM_PREFIX
 from xla_train.runtime.jax.multihost import watching
+from xla_train.runtime.jax.step_program import StepProgram, untraceable_refused
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.grouping import convolution_in
 from xla_train.runtime.interface import Engine, StepModule
 from xla_train.runtime.probe import platform_named
 
 DATA_AXIS = "data"
-
-
-class _Hook(nn.Module):
-    """functional_call's module: calls the named method of the wrapped module with the state it was given."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, method: str, *args):
-        return getattr(self.module, method)(*args)
 
 
 class HostSums:
@@ -97,7 +81,7 @@ class JaxEngine(Engine):
         # has no "bfloat16_3x", which raised at the first trace
         self.matmul_precision = {"default": None, "high": "high", "highest": "highest"}[matmul_precision]
         self.module: StepModule | None = None
-        self.opt: FunctionalOptimizer | None = None
+        self.program: StepProgram | None = None  # the module's steps as pure functions, made by bind
         self.state: dict | None = None  # "params", "buffers", "opt", "sums": the arrays the programs read and write
         self.seed = 0
         self._jitted: dict = {}
@@ -106,15 +90,17 @@ class JaxEngine(Engine):
 
     # --- the state ---------------------------------------------------------------------------------------------
     def bind(self, module: StepModule, seed: int) -> None:
-
         self.module, self.seed = module, int(seed)
         self._key = self._key_of(self.seed)
-        self._hook = _Hook(module)
-        self._params = [n for n, _ in module.named_parameters()]
-        self._buffers = [n for n, _ in module.named_buffers()]
-        self.state, self.opt, self._jitted = None, None, {}
+        self.program = StepProgram(module, self.env, self.autocast, self.matmul_precision)
+        self.state, self._jitted = None, {}
         convolutions = convolution_in(module) is not None
         self.compiler_options = compat.cpu_compiler_options(convolutions) if self.platform == "cpu" else {}
+
+    @property
+    def opt(self) -> FunctionalOptimizer | None:
+        """The functional optimizer, held by the step program that updates with it; None until one is taken."""
+        return self.program.opt if self.program is not None else None
 
     def set_seed(self, seed: int) -> None:
         self.seed = int(seed)
@@ -163,7 +149,6 @@ class JaxEngine(Engine):
 
     def take_state(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """The module's (and the optimizer's) torch state to the devices; again after torch's side changed."""
-
         module = self.module
         self.state = {
             "params": self._put([p for _, p in module.named_parameters()]),
@@ -173,16 +158,8 @@ class JaxEngine(Engine):
             "loss": self.put(np.float32(0), self.replicated),  # the last step's (step_loss)
         }
         if optimizer is not None:
-            self.opt = FunctionalOptimizer(optimizer)
-            self.state["opt"] = self._put([t.cpu() for t in self.opt_state_on_host()])
-
-    def opt_state_on_host(self) -> list[torch.Tensor]:
-        """FunctionalOptimizer's state tensors, zeros before the first step, on the host."""
-        out = []
-        for p in self.opt.group["params"]:
-            s = self.opt.optimizer.state[p]
-            out += [s[k].cpu() if k in s else torch.zeros(p.shape, dtype=p.dtype) for k in self.opt.keys]
-        return out
+            self.program.opt = FunctionalOptimizer(optimizer)
+            self.state["opt"] = self._put([t.cpu() for t in self.opt.state()])  # zeros made on the host, as its params
 
     def ensure_state(self, optimizer=None) -> None:
         if self.state is None or (optimizer is not None and self.opt is None):
@@ -190,11 +167,12 @@ class JaxEngine(Engine):
 
     def drop_state(self) -> None:
         """Torch's side changed (a checkpoint was loaded into it): take it again before the next step."""
-        self.state, self.opt = None, None
+        self.state = None
+        if self.program is not None:  # a checkpoint's weights load before the strategy's setup binds a module
+            self.program.opt = None
 
     def sums(self, stage: str):
         """The stage's sums as an array: the module's (the device's, or fresh zeros)."""
-
         held = self.module.step_state(stage)[stage]
         if isinstance(held, HostSums):
             return held.array
@@ -203,7 +181,6 @@ class JaxEngine(Engine):
     def resident(self, train: bool) -> dict:
         """A training (or evaluation) step's other inputs (the data held on the device, the epoch's order) as device
         arrays, each uploaded once: the tables replicated, the order's rows split as a batch's are."""
-
         out = {}
         cache = self.__dict__.setdefault("_uploaded", {})
         for name, (array, batch_like) in self.module.program_inputs(train).items():
@@ -226,104 +203,7 @@ class JaxEngine(Engine):
         if self.opt is not None and self.state["opt"]:
             self.opt.store([torch.from_numpy(whole(a)) for a in self.state["opt"]], 0)
 
-    # --- tracing -----------------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _torch(self, key=None, train: bool = True):
-        """Torch code on torchax views: the module in train or eval mode, random ops drawing from `key`, bf16 where
-        asked, and the module's mode and sums as they were afterwards."""
-        import jax
-
-        module = self.module
-        was_training = module.training
-        module.train(train)
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(compat.host_tensors_as_constants())
-            # Lightning evaluates under inference_mode, where torch hands composite ops (aten::batch_norm) to
-            # torchax undecomposed, and torchax lowers only their parts.
-            stack.enter_context(torch.inference_mode(False))
-            stack.enter_context(self.env)
-            stack.enter_context(warnings.catch_warnings())
-            # int64 (ids, labels, .long()) is int32 in JAX unless x64 is on: what torch's int64 holds here fits
-            warnings.filterwarnings("ignore", message="Explicitly requested dtype int64")
-            if key is not None:
-                stack.enter_context(compat.with_prng(self.env, key))
-            if self.autocast is not None:  # a torch dtype: torchax casts with Tensor.to
-                stack.enter_context(compat.with_autocast(self.env, torch.bfloat16))
-            if self.matmul_precision is not None:
-                stack.enter_context(jax.default_matmul_precision(self.matmul_precision))
-            try:
-                yield
-            finally:
-                module.train(was_training)
-
-    def _call(self, method: str, params, buffers, *args):
-        """module.<method>(*args) with `params` and `buffers` (torchax tensors) in place of its own."""
-        state = {f"module.{n}": t for n, t in itertools.chain(zip(self._params, params), zip(self._buffers, buffers))}
-        return torch.func.functional_call(self._hook, state, (method, *args), strict=True)
-
-    def _train_step(self, state: dict, batch, scalars, step, key0, resident):
-        """One training step, a pure function of its arrays."""
-        import jax
-        from torchax.interop import jax_view, torch_view
-
-        key = jax.random.fold_in(jax.random.wrap_key_data(key0), step)
-
-        def loss_of(params):
-            with self._torch(key, train=True):
-                buffers = list(torch_view(state["buffers"]))
-                self.module.load_step_state({"train": torch_view(state["sums"]["train"])})
-                with self.module.reading(torch_view(resident)):
-                    loss = self._call("training_step", torch_view(params), buffers, tuple(torch_view(batch)), 0)
-                sums = self.module.step_state("train")["train"]
-                return jax_view(loss), (jax_view(buffers), jax_view(sums))
-
-        (loss, (buffers, sums)), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
-        with self._torch(key, train=True):
-            params, opt = self.opt.update(
-                list(torch_view(state["params"])),
-                list(torch_view(grads)),
-                list(torch_view(state["opt"])),
-                torch_view(scalars),
-            )
-        new = {"params": jax_view(params), "buffers": buffers, "opt": jax_view(opt), "sums": {"train": sums}}
-        return {**new, "loss": loss.astype("float32")}
-
-    def _train_steps(self, state: dict, batches, scalars, steps, n, key0, resident):
-        """The first n of K steps (the rest are padding), as one program."""
-        import jax
-        import jax.numpy as jnp
-
-        k = steps.shape[0]
-        if k == 1:
-            return self._train_step(state, [b[0] for b in batches], scalars[0], steps[0], key0, resident)
-
-        xs = (list(batches), scalars, steps)
-        if self.loop == "while":  # a While loop over the n real steps: the padding runs no step
-
-            def step_i(i, carry):
-                batch, row, step = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), xs)
-                return self._train_step(carry, batch, row, step, key0, resident)
-
-            return jax.lax.fori_loop(0, n, step_i, state)
-
-        def body(carry, xs):  # unrolled: a step past the real ones leaves the state as it was
-            i, batch, row, step = xs
-            new = self._train_step(carry, batch, row, step, key0, resident)
-            return jax.tree.map(lambda a, b: jnp.where(i < n, a, b), new, carry), None
-
-        state, _ = jax.lax.scan(body, state, (jnp.arange(k), *xs), unroll=k)
-        return state
-
-    def _eval_step(self, method: str, stage: str, params, buffers, sums, batch, resident):
-        from torchax.interop import jax_view, torch_view
-
-        with self._torch(train=False), self.module.reading(torch_view(resident)):
-            if stage:
-                self.module.load_step_state({stage: torch_view(sums)})
-            out = self._call(method, torch_view(params), list(torch_view(buffers)), tuple(torch_view(batch)), 0)
-            new = self.module.step_state(stage)[stage] if stage else None
-            return jax_view(out), (jax_view(new) if new is not None else sums)
-
+    # --- jitting and running the step program ------------------------------------------------------------------
     def _jit(self, name: str, fn: Callable, **kwargs):
         import jax
 
@@ -337,38 +217,16 @@ class JaxEngine(Engine):
         return self._jitted[name]
 
     def _execute(self, name: str, fn: Callable, *args, **kwargs):
-        """Call a jitted program; an op torchax cannot lower, or a read of a traced value, is one line."""
-        import jax
-
-        from torchax.tensor import OperatorNotFound
-
+        """Call a jitted program; a step that cannot be one is one line (step_program.untraceable_refused)."""
         program = self._jit(name, fn, **kwargs)
         COUNTS.dispatched += 1
-        try:
-            with self._watch():
-                return program(*args)
-        except (OperatorNotFound, NotImplementedError) as e:
-            raise ConfigError(
-                f"runtime=jax: torchax cannot run an op of this net ({str(e).strip().splitlines()[0][:160]}); "
-                f"use runtime=torch_xla"
-            ) from None
-        except (
-            jax.errors.ConcretizationTypeError,  # TracerBoolConversionError among them
-            jax.errors.NonConcreteBooleanIndexError,
-            jax.errors.TracerArrayConversionError,
-            jax.errors.TracerIntegerConversionError,
-        ) as e:
-            raise ConfigError(
-                "runtime=jax: the step reads a device value on the host while traced (an .item(), a Python branch "
-                "on a tensor, or a shape that depends on the data such as x[mask]), which a compiled program cannot "
-                f"do ({type(e).__name__}); keep shapes fixed, or use runtime=torch_xla"
-            ) from None
+        with untraceable_refused(), self._watch():
+            return program(*args)
 
     # --- running -----------------------------------------------------------------------------------------------
     def stack(self, batches: Sequence[Sequence[torch.Tensor]], k: int) -> list:
         """K batches (the first len(batches) real, the rest zeros), one device array per tensor of the batch, each
         (K, batch, ...) with the batch split over the mesh."""
-
         out = []
         for j in range(len(batches[0])):
             rows = [host_array(b[j]) for b in batches]
@@ -415,7 +273,6 @@ class JaxEngine(Engine):
         time (JaxBackend.sync_clock) leaves it out."""
         if not read:
             return None
-
         self.wait()
         COUNTS.reads += 1
         loss, sums = (whole(a) for a in (self.state["loss"], self.state["sums"]["train"]))
@@ -424,7 +281,6 @@ class JaxEngine(Engine):
 
     def train(self, batches, rows: Sequence[Sequence[float]], steps: Sequence[int], k: int) -> None:
         """Run len(batches) <= k training steps as one program of k; the state stays on the devices, dispatched."""
-
         n = len(batches)
         self.state["sums"] = {"train": self.sums("train")}
         scalars = np.zeros((k, len(rows[0])), dtype=np.float32)
@@ -444,19 +300,22 @@ class JaxEngine(Engine):
         # and the queue (and the device memory its inputs hold) never grows past one.
         self.wait()
         self.state = self._execute(
-            f"train{k}", self._train_steps, *args, donate_argnums=(0,), out_shardings=self.replicated
+            f"train{k}",
+            lambda *a: self.program.train_steps(*a, loop=self.loop),  # read as traced: set after bind (grouping)
+            *args,
+            donate_argnums=(0,),
+            out_shardings=self.replicated,
         )
         self.module.load_step_state({"train": HostSums(self.state["sums"]["train"])})
         self.opt.steps_done += n
 
     def evaluate(self, method: str, stage: str, batch) -> None:
         """One evaluation step (validation_step, test_step): its sums stay on the devices."""
-
         sums = self.sums(stage)
         placed = [self.place(t) for t in batch]
         _, new = self._execute(
             f"{method}",
-            lambda p, b, s, x, r: self._eval_step(method, stage, p, b, s, x, r),
+            lambda p, b, s, x, r: self.program.eval_step(method, stage, p, b, s, x, r),
             self.state["params"],
             self.state["buffers"],
             sums,
@@ -473,7 +332,7 @@ class JaxEngine(Engine):
         placed = [self.place(t) for t in batch]
         out, _ = self._execute(
             "predict_step",
-            lambda p, b, x, r: self._eval_step("predict_step", "", p, b, None, x, r),
+            lambda p, b, x, r: self.program.eval_step("predict_step", "", p, b, None, x, r),
             self.state["params"],
             self.state["buffers"],
             placed,

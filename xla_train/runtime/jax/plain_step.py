@@ -3,9 +3,9 @@ xla_train's path through Lightning and the engine.
 
 One jitted function of (state, batch, learning-rate row, step number): the net's loss through torch.func.functional_call
 on torchax views, jax.value_and_grad, and the optimizer's update as a pure function, its state donated. It runs in the
-engine's tracing context (the op fixes, the compiler options, the key folded with the step's number, autocast), and
-with the layer rewrites JAX's strategy swaps in, so that both sides compute the same step; what it leaves out is
-Lightning's loop and hooks and the engine's epoch sums and K-step stacking.
+engine's tracing context (its step program's op fixes and autocast, its compiler options, the key folded with the
+step's number), and with the layer rewrites JAX's strategy swaps in, so that both sides compute the same step; what it
+leaves out is Lightning's loop and hooks and the engine's epoch sums and K-step stacking.
 """
 
 from __future__ import annotations
@@ -59,15 +59,15 @@ class PlainStep:
         engine, key = self.engine, jax.random.fold_in(key0, step)
 
         def loss_of(params):
-            with engine._torch(key, train=True):
+            with engine.program.torch_context(key, train=True):
                 buffers = list(torch_view(state["buffers"]))
                 with self.inputs.reading(torch_view(resident)):
                     x, y = self.inputs(tuple(torch_view(batch)), "train", train=True)
-                    loss = self.loss(engine._call("forward", torch_view(params), buffers, x), y)
+                    loss = self.loss(engine.program.call("forward", torch_view(params), buffers, x), y)
                 return jax_view(loss), jax_view(buffers)
 
         (loss, buffers), grads = jax.value_and_grad(loss_of, has_aux=True)(state["params"])
-        with engine._torch(key, train=True):
+        with engine.program.torch_context(key, train=True):
             params, opt = self.opt.update(
                 list(torch_view(state["params"])),
                 list(torch_view(grads)),
