@@ -138,7 +138,7 @@ def test_the_jax_strategy_reduces_a_processs_own_tensor_over_its_engine_and_leav
     require("torchax")
     import torch
 
-    from xla_train.runtime.jax.engine import HostSums
+    from xla_train.runtime.jax.placement import HostSums
     from xla_train.runtime.jax.strategy import JaxStrategy
 
     gathering, program_sums = _Gathering(2), HostSums(None, np.ones(4, np.float32))

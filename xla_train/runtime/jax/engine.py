@@ -20,42 +20,12 @@ from xla_train.errors import ProcessLost
 from xla_train.runtime.jax import compat
 from xla_train.runtime.jax.backend import COUNTS, PROGRAM_PREFIX
 from xla_train.runtime.jax.multihost import watching
+from xla_train.runtime.jax.placement import DataMesh, HostSums, host_array, whole
 from xla_train.runtime.jax.step_program import StepProgram, untraceable_refused
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.grouping import convolution_in
 from xla_train.runtime.interface import Engine, StepModule
 from xla_train.runtime.probe import platform_named
-
-DATA_AXIS = "data"
-
-
-class HostSums:
-    """A stage's metric sums, kept on the device and read on the host only when asked (`.cpu()`, as for a tensor),
-    or already read with the step's loss (`host`: JaxEngine.step_loss), so asking again reads nothing."""
-
-    def __init__(self, array, host: np.ndarray | None = None) -> None:
-        self.array, self.host = array, host
-
-    def cpu(self) -> torch.Tensor:
-        if self.host is None:
-            COUNTS.reads += 1
-            self.host = whole(self.array).astype(np.float32)
-        return torch.from_numpy(self.host.copy())
-
-
-def whole(a) -> np.ndarray:
-    """A replicated array on the host, read from this process's own copy: with several processes the array spans
-    devices this one cannot address, and each holds all of it."""
-    import jax
-
-    with watching(jax.process_count()):
-        return np.array(a.addressable_data(0))
-
-
-def host_array(t: torch.Tensor) -> np.ndarray:
-    """A host tensor as the numpy array JAX takes: int64 as int32 (JAX's 64-bit integers are off by default)."""
-    a = t.detach().cpu().numpy()
-    return a.astype(np.int32) if a.dtype == np.int64 else a
 
 
 class JaxEngine(Engine):
@@ -64,17 +34,10 @@ class JaxEngine(Engine):
     def __init__(
         self, devices: Sequence, loop: str = "unroll", precision: str = "32", matmul_precision: str = "default"
     ):
-        import jax
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
         self.devices, self.loop = list(devices), loop  # every process's: one program over all of them
-        self.processes = jax.process_count()
+        self.data = DataMesh(self.devices)  # where the arrays live: the state replicated, each batch split
         self.lost = False  # another process ended: nothing more runs (ProcessLost)
         self.platform = platform_named(self.devices[0].platform)  # cpu, gpu or tpu
-        self.mesh = Mesh(np.array(self.devices), (DATA_AXIS,))
-        self.replicated = NamedSharding(self.mesh, PartitionSpec())
-        self.batch = NamedSharding(self.mesh, PartitionSpec(DATA_AXIS))
-        self.stacked = NamedSharding(self.mesh, PartitionSpec(None, DATA_AXIS))
         self.env = compat.environment()
         self.autocast = "bfloat16" if precision in ("bf16", "bf16-mixed") else None
         # JAX's names for XLA's HIGH (a TPU: bf16 in three passes) and HIGHEST (float32), as torch_xla's; jax 0.10
@@ -111,20 +74,7 @@ class JaxEngine(Engine):
         cannot go into a program over every process's devices); the program wraps it again."""
         import jax
 
-        return self.put(np.asarray(jax.random.key_data(jax.random.key(seed))), self.replicated)
-
-    def put(self, a: np.ndarray, sharding):
-        """A host array as the programs take it. Replicated, it is the same on every process; split over the mesh,
-        it is this process's rows of the global array (its slice of each global batch, in process order)."""
-        import jax
-
-        if self.processes == 1:
-            return jax.device_put(a, sharding)
-        shape = list(a.shape)
-        for dim, axis in enumerate(sharding.spec):
-            if axis == DATA_AXIS:
-                shape[dim] *= self.processes
-        return jax.make_array_from_process_local_data(sharding, a, tuple(shape))
+        return self.data.replicate(np.asarray(jax.random.key_data(jax.random.key(seed))))
 
     def gather(self, a: np.ndarray) -> np.ndarray:
         """Every process's `a` (the same shape on each), stacked in process order: the collective behind what
@@ -138,14 +88,14 @@ class JaxEngine(Engine):
     def _watch(self):
         """Around a wait on the processes' programs: another process that ended is one line (multihost.watching)."""
         try:
-            with watching(self.processes):
+            with watching(self.data.processes):
                 yield
         except ProcessLost:
             self.lost = True
             raise
 
     def _put(self, tensors) -> list:
-        return [self.put(host_array(t), self.replicated) for t in tensors]
+        return [self.data.replicate(host_array(t)) for t in tensors]
 
     def take_state(self, optimizer: torch.optim.Optimizer | None = None) -> None:
         """The module's (and the optimizer's) torch state to the devices; again after torch's side changed."""
@@ -155,7 +105,7 @@ class JaxEngine(Engine):
             "buffers": self._put([b for _, b in module.named_buffers()]),
             "opt": [],
             "sums": {},
-            "loss": self.put(np.float32(0), self.replicated),  # the last step's (step_loss)
+            "loss": self.data.replicate(np.float32(0)),  # the last step's (step_loss)
         }
         if optimizer is not None:
             self.program.opt = FunctionalOptimizer(optimizer)
@@ -176,7 +126,7 @@ class JaxEngine(Engine):
         held = self.module.step_state(stage)[stage]
         if isinstance(held, HostSums):
             return held.array
-        return self.put(host_array(held), self.replicated)
+        return self.data.replicate(host_array(held))
 
     def resident(self, train: bool) -> dict:
         """A training (or evaluation) step's other inputs (the data held on the device, the epoch's order) as device
@@ -185,8 +135,8 @@ class JaxEngine(Engine):
         cache = self.__dict__.setdefault("_uploaded", {})
         for name, (array, batch_like) in self.module.program_inputs(train).items():
             if cache.get(name, (None,))[0] is not array:  # the array itself is kept, so its id is not reused
-                sharding = self.batch if batch_like else self.replicated
-                cache[name] = (array, self.put(host_array(torch.from_numpy(np.asarray(array))), sharding))
+                sharding = self.data.batch if batch_like else self.data.replicated
+                cache[name] = (array, self.data.put(host_array(torch.from_numpy(np.asarray(array))), sharding))
             out[name] = cache[name][1]
         return out
 
@@ -232,7 +182,7 @@ class JaxEngine(Engine):
             rows = [host_array(b[j]) for b in batches]
             rows += [np.zeros_like(rows[0])] * (k - len(rows))
             stacked = np.stack(rows)
-            out.append(self.put(stacked, self.stacked if stacked.ndim >= 2 else self.replicated))
+            out.append(self.data.put(stacked, self.data.stacked if stacked.ndim >= 2 else self.data.replicated))
         return out
 
     def wait(self) -> None:
@@ -250,7 +200,7 @@ class JaxEngine(Engine):
 
     def place(self, t: torch.Tensor):
         """One batch tensor on the mesh, split along dimension 0 (a scalar replicated)."""
-        return self.put(host_array(t), self.batch if t.dim() else self.replicated)
+        return self.data.put(host_array(t), self.data.batch if t.dim() else self.data.replicated)
 
     # --- a group of steps (runtime/interface.py) --------------------------------------------------------
     def optimizer(self, optimizer: torch.optim.Optimizer) -> FunctionalOptimizer:
@@ -290,9 +240,9 @@ class JaxEngine(Engine):
         args = (
             self.state,
             self.stack(batches, k),
-            self.put(scalars, self.replicated),
-            self.put(numbers, self.replicated),
-            self.put(np.int32(n), self.replicated),
+            self.data.replicate(scalars),
+            self.data.replicate(numbers),
+            self.data.replicate(np.int32(n)),
             self._key,
             self.resident(train=True),
         )
@@ -304,7 +254,7 @@ class JaxEngine(Engine):
             lambda *a: self.program.train_steps(*a, loop=self.loop),  # read as traced: set after bind (grouping)
             *args,
             donate_argnums=(0,),
-            out_shardings=self.replicated,
+            out_shardings=self.data.replicated,
         )
         self.module.load_step_state({"train": HostSums(self.state["sums"]["train"])})
         self.opt.steps_done += n
@@ -321,7 +271,7 @@ class JaxEngine(Engine):
             sums,
             placed,
             self.resident(train=False),
-            out_shardings=self.replicated,  # the sums over the global batch, whole on every process
+            out_shardings=self.data.replicated,  # the sums over the global batch, whole on every process
         )
         self.module.load_step_state({stage: HostSums(new)})
 
@@ -337,7 +287,7 @@ class JaxEngine(Engine):
             self.state["buffers"],
             placed,
             self.resident(train=False),
-            out_shardings=self.replicated,
+            out_shardings=self.data.replicated,
         )
         COUNTS.reads += 1
         return jax.tree.map(lambda a: torch.from_numpy(whole(a)), out)

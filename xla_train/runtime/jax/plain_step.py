@@ -15,7 +15,8 @@ import torch
 
 from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 from xla_train.runtime.jax.backend import COUNTS
-from xla_train.runtime.jax.engine import JaxEngine, host_array
+from xla_train.runtime.jax.engine import JaxEngine
+from xla_train.runtime.jax.placement import host_array
 
 
 class PlainStep:

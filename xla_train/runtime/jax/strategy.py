@@ -103,7 +103,7 @@ class JaxStrategy(GroupedSteps, ProgramHosts, ParallelStrategy):
     def all_gather(self, tensor, group=None, sync_grads: bool = False):
         if not self.topology.multi_host:
             return tensor
-        from xla_train.runtime.jax.engine import host_array
+        from xla_train.runtime.jax.placement import host_array
 
         return torch.from_numpy(np.array(self.engine.gather(host_array(tensor)))).to(tensor.dtype)
 
