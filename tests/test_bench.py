@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import cli_env, path_with_tests, run_cli, runtime_key
+from helpers import cli_env, path_with_tests, require, run_cli, runtime_key
 from helpers.processes import SUITE_XLA_FLAGS
 from xla_train.cli.main import main
 from xla_train.serve.predictor import load_for_inference
@@ -288,6 +288,13 @@ def test_int8_lstm_keeps_the_masked_recurrence():
         (["predict", "repeats=3"], "bench predict needs ckpt="),
         (["text", "reviewz=10"], "did you mean reviews?"),
         (["replicas", "devices=1,none"], "devices:"),
+        (
+            ["replicas", "processes=2", "runtimes=torch_xla"],
+            "processes=2 runs one program over 2 processes of this machine's CPU, which runtime=torch_xla cannot "
+            "on accelerator=xla; use runtimes=jax",
+        ),
+        (["replicas", "processes=3", "runtimes=jax"], "processes=3 does not divide devices=8: every process brings"),
+        (["replicas", "processes=2", "runtimes=jax", "devices=auto"], "processes=2 does not divide devices=auto"),
         (["serve", "ckpt=x.ckpt", "seconds=2.5"], "seconds: not of type PositiveInt"),  # wrk counts whole seconds
         (
             ["recipe=quickstart", "overhead"],
@@ -372,6 +379,27 @@ def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
         ("xla", "2", "16", "XLA:CPU x2"),
     ]  # each cell had the devices it asked for
     assert all(not r["error"] and int(r["compiles"]) > 0 and r["timed_compiles"] == "0" for r in rows), rows
+
+
+def test_replicas_compare_one_process_against_two_processes_of_jax(tiny_recipe, tmp_path):
+    """bench replicas processes=2: one process of 2 XLA:CPU devices against 2 processes of 1 (runtime=jax, the bench
+    starting both with JAX's three variables, as a launch without a cluster does), the same global batch side by side,
+    and what crossing processes cost a step named."""
+    require("torchax")
+    settings = "runtimes=jax devices=2 processes=2 batch_sizes=8 steps=2 warmup=2".split()
+    run_cli("bench", "replicas", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=400)
+    run = tmp_path / "runs" / "bench" / "version_0"
+    _, rows = read_table(run / "bench.csv")
+    assert [(r["runtime"], r["devices"], r["processes"], r["global_batch"]) for r in rows] == [
+        ("jax", "2", "1", "16"),
+        ("jax", "2", "2", "16"),
+    ], rows
+    assert all(not r["error"] and float(r["step_ms"]) > 0 for r in rows), rows
+    assert rows[1]["device"].endswith(" x2 (2 processes of 1)"), rows[1]["device"]  # each process had its share
+    assert (run / "cells" / "xla-jax-d2-p2-b8-kauto-process1.json").is_file()  # process 1 ran the cell too
+    md = (run / "bench.md").read_text()
+    assert re.search(r"2 processes of 1 device\(s\) against 1 of 2 \(global batch 16\): [+-]\d+\.\d ms a step", md), md
+    assert "gloo over this machine's loopback TCP" in md
 
 
 @pytest.mark.slow  # default-suite time; K itself: test_steps_per_execution.py

@@ -26,7 +26,7 @@ from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.errors import ConfigError
 from xla_train.runtime.backend import Accelerator
-from xla_train.runtime.registry import run_backend, runtime_names
+from xla_train.runtime.registry import require_local_processes, run_backend, runtime_names
 from xla_train.runtime.probe import own_accelerator, require_available
 
 DeviceCount = Union[PositiveInt, Literal["auto"]]
@@ -42,6 +42,7 @@ COLUMNS = [
     "runtime",
     "device",
     "devices",
+    "processes",
     "batch",
     "global_batch",
     "steps_per_execution",
@@ -111,6 +112,20 @@ def check_accelerators(accelerators: list[str] | None) -> list[str]:
     return accelerators
 
 
+def check_processes(processes: list[int], devices: list, accelerators: list[str], runtimes: list[str]) -> None:
+    """Cells of several processes: every runtime one that runs a program over several processes of this machine's
+    CPU, and each device count one that every process count divides (each process brings the same number)."""
+    for n in sorted(set(processes) - {1}):
+        for a, rt in itertools.product(accelerators, runtimes):
+            require_local_processes(n, a, rt)
+        for d in devices:
+            if d == "auto" or d % n:
+                raise ConfigError(
+                    f"processes={n} does not divide devices={d}: every process brings as many devices; use "
+                    f"devices={2 * n} ({n} processes of 2) or another multiple of {n}"
+                )
+
+
 def run_rounds(cells: dict[str, dict], run_dir: Path, rounds: int, timeout: float, note=print) -> dict[str, dict]:
     """{name: result} for each cell spec, run `rounds` times in alternating order, steps of all rounds pooled."""
     runs: dict[str, list[dict]] = {name: [] for name in cells}
@@ -162,6 +177,7 @@ def sweep(
     scan_chunk: Optional[PositiveInt] = None,
     batch_sizes: list[PositiveInt] = [32, 128, 512, 1024],
     devices: list[DeviceCount] = [1],
+    processes: list[PositiveInt] = [1],
     progress_every: list[NonNegativeInt] = [0],
     steps_per_execution: list[StepsSetting] = ["auto"],
     execution_loop: list[Loop] = ["auto"],
@@ -180,12 +196,14 @@ def sweep(
     grid: Optional[dict] = None,
     command: str = "",
 ) -> tuple[int, Path]:
-    """Every accelerator (x runtime on XLA) x devices x batch size (x live-bar refresh, x steps per execution on XLA, x precision,
-    x compile and channels_last on cpu/gpu, x any recipe key in `grid`) of a recipe. on_device= (data.on_device)
-    and execution_loop= (for steps_per_execution > 1) are lists like the rest."""
+    """Every accelerator (x runtime on XLA) x devices (x processes they are split between) x batch size (x live-bar
+    refresh, x steps per execution on XLA, x precision, x compile and channels_last on cpu/gpu, x any recipe key in
+    `grid`) of a recipe. on_device= (data.on_device) and execution_loop= (for steps_per_execution > 1) are lists like
+    the rest."""
     from tqdm import tqdm
 
     accelerators = check_accelerators(accelerators)
+    check_processes(processes, devices, accelerators, runtimes)
     for b in batch_sizes:
         check_batch_size(b)
     overrides, grid = dict(overrides or {}), dict(grid or {})
@@ -195,10 +213,11 @@ def sweep(
     n_train, source = train_size(dm)
     run_dir = report.new_run_dir(runs_dir)
     cells = {}
-    for a, rt, d, b, p, k, loop, prec, comp, cl, *values in itertools.product(
+    for a, rt, d, n, b, p, k, loop, prec, comp, cl, *values in itertools.product(
         accelerators,
         runtimes,
         devices,
+        processes,
         batch_sizes,
         progress_every,
         steps_per_execution,
@@ -218,7 +237,9 @@ def sweep(
         name = (
             f"{a}"
             + (f"-{rt}" if rt != "auto" else "")
-            + f"-d{d}-b{b}"
+            + f"-d{d}"
+            + (f"-p{n}" if n > 1 else "")
+            + f"-b{b}"
             + (f"-k{k}" if k != 1 else "")
             + (f"-{loop}" if loop != "auto" else "")
             + (f"-p{p}" if p else "")
@@ -233,6 +254,7 @@ def sweep(
             "accelerator": a,
             "runtime": rt,
             "devices": d,
+            "processes": n,
             "batch": b,
             "progress_every": p,
             "steps_per_execution": k,
@@ -328,6 +350,8 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     grid += [key for key in FAST_KEYS if len(opts[key] or []) > 1]
     if opts["runtimes"] != ["auto"]:
         grid = [*grid, "runtime"]
+    if opts["processes"] != [1]:
+        grid = [*grid, "processes"]
     names = {"progress_every": "bar every", "steps_per_execution": "steps/execution", "execution_loop": "loop"}
     headers = HEADERS[:3] + [names.get(k, k) for k in grid] + HEADERS[3:]
     prov = report.provenance(opts["command"], sorted({r["device"] for r in rows if r.get("device")}))
@@ -367,6 +391,7 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
             "steps/execution k > 1: k training steps traced once and run as one XLA program; its cells "
             "time whole executions and divide by k, and their first step is the first execution of k"
         )
+    notes += process_notes(rows, grid)
     if any("XLA:CPU" in (r.get("device") or "") for r in rows):
         notes.append("XLA:CPU is XLA compiling for this machine's CPU (PJRT_DEVICE=CPU): not a TPU figure")
     made = charts.sweep_charts(run_dir, rows, prov, opts["recipe"], opts.get("chart_batch"))
@@ -384,6 +409,36 @@ def write_sweep(run_dir: Path, rows: list[dict], opts: dict, n_train: int, sourc
     )
 
 
+# what a cell of several processes and its one-process twin share: everything the grid sets but the process count
+SAME_CELL = ("accelerator", "runtime", "devices", "batch", "progress_every", "steps_per_execution", "execution_loop")
+
+
+def process_notes(rows: list[dict], grid: list[str]) -> list[str]:
+    """What crossing processes costs a step: each cell of several processes against one process of as many devices
+    (the same global batch and program), and what crosses."""
+    same = (*SAME_CELL, *(k for k in grid if k not in SAME_CELL and k != "processes"))
+    ones = {tuple(r.get(k) for k in same): r for r in rows if r.get("processes", 1) == 1}
+    costs = []
+    for r in rows:
+        one = ones.get(tuple(r.get(k) for k in same))
+        if r.get("processes", 1) == 1 or one is None or r.get("step_ms") is None or one.get("step_ms") is None:
+            continue
+        n, d, extra = r["processes"], r["devices"], r["step_ms"] - one["step_ms"]
+        costs.append(
+            f"{n} processes of {d // n} device(s) against 1 of {d} (global batch {r['global_batch']}): "
+            f"{extra:+.1f} ms a step ({extra / one['step_ms']:+.0%})"
+        )
+    if not costs:
+        return []
+    return [
+        "processes: "
+        + "; ".join(costs)
+        + ". One program over every device either way; with several processes the step's all-reduce (the gradient, "
+        "the metrics' sums) crosses them: here gloo over this machine's loopback TCP between XLA:CPU processes that "
+        "share its cores, on a TPU pod slice the chips' interconnect (ICI; DCN between slices), on GPU nodes NCCL"
+    ]
+
+
 def _preset(arguments: dict, **fixed) -> tuple[int, Path]:
     """sweep() with a preset's arguments (each named as sweep names it) and what the preset fixes."""
     takes = inspect.signature(sweep).parameters
@@ -392,7 +447,9 @@ def _preset(arguments: dict, **fixed) -> tuple[int, Path]:
 
 def replicas(
     recipe: str = "quickstart",
-    devices: list[DeviceCount] = [1, 8],
+    devices: Optional[list[DeviceCount]] = None,
+    processes: PositiveInt = 1,
+    runtimes: list[Runtime] = ["auto"],
     batch_sizes: list[PositiveInt] = [16],
     steps: PositiveInt = 10,
     warmup: PositiveInt = 3,
@@ -402,8 +459,11 @@ def replicas(
     overrides: Optional[dict] = None,
     command: str = "",
 ) -> tuple[int, Path]:
-    """One against n XLA devices (SPMD), at one per-device batch: the cost of the partitioned program."""
-    return _preset(locals(), accelerators=["xla"])
+    """One against n XLA devices (SPMD), at one per-device batch: the cost of the partitioned program (devices 1
+    and 8 by default). processes=N: each device count in one process against N processes of a share each (8 by
+    default), on runtime=jax, which the bench starts on this machine's CPU: the cost of crossing processes."""
+    arguments = {**locals(), "devices": devices or ([1, 8] if processes == 1 else [8])}
+    return _preset({**arguments, "processes": sorted({1, processes})}, accelerators=["xla"])
 
 
 def lstm(

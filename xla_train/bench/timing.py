@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -195,12 +196,14 @@ class Loop:
         from xla_train.runtime.plan import plan_hardware
 
         s = self.spec
-        accelerator = s["accelerator"]
+        accelerator, processes = s["accelerator"], s.get("processes", 1)
+        devices = s.get("devices", 1) if processes == 1 else s["devices"] // processes  # each process's share
         plan = plan_hardware(
             accelerator,
-            1 if backend_for(accelerator).runs_on_host else s.get("devices", 1),
+            1 if backend_for(accelerator).runs_on_host else devices,
             "auto",
             s.get("precision"),
+            num_nodes=processes,
             steps_per_execution=s.get("steps_per_execution", 1),
             execution_loop=s.get("execution_loop", "auto"),
             compile=s.get("compile", "auto"),
@@ -211,7 +214,7 @@ class Loop:
         )
         model, dm, length = build_run(s["recipe"], {**s.get("overrides", {}), "batch_size": str(s["batch"])})
         n = plan.trainer_kwargs.get("devices", 1)
-        n = n if isinstance(n, int) else 1
+        n = (n if isinstance(n, int) else 1) * processes  # every device of every process
         strategy = plan.trainer_kwargs.get("strategy")
         self.k = self.steps_per_execution(strategy, s, length, n, model)
         self.total = sum(units(s["warmup"], s["steps"], backend_for(accelerator), self.k)) * self.k
@@ -234,8 +237,9 @@ class Loop:
             grouping_note=grouping_of(strategy).note or None,  # what auto chose, and why
             matmul_precision=plan.matmul_precision,
         )  # XLA: the float32 matmul precision in effect
+        split = f" ({processes} processes of {n // processes})" if processes > 1 else ""
         out.update(
-            device=watch.backend.describe(watch.device, cpu_model()) + (f" x{n}" if n > 1 else ""),
+            device=watch.backend.describe(watch.device, cpu_model()) + (f" x{n}" if n > 1 else "") + split,
             devices=n,
             global_batch=s["batch"] * n,
             data=data,
@@ -436,31 +440,76 @@ def run_logged(args: list[str], log: Path, timeout: float, env: dict | None = No
     return proc.returncode
 
 
+def run_together(args: list[list[str]], logs: list[Path], timeout: float, envs: list[dict | None]) -> list:
+    """run_logged for several children at once (the processes of one program), each with its own log: their exit
+    codes, None for each that ran past `timeout`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(args) == 1:  # in this thread, as every other benchmark's child
+        return [run_logged(args[0], logs[0], timeout, envs[0])]
+    with ThreadPoolExecutor(len(args)) as pool:
+        return list(pool.map(run_logged, args, logs, [timeout] * len(args), envs))
+
+
+def free_port() -> int:
+    """A TCP port free on this machine whose next one is free too (runtime/jax/multihost.py serves its roll call at
+    the coordinator's port + 1)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65535 and _free(port + 1):
+            return port
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def run_cell(spec: dict, stem: Path, timeout: float) -> dict:
-    """One cell in a fresh process; its output goes to STEM.log, its result to STEM.json."""
+    """One cell in a fresh process; its output goes to STEM.log, its result to STEM.json. A cell of several
+    processes (bench replicas processes=N) runs them together on this machine's CPU, each told who is who as a launch
+    without a cluster tells them: process 0's result is the cell's, the others' lie beside it (STEM-processI)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    result_path = stem.with_suffix(".json")
-    result_path.unlink(missing_ok=True)
+    n = spec.get("processes", 1)
+    results = [
+        s.with_suffix(".json") for s in [stem] + [stem.with_name(f"{stem.name}-process{i}") for i in range(1, n)]
+    ]
+    for path in results:
+        path.unlink(missing_ok=True)
     backend = run_backend(spec["accelerator"], spec.get("runtime") or "auto")
     if backend.exclusive_runtime and runtime_started():
         # This process holds the XLA runtime (on a TPU its chips, which no cell process could then get), so the
         # cell runs here: after this process's own graphs and at its memory high-water mark (runtime/tpu_lock.py).
-        main([json.dumps({**spec, "result_path": str(result_path)})])
-        return json.loads(result_path.read_text())
+        main([json.dumps({**spec, "result_path": str(results[0])})])
+        return json.loads(results[0].read_text())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env = backend.child_env(env)  # JAX's passes PJRT_DEVICE on as set: unset, JAX takes its own GPU or TPU
-    code = run_logged(
-        ["-m", "xla_train.bench.timing", json.dumps({**spec, "result_path": str(result_path)})],
-        stem.with_suffix(".log"),
-        timeout,
-        env,
-    )
-    if code is None:
+    args = [["-m", "xla_train.bench.timing", json.dumps({**spec, "result_path": str(path)})] for path in results]
+    codes = run_together(args, [p.with_suffix(".log") for p in results], timeout, process_envs(env, n))
+    if None in codes:
         return {"error": f"did not finish in {timeout:g} s (timeout=)"}
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
+    found = [json.loads(p.read_text()) for p in results if p.is_file()]
+    if any("error" in r for r in found) or len(found) == n:  # a process's own error says more than the others' end
+        return next((r for r in found if "error" in r), found[0])
+    code = next(c for c, p in zip(codes, results) if not p.is_file())
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     return {"error": f"the cell process died ({how}; out of memory?)"}
+
+
+def process_envs(env: dict, n: int) -> list[dict]:
+    """The environments of a cell's n processes: one as given; several on this machine's CPU, JAX's three variables
+    telling each who it is."""
+    if n == 1:
+        return [env]
+    port = free_port()
+    who = {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(n), "PJRT_DEVICE": "CPU"}
+    return [{**env, **who, "JAX_PROCESS_ID": str(i)} for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> int:

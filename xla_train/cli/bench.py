@@ -2,7 +2,7 @@
 
     bench (sweep)  recipe= accelerators=cpu,xla batch_sizes=32,128 devices=1 steps_per_execution=1,8
                    progress_every=0 steps= warmup= rounds=
-    bench replicas recipe= devices=1,8 batch_sizes=16       bench lstm     recipe=imdb maxlens=100,200,500
+    bench replicas recipe= devices=1,8 processes=1          bench lstm     recipe=imdb maxlens=100,200,500
     bench pipeline recipe= progress_every=0,10 rounds=2     bench overhead recipe= accelerator=xla|tpu runtime= rounds=
     bench curves   recipe= batch_sizes=32,128,512 epochs=   bench predict  ckpt=PATH forms=eager,compile,onnx,int8
     bench text     reviews=50000 maxlen=500                 bench serve    ckpt=PATH concurrency=1,8,32 max_batch_sizes=1,32

@@ -32,6 +32,9 @@ class Runtime:
     tpu_build: str = ""  # the libtpu release its TPU extra pins: on a TPU, the installed libtpu says whose it is
     compiles: bool = True  # whether it runs the steps as XLA programs (the eager runtime does not)
     device_types: tuple[str, ...] = field(default=())  # torch device types its backends answer for
+    # whether one program runs over several processes of one machine's CPU (a pod slice in miniature): JAX's
+    # multi-controller runtime can, over gloo; torch_xla's XLA:CPU cannot run collectives between processes
+    local_processes: bool = False
 
     def module(self, name: str):
         """Its file `name` (plan, backend, devices, strategy, ...), imported now."""
@@ -78,7 +81,15 @@ register(
     )
 )
 register(
-    Runtime("jax", "xla_train.runtime.jax", "jax", ("cpu", "gpu", "tpu"), tpu_build="0.0.42", device_types=("jax",))
+    Runtime(
+        "jax",
+        "xla_train.runtime.jax",
+        "jax",
+        ("cpu", "gpu", "tpu"),
+        tpu_build="0.0.42",
+        device_types=("jax",),
+        local_processes=True,
+    )
 )
 
 
@@ -163,6 +174,25 @@ def resolve_accelerator(accelerator: str, runtime: str = "auto") -> str:
     if probe.cuda_available():
         return "gpu"
     return "xla" if runtime in RUNTIMES else "cpu"
+
+
+def require_local_processes(n: int, accelerator: str, setting: str) -> None:
+    """One line where accelerator= on runtime=`setting` cannot run one program over n processes of this machine's
+    CPU, as a benchmark's cell of several processes does (a pod slice in miniature)."""
+    kind = resolve_accelerator(accelerator, setting)
+    runtime = resolve_runtime(setting, kind)
+    if not runtime.local_processes:
+        named = f"runtime={setting}" + (f" ({runtime.name} here)" if setting != runtime.name else "")
+        raise ConfigError(
+            f"processes={n} runs one program over {n} processes of this machine's CPU, which {named} cannot on "
+            f"accelerator={accelerator}; use runtimes=jax"
+        )
+    where = probe.xla_platform(kind)
+    if where != "cpu":
+        raise ConfigError(
+            f"processes={n} splits this machine's XLA:CPU devices between processes, and accelerator={accelerator} "
+            f"runs on its {where.upper()}; a pod's processes are its hosts (docs/scaling.md)"
+        )
 
 
 def backend_for(accelerator: str, runtime: Runtime | None = None):

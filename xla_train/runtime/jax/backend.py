@@ -72,7 +72,7 @@ class JaxBackend(Backend):
     def peak_mb(self, device) -> float | None:
         import jax
 
-        stats = jax.devices()[0].memory_stats() or {}
+        stats = jax.local_devices()[0].memory_stats() or {}
         peak = stats.get("peak_bytes_in_use")
         return peak / 2**20 if peak is not None else None
 
@@ -82,7 +82,7 @@ class JaxBackend(Backend):
     def describe(self, device, cpu_model: str = "") -> str:
         import jax
 
-        d = jax.devices()[0]
+        d = jax.local_devices()[0]
         kind = d.device_kind if d.platform != "cpu" else cpu_model
         return f"JAX {d.platform.upper()}" + (f" ({kind})" if kind else "")
 
