@@ -144,9 +144,10 @@ class Watch:
     own: a process whose beat stops for STALE_S (it died, or hangs) ends every other in one line naming it, within a
     bounded time and before JAX's own heartbeat (HEARTBEAT_S) would abort them with pages of logs; process 0's store
     gone is process 0 gone (though JAX's own abort comes first there: process 0 serves its coordination service, whose
-    end jax 0.10.2 answers at once with a fatal log that no supported setting replaces, docs/scaling.md). At exit a process says it is done, and process 0, which serves the store, waits (as long
-    as the others beat) until every other is; one that left while this one still waits on their programs (it ended
-    on an error of its own) ends this one after STALE_S too."""
+    end jax 0.10.2 answers at once with a fatal log that no supported setting replaces, docs/scaling.md). At exit a
+    process says it is done, and process 0, which serves the store, waits (as long as the others beat) until every
+    other is; one that left while this one still waits on their programs (it ended on an error of its own) ends this
+    one after STALE_S too."""
 
     def __init__(self, store, count: int, index: int) -> None:
         import threading
