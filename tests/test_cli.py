@@ -98,6 +98,7 @@ def test_command_comes_first_and_defaults_to_fit():
         (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
         (["recipe=quickstart", "model.net.num_classes=-1"], "model.net.num_classes=-1 must be at least 1"),
         (["recipe=cifar10", "model.dropout=2"], "model.net.dropout=2.0 must be in [0, 1)"),
+        (["recipe=quickstart", "model.net.num_classes="], "model.net.num_classes: expected int, got ''"),
         (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
         (
             ["recipe=quickstart", "accelerator=cpu", "model.net.num_classes=1"],

@@ -87,8 +87,8 @@ def one_line(message: str) -> str:
     if key and reason and given and "does not conform to restriction" in reason:  # a union with a range (seed)
         return f"{key}: {given} is out of range ({reason.split(': ', 1)[-1]})"
     if key and expected:
-        expected, _, got = expected.partition(". Got value: ")
-        got = got or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Given value:")), "")
+        expected, told, got = expected.partition(". Got value:")  # a class's own argument: what it was given
+        got = got.strip() if told else given
         subtypes = next((ln for ln in lines if ln.startswith("Subtypes: [")), "")[len("Subtypes: [") : -1]
         members = re.findall(r"typing\.Literal\[[^\]]*\]|[\w.]+", subtypes)
         nested = message.count('Parser key "') > 1  # a class's own argument failed: its line is the one to keep
@@ -98,7 +98,7 @@ def one_line(message: str) -> str:
             expected = "Expected " + " or ".join(_type_name(t) for t in members)
         expected = re.sub(r"^Expected (a )?", "expected ", expected)
         expected = re.sub(r"typing\.Literal\[([^\]]*)\]", r"one of \1", expected)  # a choice: its values
-        return f"{key}: {expected}" + (f", got {got!r}" if got else "")
+        return f"{key}: {expected}" + (f", got {got!r}" if got or told else "")
     if key and reason:  # jsonargparse's restricted types: "Not of type PositiveInt: 0 does not conform to ..."
         return f"{key}: {reason[0].lower()}{reason[1:]}"
     return lines[0] if lines else "invalid arguments"
