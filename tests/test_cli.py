@@ -13,8 +13,15 @@ from xla_train.config.recipes import ALIASES, available_recipes
 from xla_train.config.run_spec import RunSpec
 
 
-def test_key_values_aliases_and_native_flags_become_lightning_args():
-    args = RunSpec.parse(
+def at(config: dict, key: str):
+    """The value at a dotted key of a nested config."""
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def test_key_values_and_aliases_land_at_their_config_keys_and_native_flags_stay_flags():
+    spec = RunSpec.parse(
         "fit",
         {
             "recipe": "cifar10",
@@ -25,25 +32,29 @@ def test_key_values_aliases_and_native_flags_become_lightning_args():
             "trainer.log_every_n_steps": "5",
         },
         ["--trainer.max_time=00:00:10:00"],
-    ).lightning_args()
-    assert args[:2] == ["fit", "--config"] and args[2].endswith("recipes/cifar10.yaml")
-    for expected in (
-        "--trainer.max_epochs=3",
-        "--data.init_args.batch_size=64",
-        "--model.lr=0.01",
-        "--model.net.init_args.dropout=0.3",
-        "--trainer.log_every_n_steps=5",
-        "--trainer.max_time=00:00:10:00",
+    )
+    config = spec.config()
+    assert config["recipe_name"] == "cifar10" and config["model"]["net"]["class_path"] == "xla_train.models.CifarCNN"
+    for key, value in (
+        ("trainer.max_epochs", "3"),
+        ("data.init_args.batch_size", "64"),
+        ("model.lr", "0.01"),
+        ("model.net.init_args.dropout", "0.3"),
+        ("trainer.log_every_n_steps", "5"),
     ):
-        assert expected in args
+        assert at(config, key) == value, key  # as the command line spelled it: jsonargparse types it
+    assert spec.flags == ["--trainer.max_time=00:00:10:00"]  # parsed onto the config (config/lightning_cli.py)
 
 
 def test_every_documented_alias_resolves():
-    args = RunSpec.parse("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a not in ("ckpt", "net")}})
-    args = args.lightning_args()
-    assert len(args) == 5 + len(ALIASES) - 2
-    args = RunSpec.parse("fit", {"recipe": "cifar10", "net": "xla_train.models.CifarResNet"}).lightning_args()
-    assert args[-1] == "--model.net.class_path=xla_train.models.CifarResNet"
+    config = RunSpec.parse("fit", {"recipe": "cifar10", **{a: "1" for a in ALIASES if a not in ("ckpt", "net")}})
+    config = config.config()
+    for alias, key in ALIASES.items():
+        if alias not in ("ckpt", "net"):
+            assert at(config, key.replace("data.", "data.init_args.")) == "1", alias
+    config = RunSpec.parse("fit", {"recipe": "cifar10", "net": "xla_train.models.CifarResNet"}).config()
+    # the recipe's arguments for CifarCNN that CifarResNet takes too stay (dropout it does not take)
+    assert config["model"]["net"] == {"class_path": "xla_train.models.CifarResNet", "init_args": {"num_classes": 10}}
 
 
 def test_command_comes_first_and_defaults_to_fit():
@@ -98,6 +109,8 @@ def test_command_comes_first_and_defaults_to_fit():
         (["recipe=quickstart", "accelerator=cpu", "epochs=-2"], "trainer: `max_epochs` must be a non-negative"),
         (["recipe=quickstart", "model.net.num_classes=-1"], "model.net.num_classes=-1 must be at least 1"),
         (["recipe=cifar10", "model.dropout=2"], "model.net.dropout=2.0 must be in [0, 1)"),
+        # a class's own argument typed as jsonargparse types a config: null is no int, and nothing is not either
+        (["recipe=quickstart", "batch_size=null"], "data.batch_size: expected int, got 'None'"),
         (["recipe=quickstart", "model.net.num_classes="], "model.net.num_classes: expected int, got ''"),
         (["recipe=imdb", "model.net.hidden_size=0"], "model.net.hidden_size=0 must be at least 1"),
         (

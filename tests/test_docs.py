@@ -109,7 +109,7 @@ def parse(argv: list[str]) -> None:
     if command in ("fit", "validate", "test"):
         from xla_train.config.run_spec import RunSpec
 
-        RunSpec.parse(command, pairs, flags).lightning_args()
+        RunSpec.parse(command, pairs, flags).config()
     elif command in ("predict", "export", "devices"):
         import importlib
 

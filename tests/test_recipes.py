@@ -55,16 +55,24 @@ def test_recipe_header_gives_the_command_and_an_example_override(name):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_recipe_resolves_to_lightning_args(name):
-    args = RunSpec.parse("fit", {"recipe": name}).lightning_args()
-    assert args == ["fit", "--config", str(recipe_path(name)), "--recipe_name", name]
-    recipe = load_recipe(recipe_path(name))
-    assert recipe["model"]["net"]["class_path"] and recipe["data"]["class_path"]
+def test_recipe_is_the_config_of_its_runs(name):
+    config = RunSpec.parse("fit", {"recipe": name}).config()
+    assert config == {**load_recipe(recipe_path(name)), "recipe_name": name}
+    assert config["model"]["net"]["class_path"] and config["data"]["class_path"]
 
 
-def node(config: dict, flag: str):
-    """The value at a LightningCLI flag's dotted path (--model.net.init_args.depth) in a printed config."""
-    for part in flag.lstrip("-").split("."):
+def leaves(config: dict, prefix: str = ""):
+    """(dotted key, value) of every value of a nested config that is not a mapping."""
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def node(config: dict, key: str):
+    """The value at a dotted key (model.net.init_args.depth) in a printed config."""
+    for part in key.split("."):
         config = config[part]
     return config
 
@@ -81,10 +89,10 @@ def test_documented_commands_parse_with_jsonargparse(name, capsys, monkeypatch):
         net = pairs.get("net") or recipe["model"]["net"]["class_path"]  # a user's net, named on the command line
         assert config["model"]["net"]["class_path"] == net, out
         assert config["data"]["class_path"] == recipe["data"]["class_path"], out
-        args = RunSpec.parse(command, pairs, flags).lightning_args()
-        for arg in args[5:]:  # each override landed where it was meant to
-            flag, value = arg.split("=", 1)
-            assert node(config, flag) == yaml.safe_load(value), (argv, flag, node(config, flag))
+        given = RunSpec.parse(command, pairs, flags).config()
+        for key, value in leaves(given):  # the recipe's values and each override landed where they were meant to
+            value = yaml.safe_load(value) if isinstance(value, str) else value
+            assert node(config, key) == value, (argv, key, node(config, key))
 
 
 @pytest.fixture(scope="module")

@@ -35,12 +35,12 @@ def count(recipe_name: str) -> dict:
     from torch.utils.flop_counter import FlopCounterMode
 
     from xla_train.config.recipes import load_recipe, recipe_path
-    from xla_train.models.reference import build_with
+    from xla_train.models.reference import build_with, import_class
 
     recipe = load_recipe(recipe_path(recipe_name))
     torch.manual_seed(0)
     spec = recipe["model"]["net"]
-    net = build_with(spec["class_path"], spec.get("init_args", {})).train()
+    net = build_with(import_class(spec["class_path"]), spec["class_path"], spec.get("init_args", {})).train()
     x, y = batch_of(recipe_name, recipe)
     # oneDNN's fused CPU LSTM is one op that flop_counter cannot see into; torch's own LSTM runs its matmuls as ops
     with warnings.catch_warnings():

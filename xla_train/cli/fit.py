@@ -1,8 +1,8 @@
 """`python -m xla_train [fit|validate|test] recipe=NAME key=value ... [--lightning.flags]`: the Lightning commands.
 
-key=value pairs are parsed into the run's spec (config/run_spec.py), as the Python API's keywords are, and become
-LightningCLI flags (config/recipes.py checks each key against the recipe's classes first), so every Trainer option is
-reachable and jsonargparse checks every type.
+key=value pairs are parsed into the run's spec (config/run_spec.py), as the Python API's keywords are, and set at
+their keys in the config LightningCLI parses (config/recipes.py checks each key against the recipe's classes first),
+so every Trainer option is reachable and jsonargparse checks every type; native --flags are parsed on top.
 """
 
 from __future__ import annotations

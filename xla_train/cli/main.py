@@ -1,7 +1,7 @@
 """python -m xla_train [fit|validate|test|predict|serve|export|devices] recipe=NAME key=value ... [--lightning.flags]
 
-key=value pairs become LightningCLI flags, so every Trainer option is reachable
-and jsonargparse checks every type. Before that, each key is checked against
+key=value pairs set the recipe's config at their keys for LightningCLI to parse, so every Trainer option is
+reachable and jsonargparse checks every type. Before that, each key is checked against
 the recipe's classes so that a typo gets the nearest valid keys, not a usage
 dump. `predict` and `export` never import Lightning or torch_xla: they are plain torch
 on the CPU. The Python API (api.py) goes through the same path as fit/validate/test

@@ -16,6 +16,7 @@ import time
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
+from torch import nn
 from jsonargparse.typing import PositiveInt, restricted_number_type
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from typing_extensions import override
@@ -33,7 +34,7 @@ from xla_train.config.save_config import PicklableSaveConfig
 from xla_train.config.startup_lines import StartupLines
 from xla_train.data.base import BaseDataModule
 from xla_train.errors import ConfigError
-from xla_train.models.reference import NetRef, build_with
+from xla_train.models.reference import NetRef, build_with, class_path_of
 from xla_train.runtime.eager.fast_path import FastPathCallback
 from xla_train.runtime.plan import plan_hardware, run_steps
 from xla_train.serve.predictor import load_for_inference
@@ -66,24 +67,25 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_DropMislea
 class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
     """run=False builds the model, the data module and (unless build_trainer is off) the Trainer, and runs nothing.
 
-    The spec's settings are parsed as the command line's are; its objects are not settings: a net given as an
-    instance or a builder stands in for model.net (the saved config then says model.net: null; the checkpoint names
-    it), and arrays in memory go to an ArraysDataModule (its saved data.path is then null)."""
+    LightningCLI parses the spec's config (config/run_spec.py), the net in it whatever its kind, then the command
+    line's native --flags on top. Arrays in memory are not config: Lightning dumps the whole config as hyperparameters
+    before it builds a class, and no ndarray dumps, so they go to the ArraysDataModule once it is built, here alone
+    (its saved data.path is then null)."""
 
     def __init__(
         self, spec: RunSpec, run: bool = True, build_trainer: bool = True, startup: StartupLines | None = None
     ):
         self.build_trainer = build_trainer
         self.startup = startup  # Lightning's start-up lines, held until _before_run's checks pass
-        self.spec = spec
+        self.flags, self.arrays = spec.flags, spec.arrays
         self.started = spec.started if spec.started is not None else time.perf_counter()  # the run's clock
         self.named = spec.command if run else None  # the subcommand that runs (subcommands)
-        args = spec.lightning_args()
+        config = spec.config()
         super().__init__(
             Classifier,
             BaseDataModule,
             subclass_mode_data=True,
-            args=args if run else args[1:],
+            args={"subcommand": self.named, self.named: config} if run and config is not None else config,
             run=run,
             auto_configure_optimizers=False,
             seed_everything_default=0,
@@ -112,11 +114,15 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
 
     @override
     def parse_arguments(self, parser, args) -> None:
-        """The args are given explicitly: sys.argv is hidden from Lightning's "args and a command line" warning while
-        they parse, and only then, so that Lightning's DDP launcher starts each process with the same command."""
+        """The spec's config, then the native --flags (`--help` and `--print_config` among them) parsed onto it. sys.argv
+        is hidden from Lightning's "args and a command line" warning while they parse, and only then, so that
+        Lightning's DDP launcher starts each process with the same command."""
         saved, sys.argv = sys.argv, sys.argv[:1]
         try:
-            super().parse_arguments(parser, args)
+            config = parser.parse_object(args) if args is not None else None
+            if self.flags or config is None:
+                config = parser.parse_args([self.named, *self.flags], namespace=config)
+            self.config = config
         finally:
             sys.argv = saved
 
@@ -128,34 +134,26 @@ class XlaTrainCLI(compat.CheckpointReadingCLI, LightningCLI):
         return self.config[self.subcommand] if self.subcommand else self.config
 
     @override
-    def before_instantiate_classes(self) -> None:
-        net = self.spec.net
-        if net is not None and net.kind == "builder":  # seeded by now, as a net built from a class is
-            self._own_config().model.net = build_with(net.path, net.args, net.made)
-        elif net is not None and net.kind == "instance":  # built as it is, never from the config's class path
-            self._own_config().model.net = net.made
-
-    @override
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
-        cfg, net = self._own_config(), self.spec.net
-        if net is not None and net.kind == "builder":
-            cfg.model.net = None  # the builder and its arguments are in the checkpoint; the config records none
-            self.model.net_ref = NetRef.of(net.made, net.args, built=self.model.net)
-        elif net is not None and net.kind == "instance":
-            cfg.model.net = None  # what the saved config says: the net came as an instance
-            self.model.net_ref = NetRef.of(type(self.model.net))
+        cfg = self._own_config()
+        # an instance or a builder: the saved config says model.net: null, and the checkpoint names the net
+        named = cfg.model.net
+        if isinstance(named, nn.Module):  # an instance, built as it is
+            self.model.net_ref, cfg.model.net = NetRef.of(type(self.model.net)), None
+        elif named.class_path == class_path_of(build_with):  # a builder, called by jsonargparse once the seed was set
+            built = NetRef.of(named.init_args.builder, named.init_args.args, built=self.model.net)
+            self.model.net_ref, cfg.model.net = built, None
         else:
-            named = cfg.model.net
             init_args = named.init_args.as_dict() if named.get("init_args") is not None else {}
             self.model.net_ref = NetRef.of(type(self.model.net), init_args)
-        if self.spec.arrays is not None:
+        if self.arrays is not None:
             if not hasattr(self.datamodule, "hold"):
                 raise ConfigError(
                     f"x= and y= are arrays in memory, which recipe=arrays takes; this recipe's data is "
                     f"{type(self.datamodule).__name__}"
                 )
-            self.datamodule.hold(**self.spec.arrays)
+            self.datamodule.hold(**self.arrays)
 
     @override
     def instantiate_trainer(self, **kwargs) -> Trainer | None:

@@ -1,10 +1,11 @@
-"""Recipes (recipes/NAME.yaml) and key=value overrides, turned into LightningCLI arguments.
+"""Recipes (recipes/NAME.yaml) and key=value overrides, turned into the config LightningCLI parses.
 
 Keys are checked here, against the signatures of the classes the recipe
 names, so that a typo gets a one-line error with the nearest valid keys.
 Short aliases cover the settings people change most; a key that is the unique
 tail of a longer one (model.dropout -> model.net.dropout) is taken as that key.
-jsonargparse then parses and type-checks every value.
+Each value is set at its key in the recipe's own mapping, as the command line spelled it: jsonargparse then parses
+and type-checks every value, as it would the same flag.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Literal, Optional, Union
 
 import yaml
+from jsonargparse import get_loader
 from jsonargparse.typing import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from xla_train.errors import ConfigError
@@ -143,8 +145,9 @@ def recipe_path(name: str) -> Path:
 
 
 def load_recipe(path: Path) -> dict:
+    """The recipe's mapping, read by the YAML loader jsonargparse reads a --config file with."""
     try:
-        recipe = yaml.safe_load(path.read_text()) or {}
+        recipe = get_loader("yaml")(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"recipe {path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(recipe, dict):
@@ -184,29 +187,29 @@ def require_named_net(ckpt: str, named: bool) -> None:
 
 
 def valid_keys(recipe: dict, pairs: dict[str, str], net_class=None, net_given: bool = False) -> dict[str, str]:
-    """User-facing dotted key -> the LightningCLI flag that sets it. `net_class`: the class the user's net= names,
+    """User-facing dotted key -> the key of LightningCLI's config that it sets. `net_class`: the class the user's net= names,
     imported already (config/run_spec.py); with `net_given` (an instance, or a builder) no net class is imported:
     its arguments are its own."""
     from lightning.pytorch import Trainer
 
     from xla_train.training.module import Classifier
 
-    keys = {f"trainer.{n}": f"--trainer.{n}" for n in _params(Trainer.__init__)}
-    keys.update({f"model.{n}": f"--model.{n}" for n in _params(Classifier.__init__) if n != "net"})
+    keys = {f"trainer.{n}": f"trainer.{n}" for n in _params(Trainer.__init__)}
+    keys.update({f"model.{n}": f"model.{n}" for n in _params(Classifier.__init__) if n != "net"})
     from xla_train.models.reference import import_class, parameter_names
 
     given = pairs.get("model.net.class_path") or pairs.get("net")
     net_path = given or ((recipe.get("model") or {}).get("net") or {}).get("class_path")
-    keys["model.net.class_path"] = "--model.net.class_path"
+    keys["model.net.class_path"] = "model.net.class_path"
     if net_path and not net_given:
         names, _ = parameter_names(net_class if net_class is not None else import_class(net_path))
-        keys.update({f"model.net.{n}": f"--model.net.init_args.{n}" for n in names})
+        keys.update({f"model.net.{n}": f"model.net.init_args.{n}" for n in names})
     data_path = pairs.get("data.class_path") or (recipe.get("data") or {}).get("class_path")
-    keys["data.class_path"] = "--data.class_path"
+    keys["data.class_path"] = "data.class_path"
     if data_path:
         data_class = _import(data_path)
-        keys.update({f"data.{n}": f"--data.init_args.{n}" for n in _params(data_class.__init__, data_class)})
-    keys.update({k: f"--{k}" for k in TOP_LEVEL})
+        keys.update({f"data.{n}": f"data.init_args.{n}" for n in _params(data_class.__init__, data_class)})
+    keys.update({k: k for k in TOP_LEVEL})
     return keys
 
 
@@ -233,14 +236,15 @@ def latest_checkpoint(runs_dir: str, name: str) -> str:
     return str(run.last)
 
 
-def recipe_args(
+def recipe_config(
     command: str, name: str | None, pairs: dict[str, str], flags: list[str], net_class=None, net_given: bool = False
-) -> list[str]:
-    """LightningCLI's arguments for a command, a recipe and key=value pairs (config/run_spec.py, RunSpec). The user's
-    net as valid_keys takes it: `net_class`, a class net= names; `net_given`, an instance or a builder, which
-    xla_train builds itself (so the recipe's net is not built). Either way a checkpoint's user net counts as named."""
+) -> dict | None:
+    """The config of a command for a recipe and key=value pairs (config/run_spec.py, RunSpec): the recipe's mapping
+    with each value set at the key it resolves to; None for `--help` without a recipe. The user's net as valid_keys
+    takes it: `net_class`, a class net= names; `net_given`, an instance or a builder, which the spec sets at model.net
+    itself. Either way a checkpoint's user net counts as named."""
     if name is None and any(f in ("-h", "--help") for f in flags):  # every option, the recipe's classes aside
-        return [command, *flags]
+        return None
     if name is None:
         raise ConfigError(f"which recipe? add recipe=NAME; the recipes are: {', '.join(available_recipes())}")
     path = recipe_path(name)
@@ -253,12 +257,30 @@ def recipe_args(
     if ckpt and command in ("validate", "test"):
         require_named_net(ckpt, net_given or net_class is not None)  # before the recipe's classes are imported
     keys = valid_keys(recipe, pairs, net_class, net_given)
-    args = [command, "--config", str(path), "--recipe_name", name]
-    resolved = {resolve_key(k, keys): v for k, v in pairs.items()}
-    # a class path before its init arguments, whatever order they came in: jsonargparse reads them in turn
-    resolved = dict(sorted(resolved.items(), key=lambda kv: not kv[0].endswith(".class_path")))
+    config = {**recipe, "recipe_name": name}
+    resolved = {keys[resolve_key(k, keys)]: v for k, v in pairs.items()}
     if resolved.get("ckpt_path") == "last":
         resolved["ckpt_path"] = ckpt
-    for key, value in resolved.items():
-        args.append(f"{keys[key]}={value}")
-    return args + flags
+    # a class path before its init arguments, whatever order they came in; of the recipe's arguments for another
+    # class, those the new class takes stay, as jsonargparse keeps them for --X.class_path after --config
+    for key, value in sorted(resolved.items(), key=lambda kv: not kv[0].endswith(".class_path")):
+        node, before = put(config, key, value)
+        if key.endswith(".class_path") and before != value and node.get("init_args"):
+            prefix = key[: -len("class_path")] + "init_args."
+            takes = {k[len(prefix) :] for k in keys.values() if k.startswith(prefix)}
+            node["init_args"] = {k: v for k, v in node["init_args"].items() if k in takes}
+    return config
+
+
+def put(config: dict, key: str, value) -> tuple[dict, object]:
+    """Set `value` at the dotted `key` of a nested config, making the mappings on the way (a class given as its
+    path alone becomes {class_path: ...}); returns (the innermost mapping, the value the key held before)."""
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = node[part] = {"class_path": child} if isinstance(child, str) else {}
+        node = child
+    before, node[leaf] = node.get(leaf), value
+    return node, before

@@ -1,10 +1,11 @@
 """A run as the command line and the Python API both describe it, built once: one RunSpec for fit, validate and test.
 
 `python -m xla_train` parses its key=value pairs into a spec and the API spells its keywords as those pairs, so both
-resolve the same config and raise the same one-line errors. What Python hands over as objects (an instance,
-arrays in memory) rides in the spec typed, to XlaTrainCLI (config/lightning_cli.py). The net is resolved here, once:
-the class path net= names (a Python class or builder goes by its path, as on the command line) is imported here and
-by xla_train nowhere after: the recipe's keys, the builder's call and the checkpoint's name take the object.
+resolve the same config and raise the same one-line errors. The spec's config() is what XlaTrainCLI
+(config/lightning_cli.py) hands LightningCLI to parse: the recipe's mapping with every setting at its key, and the net
+at model.net whatever Python handed over (an instance as itself, a builder with its arguments). The net is resolved
+here, once: the class path net= names (a Python class or builder goes by its path, as on the command line) is imported
+here and by xla_train nowhere after: the recipe's keys, the builder's call and the checkpoint's name take the object.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-from xla_train.config.recipes import ALIASES, recipe_args
+from xla_train.config.recipes import ALIASES, put, recipe_config
 from xla_train.errors import ConfigError
 
 NET_KEY = "model.net.class_path"
@@ -25,8 +26,9 @@ NET_KEY = "model.net.class_path"
 @dataclass(frozen=True)
 class Net:
     """The user's net, resolved: `made` is an nn.Module instance, its class, or a builder (a function that returns
-    the net), named by import `path`. xla_train calls a builder itself with `args` once the seed is set, as
-    jsonargparse can call only a function annotated to return a Module; a class goes to jsonargparse by its path."""
+    the net), named by import `path`. A class goes to jsonargparse by its path; a builder through build_with, which
+    jsonargparse calls with it and `args` once the seed is set, as it builds a class (it can call only a function
+    annotated to return a Module)."""
 
     kind: Literal["instance", "class", "builder"]
     made: Any
@@ -54,17 +56,22 @@ class RunSpec:
         pairs, resolved = resolve_net(pairs, net)
         return cls(command, recipe, pairs, list(flags), resolved, arrays, started)
 
-    def lightning_args(self) -> list[str]:
-        """LightningCLI's arguments: the recipe as --config, each setting as the flag it resolves to."""
+    def config(self) -> dict | None:
+        """The command's config for LightningCLI to parse (None: `--help` without a recipe): the recipe's mapping, each
+        setting at the key it resolves to as the command line spelled it (jsonargparse types it as it would the flag),
+        and an instance or a builder at model.net."""
         net = self.net
-        return recipe_args(
-            self.command,
-            self.recipe,
-            self.settings,
-            self.flags,
-            net_class=net.made if net is not None and net.kind == "class" else None,
-            net_given=net is not None and net.kind != "class",
+        given = net is not None and net.kind != "class"
+        config = recipe_config(
+            self.command, self.recipe, self.settings, self.flags, net.made if net and not given else None, given
         )
+        if config is not None and given:
+            from xla_train.models.reference import build_with, class_path_of
+
+            call = {"builder": net.made, "path": net.path, "args": net.args}  # build_with's arguments
+            made = net.made if net.kind == "instance" else {"class_path": class_path_of(build_with), "init_args": call}
+            put(config, NET_KEY.rpartition(".")[0], made)
+        return config
 
 
 def resolve_net(pairs: dict[str, str], instance=None) -> tuple[dict[str, str], Net | None]:

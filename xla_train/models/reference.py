@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch import nn
@@ -230,9 +231,9 @@ def build(ref: NetRef, path, given=None, args: dict | None = None) -> nn.Module:
     return net
 
 
-def build_with(path: str, args: dict, builder=None) -> nn.Module:
-    """fit's net from a builder the user named (config/run_spec.py: `builder`, imported there), or one line."""
-    builder = builder if builder is not None else import_class(path)
+def build_with(builder: Callable, path: str, args: dict) -> nn.Module:
+    """fit's net from a builder the user named by `path` (config/run_spec.py: imported there), or one line. It stands
+    at model.net for jsonargparse to call, as it builds a class, once the run's seed is set."""
     try:
         net = builder(**args)
     except Exception as e:
