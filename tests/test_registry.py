@@ -132,7 +132,7 @@ def test_devices_names_the_extra_of_a_runtime_not_installed(only, monkeypatch):
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     monkeypatch.setattr(registry.probe, "tpu_chips", lambda root=None: 0)
     listed = str(devices.describe_devices("xla"))
-    assert "runtime=jax: not installed (needs it, which is not installed): pip install 'xla_train[jax]'" in listed
+    assert "runtime=jax: needs it, which is not installed: pip install 'xla_train[jax]'" in listed, listed
 
 
 def test_a_run_loads_only_its_own_runtime_where_both_are_installed(runtime, tmp_path):

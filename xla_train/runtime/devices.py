@@ -26,7 +26,9 @@ def describe_devices(accelerator: str = "auto", runtime: str = "auto") -> Device
             continue
         why = other.missing()
         if why is not None:
-            also.append(f"runtime={other.name}: not installed ({why}): pip install 'xla_train[{other.extra}]'")
+            also.append(
+                f"runtime={other.name}: {why}: pip install 'xla_train[{other.extra}]'"
+            )  # why says what is missing
             continue
         try:
             also.append(other.module("devices").report(kind))
