@@ -4,8 +4,8 @@ Each entry says what it relies on, and was read in the installed sources of:
 lightning 2.6.6, torch_xla 2.9.0, torch 2.9.0-2.12.1, jsonargparse 4.53.0
 (pyproject.toml caps each; torch's entries in each minor release [jax] allows: 2.9.0, 2.10.0, 2.11.0, 2.12.1,
 the same code in each). On an upgrade this file is the audit: check each entry against the new source. The patches
-section lists each process-wide patch with its install and its undo. tests/test_layout.py keeps private names out of
-the rest of xla_train (docs/layout.md).
+section lists each process-wide patch with its install and its undo. tests/test_layout_source.py keeps private names
+out of the rest of xla_train (docs/layout.md).
 """
 
 from __future__ import annotations

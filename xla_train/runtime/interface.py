@@ -17,8 +17,8 @@ from xla_train.runtime.functional_optimizer import FunctionalOptimizer
 
 class StepModule(Protocol):
     """The LightningModule as the runtimes use it (training/module.py's Classifier): its steps, the on-device metric
-    sums a step adds to, what a step reads besides its batch, and nn.Module's state. tests/test_layout.py checks that
-    Classifier has every member, and that the engines and strategies ask the module for nothing else."""
+    sums a step adds to, what a step reads besides its batch, and nn.Module's state. tests/test_layout_lightning.py
+    checks that Classifier has every member, and that the engines and strategies ask the module for nothing else."""
 
     training: bool
     trainer: Any  # the Trainer it is attached to: the loop's counts (grouped_steps.py)
