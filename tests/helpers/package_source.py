@@ -20,6 +20,8 @@ def modules() -> dict[str, Path]:
 
 
 MODULES = modules()
+# a wrong path would find no module, and every check over MODULES would pass having checked nothing
+assert "xla_train.runtime.registry" in MODULES and len(MODULES) > 100, f"no xla_train package at {PACKAGE}"
 
 
 def absolute(name: str, node: ast.ImportFrom) -> str:
