@@ -534,7 +534,7 @@ def test_sweep_compares_precision_compile_and_channels_last_on_cpu(tmp_path):
 
 
 def test_the_device_memory_cell_says_why_it_is_empty():
-    from xla_train.bench.sweep import device_mb
+    from xla_train.bench.sweep_table import device_mb
 
     assert device_mb({"accelerator": "tpu", "device": "TPU v5 lite x8", "devices": 8}) == "n/a (SPMD)"
     assert device_mb({"accelerator": "xla", "device": "XLA:CPU (...)", "devices": 1}) == "n/a (XLA:CPU)"
@@ -564,13 +564,13 @@ def test_the_presets_are_the_sweep_with_their_own_keys(monkeypatch):
     """bench replicas, lstm and pipeline hand every argument they share with the sweep to it, by name."""
     import functools
 
-    from xla_train.bench import sweep as bench
+    from xla_train.bench import presets
 
     calls = []
-    monkeypatch.setattr(bench, "sweep", functools.wraps(bench.sweep)(lambda **kw: calls.append(kw) or (0, None)))
-    bench.lstm(maxlens=[8, 16], batch_sizes=[4], command="c")
-    bench.replicas(devices=[1, 2], steps=7)
-    bench.pipeline(progress_every=[0, 1], rounds=3)
+    monkeypatch.setattr(presets, "sweep", functools.wraps(presets.sweep)(lambda **kw: calls.append(kw) or (0, None)))
+    presets.lstm(maxlens=[8, 16], batch_sizes=[4], command="c")
+    presets.replicas(devices=[1, 2], steps=7)
+    presets.pipeline(progress_every=[0, 1], rounds=3)
     lstm, replicas, pipeline = calls
     assert lstm["grid"] == {"maxlen": [8, 16]} and "maxlens" not in lstm
     assert (lstm["recipe"], lstm["batch_sizes"], lstm["accelerators"], lstm["command"]) == ("imdb", [4], ["xla"], "c")
@@ -582,8 +582,8 @@ def test_the_presets_are_the_sweep_with_their_own_keys(monkeypatch):
 def test_runtime_jax_makes_gpu_and_xla_cells_jax_cells_on_the_device_jax_picks(monkeypatch, tmp_path):
     """accelerator=gpu with runtime=jax is XLA on the GPU in the bench as in fit, beside the eager GPU cell; and a JAX
     cell's process is not pinned to XLA:CPU by the PJRT_DEVICE torch_xla's cells get, so JAX takes its own GPU."""
+    from xla_train.bench import cell
     from xla_train.bench import sweep as bench
-    from xla_train.bench import timing
 
     class Planned(Exception):
         pass
@@ -601,9 +601,9 @@ def test_runtime_jax_makes_gpu_and_xla_cells_jax_cells_on_the_device_jax_picks(m
     ]
     jax_cell = next(c for c in cells.values() if c["accelerator"] == "xla" and c["runtime"] == "jax")
     envs = []
-    monkeypatch.setattr(timing, "run_logged", lambda args, log, timeout, env: envs.append(env) or 1)
+    monkeypatch.setattr(cell, "run_logged", lambda args, log, timeout, env: envs.append(env) or 1)
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
-    assert "died" in timing.run_cell(jax_cell, tmp_path / "cell", 10)["error"]
+    assert "died" in cell.run_cell(jax_cell, tmp_path / "cell", 10)["error"]
     assert "PJRT_DEVICE" not in envs[0]
 
 
@@ -633,7 +633,7 @@ def test_a_bench_cell_reads_no_compile_cache_so_its_compile_is_timed(monkeypatch
     """compile_cache=auto reads the last run's programs back on a TPU (and on a GPU with runtime=jax): a cell that did
     would time a read and call it a compile. No TPU here, so the cell's plan is caught as it is asked for."""
     import xla_train.runtime.plan as plan
-    from xla_train.bench import timing
+    from xla_train.bench import loops
 
     class Planned(Exception):
         pass
@@ -646,7 +646,7 @@ def test_a_bench_cell_reads_no_compile_cache_so_its_compile_is_timed(monkeypatch
 
     monkeypatch.setattr(plan, "plan_hardware", plan_hardware)
     with pytest.raises(Planned):
-        timing.LightningLoop({"recipe": "quickstart", "accelerator": "xla", "runtime": "jax", "batch": 32}).run()
+        loops.LightningLoop({"recipe": "quickstart", "accelerator": "xla", "runtime": "jax", "batch": 32}).run()
     assert asked["compile_cache"] == "off"
 
 

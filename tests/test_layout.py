@@ -139,7 +139,7 @@ def test_only_runtime_asks_a_device_its_kind():
 # Modules outside cli/ that touch sys.argv, and why: neither parses a user's command line.
 ARGV_TOUCHERS = {
     "xla_train.config.lightning_cli": "hides sys.argv from Lightning's warning while it parses the given args",
-    "xla_train.bench.timing": "a benchmark cell's own process reads the spec its parent wrote",
+    "xla_train.bench.cell": "a benchmark cell's own process reads the spec its parent wrote",
 }
 
 

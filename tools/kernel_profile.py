@@ -94,8 +94,8 @@ class Profiler:
 
 
 def profile(spec: dict) -> list[dict]:
-    """The kernels of the spec's timed executions (bench/timing.py's cell, run in this process)."""
-    from xla_train.bench import timing
+    """The kernels of the spec's timed executions (bench/cell.py's cell, run in this process)."""
+    from xla_train.bench import cell, loops, timing
 
     folder = tempfile.mkdtemp(prefix="xla_train-kernels-")
     profiler = Profiler(spec["runtime"], folder)
@@ -112,9 +112,9 @@ def profile(spec: dict) -> list[dict]:
                 profiler.stop()
                 profiler.steps = self.steps * self.k
 
-    timing.Stopwatch = ProfiledStopwatch
+    loops.Stopwatch = ProfiledStopwatch  # where the cell's loops look it up
     spec = {**spec, "result_path": str(Path(folder) / "result.json")}
-    if timing.main([json.dumps(spec)]) != 0:
+    if cell.main([json.dumps(spec)]) != 0:
         raise SystemExit(f"the {spec['runtime']} cell failed: {Path(spec['result_path']).read_text()}")
     return kernels(read_trace(folder), profiler.steps)
 

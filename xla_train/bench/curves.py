@@ -16,7 +16,7 @@ from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from xla_train.bench import charts, report
 from xla_train.bench.sweep import Accelerator, DeviceCount
-from xla_train.bench.timing import run_logged
+from xla_train.bench.cell import run_logged
 from xla_train.training.run_folder import RunFolder
 from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size

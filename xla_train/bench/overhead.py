@@ -2,7 +2,7 @@
 
 Both sides get the same net with the same layer rewrites, initial weights, batches, loss, optimizer and schedule
 (objective.py) and the same steps on one XLA device (torch_xla's, or JAX's with runtime=jax), each in its own
-process, timed by the same Stopwatch (bench/timing.py: LightningLoop, PlainLoop); equal first-step losses show the
+process, timed by the same Stopwatch (bench/loops.py: LightningLoop, PlainLoop); equal first-step losses show the
 work was the same, and where they differ the comparison fails. Goals: steady step < 1.05x plain; host share <= 1.10x,
 as on a TPU a step costs the larger of host and device time (docs/results.md, "bench overhead").
 """
@@ -21,7 +21,7 @@ from xla_train.config.build import build_parts
 from xla_train.data.base import check_batch_size
 from xla_train.runtime.registry import run_backend
 
-SIDES = {"plain": "plain", "xla_train": "lightning"}  # side -> bench/timing.py loop
+SIDES = {"plain": "plain", "xla_train": "lightning"}  # side -> bench/loops.py loop
 LOSS_RTOL = 1e-5  # the two sides' first-step losses agree to float32 rounding: their graphs are the same ops
 
 

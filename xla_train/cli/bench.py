@@ -25,9 +25,9 @@ from xla_train.errors import ConfigError
 
 SUBCOMMANDS = {
     "sweep": "sweep:sweep",
-    "replicas": "sweep:replicas",
-    "lstm": "sweep:lstm",
-    "pipeline": "sweep:pipeline",
+    "replicas": "presets:replicas",
+    "lstm": "presets:lstm",
+    "pipeline": "presets:pipeline",
     "overhead": "overhead:overhead",
     "curves": "curves:curves",
     "predict": "predict:predict",
