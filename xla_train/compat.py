@@ -63,7 +63,9 @@ def counts_as_lightning_xla_strategy(cls: type) -> type:
     connector must take for one of its XLA strategies: by isinstance, it refuses an XLAAccelerator beside any strategy
     but SingleDeviceXLAStrategy or XLAStrategy (_lazy_init_strategy), and gives those two XLAPrecision
     (_check_and_init_precision). Registered as a virtual subclass of SingleDeviceXLAStrategy (abc's register), the
-    class answers those checks and inherits none of that strategy's code."""
+    class answers those checks and inherits none of that strategy's code. abc's subclass walk makes it count as a
+    SingleDeviceStrategy too; lightning.pytorch 2.6.6 asks that of no strategy, and those two checks are its only
+    isinstance tests of SingleDeviceXLAStrategy (read in its source)."""
     from lightning.pytorch.strategies import SingleDeviceXLAStrategy
 
     return SingleDeviceXLAStrategy.register(cls)
