@@ -369,7 +369,6 @@ def test_auto_settings_mean_what_fit_would_choose_and_the_csv_says_what_they_bec
     assert "steps/execution 1 (auto) on XLA: each step runs the program its first step traced" in md
 
 
-@pytest.mark.slow  # default-suite time; SPMD itself: test_spmd.py
 def test_replicas_compare_one_and_several_xla_devices(tiny_recipe, tmp_path):
     settings = "devices=1,2 batch_sizes=8 steps=2 warmup=2".split()
     run_cli("bench", "replicas", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=400)
@@ -428,7 +427,6 @@ def test_sweep_compares_steps_per_execution(tiny_recipe, tmp_path):
     ]
 
 
-@pytest.mark.slow  # default-suite time; the sweep's own test covers the mechanism
 def test_lstm_and_pipeline_presets_vary_their_own_key(tiny_recipe, tmp_path):
     settings = "maxlens=8,16 accelerators=cpu batch_sizes=8 steps=2 warmup=1".split()
     run_cli("bench", "lstm", f"recipe={tiny_recipe}", *settings, cwd=tmp_path, timeout=300)
@@ -485,7 +483,6 @@ def test_synthetic_reviews_have_aclimdb_lengths():
     assert min(words) >= 10 and 150 < sorted(words)[1000] < 200  # median ~174, as aclImdb
 
 
-@pytest.mark.slow
 def test_curves_trains_each_batch_size_and_plots_validation_accuracy(tmp_path):
     proc = run_cli(
         "bench",
