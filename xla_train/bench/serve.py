@@ -18,7 +18,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -126,9 +125,9 @@ def get(port: int, path: str) -> dict:
 
 
 def launch(ckpt: str, max_batch_size: int, batch_timeout: float) -> tuple[subprocess.Popen, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from xla_train.bench.cell import free_port
+
+    port = free_port()
     keys = [f"ckpt={ckpt}", f"port={port}", f"max_batch_size={max_batch_size}", f"batch_timeout={batch_timeout}"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "xla_train", "serve", *keys], stdout=subprocess.DEVNULL, start_new_session=True

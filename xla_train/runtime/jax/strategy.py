@@ -22,6 +22,7 @@ from xla_train.runtime.hosts import HostTopology, ProgramHosts
 from xla_train.runtime.jax.backend import JaxBackend
 from xla_train.runtime.jax.engine import JaxEngine
 from xla_train.runtime.jax.multihost import ProcessChannel
+from xla_train.runtime.jax.placement import host_array
 
 # The scan's time steps per loop iteration on a JAX platform, where not runtime/layers/scan_rnn.py's CHUNK (1, the
 # CPU's). On a GPU each iteration of a While loop has a fixed cost beside a time step of the tutorial's LSTM, a few
@@ -103,8 +104,6 @@ class JaxStrategy(GroupedSteps, ProgramHosts, ParallelStrategy):
     def all_gather(self, tensor, group=None, sync_grads: bool = False):
         if not self.topology.multi_host:
             return tensor
-        from xla_train.runtime.jax.placement import host_array
-
         return torch.from_numpy(np.array(self.engine.gather(host_array(tensor)))).to(tensor.dtype)
 
     @override
